@@ -1,0 +1,5 @@
+"""python -m c3kit"""
+
+from c3kit.cli.main import run
+
+run()

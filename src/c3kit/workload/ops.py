@@ -1,0 +1,127 @@
+"""The operator vocabulary shared by every layer: GEMMs, attention, memory-bound ops, collectives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from c3kit.errors import WorkloadError
+from c3kit.hw.model import dtype_bytes
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+GROUPS = ("tp", "dp", "ep", "pp", "cp")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[m, n] = A[m, k] @ B[k, n], `batch` independent products (grouped / batched GEMM)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.m, self.n, self.k, self.batch) <= 0:
+            raise WorkloadError(f"GEMM {self.name}: M, N, K and batch must be positive, got "
+                                f"{self.m}x{self.n}x{self.k} x{self.batch}")
+
+    @property
+    def flops(self) -> float:
+        """Floating-point operations (2 per multiply-add)."""
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def bytes(self) -> float:
+        """Fewest bytes moved: each input read once, the output written once."""
+        return float(self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes(self.dtype) * self.batch
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Scaled dot-product attention core (QK^T, softmax, PV) for `batch` sequences, fused (flash) style."""
+
+    name: str
+    batch: int
+    heads: int  # query heads on this GPU
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    dtype: str = "bf16"
+    causal: bool = True
+    backward: bool = False
+
+    def __post_init__(self) -> None:
+        if min(self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim) <= 0:
+            raise WorkloadError(f"attention {self.name}: all sizes must be positive")
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of QK^T and PV (x0.5 when causal and q_len == kv_len; backward is 2.5x forward)."""
+        f = 4.0 * self.batch * self.heads * self.q_len * self.kv_len * self.head_dim
+        if self.causal and self.q_len == self.kv_len:
+            f *= 0.5
+        return f * (2.5 if self.backward else 1.0)
+
+    @property
+    def bytes(self) -> float:
+        """Bytes of Q, K, V and O (read and written once, flash-attention style)."""
+        b = dtype_bytes(self.dtype)
+        q_o = 2 * self.batch * self.heads * self.q_len * self.head_dim
+        kv = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
+        return float(q_o + kv) * b * (2.0 if self.backward else 1.0)
+
+
+@dataclass(frozen=True)
+class MemOp:
+    """A memory-bound op (norm, activation, softmax, residual add, optimizer update): bytes moved and FLOPs."""
+
+    name: str
+    bytes: float
+    flops: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0 or self.flops < 0:
+            raise WorkloadError(f"memory op {self.name}: bytes and FLOPs must be non-negative")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective over `ranks` GPUs. bytes = S of nccl-tests: the full (output) array size per rank.
+
+    all_reduce / all_to_all: S is the buffer each rank holds; all_gather: the gathered output;
+    reduce_scatter: the unreduced input; send_recv: the message.
+    `span` is "intra" (inside one node's scale-up fabric) or "inter" (crosses nodes).
+    """
+
+    name: str
+    kind: str
+    bytes: float
+    ranks: int
+    group: str = "tp"
+    span: str = "intra"
+
+    def __post_init__(self) -> None:
+        if self.kind not in COLLECTIVES:
+            raise WorkloadError(f"unknown collective {self.kind!r}: use one of {', '.join(COLLECTIVES)}")
+        if self.group not in GROUPS:
+            raise WorkloadError(f"unknown group {self.group!r}: use one of {', '.join(GROUPS)}")
+        if self.span not in ("intra", "inter"):
+            raise WorkloadError(f"span must be 'intra' or 'inter', got {self.span!r}")
+        if self.bytes < 0 or self.ranks < 1:
+            raise WorkloadError(f"collective {self.name}: bytes must be >= 0 and ranks >= 1")
+
+    @property
+    def flops(self) -> float:
+        """Collectives do no (counted) arithmetic."""
+        return 0.0
+
+
+Op = Gemm | Attention | MemOp | Collective
+
+
+def is_comm(op: Op) -> bool:
+    """True for communication ops."""
+    return isinstance(op, Collective)

@@ -1,0 +1,23 @@
+"""Suite-wide pytest settings: a run that collects too few tests fails instead of passing quietly."""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
+
+MIN_TESTS = int(os.environ.get("C3KIT_MIN_TESTS", "1"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A full run must collect tests; pytest's exit 5 ('no tests') becomes a failure here."""
+    if not session.items and not session.config.option.collectonly:
+        raise pytest.UsageError("no tests were collected: the suite must never pass empty")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Turn 'no tests ran' (exit 5) into a failure (exit 1)."""
+    if exitstatus == 5:
+        session.exitstatus = 1
