@@ -1,0 +1,90 @@
+"""Parallelism: how one model is split over GPUs (TP, SP, DP/FSDP, PP, EP) and batched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from c3kit.errors import WorkloadError
+from c3kit.workload.model import ModelConfig
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """A parallel layout. GPUs = tp * pp * dp; rank order is tp fastest, then dp, then pp (Megatron).
+
+    ep (expert parallelism) folds into the tp x dp ranks of a pipeline stage (MoE parallel folding):
+    ep must divide tp * dp; with ep == 1 experts are tensor-sharded like a dense MLP, with ep > 1
+    each rank holds n_experts / ep whole experts. global_batch = 0 means micro_batch * dp (no
+    gradient accumulation). vpp is the number of virtual pipeline stages (interleaved 1F1B) per GPU.
+    """
+
+    tp: int = 1
+    sp: bool = False
+    dp: int = 1
+    fsdp: bool = False  # ZeRO-3: weights, gradients and optimizer state sharded over dp
+    pp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    global_batch: int = 0
+    recompute: str = "none"
+    vpp: int = 1
+    dist_optimizer: bool = False  # ZeRO-1 (Megatron distributed optimizer): optimizer state sharded over dp
+
+    def __post_init__(self) -> None:
+        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise WorkloadError(f"parallelism: {key} must be a positive integer, got {v!r}")
+        if not isinstance(self.global_batch, int) or self.global_batch < 0:
+            raise WorkloadError(f"parallelism: global_batch must be a positive integer, got {self.global_batch!r}")
+        if self.global_batch == 0:
+            object.__setattr__(self, "global_batch", self.micro_batch * self.dp)
+        if self.recompute not in RECOMPUTE:
+            raise WorkloadError(f"parallelism: recompute {self.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+        if self.sp and self.tp == 1:
+            object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise WorkloadError(f"parallelism: global batch {self.global_batch} is not divisible by micro batch "
+                                f"{self.micro_batch} x dp {self.dp} = {self.micro_batch * self.dp}")
+        if self.vpp > 1 and self.pp == 1:
+            raise WorkloadError("parallelism: virtual pipeline stages (vpp > 1) need pp > 1")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs used: tp * pp * dp."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per step per data-parallel rank: global_batch / (micro_batch * dp)."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    def validate(self, model: ModelConfig, gpus: int | None = None) -> "Parallelism":
+        """Check that this layout divides the model (and the GPU count when given); returns self."""
+        m = model
+        if gpus is not None and gpus != self.gpus:
+            raise WorkloadError(f"{gpus} GPUs != tp {self.tp} x pp {self.pp} x dp {self.dp} = {self.gpus}: "
+                                "change --gpus or the parallel sizes")
+        if m.heads % self.tp:
+            raise WorkloadError(f"{m.name}: {m.heads} attention heads are not divisible by tp {self.tp}")
+        if m.kv_heads % self.tp and self.tp % m.kv_heads:
+            raise WorkloadError(f"{m.name}: {m.kv_heads} KV heads and tp {self.tp}: one must divide the other")
+        ffn = m.moe_ffn_hidden if m.is_moe and self.ep == 1 else m.ffn_hidden
+        if ffn % self.tp:
+            raise WorkloadError(f"{m.name}: FFN width {ffn} is not divisible by tp {self.tp}")
+        if m.layers % (self.pp * self.vpp):
+            raise WorkloadError(f"{m.name}: {m.layers} layers are not divisible by pp {self.pp}"
+                                + (f" x vpp {self.vpp}" if self.vpp > 1 else ""))
+        if self.ep > 1:
+            if not m.is_moe:
+                raise WorkloadError(f"{m.name} is dense: expert parallelism ep {self.ep} needs a MoE model (use ep 1)")
+            if m.n_experts % self.ep:
+                raise WorkloadError(f"{m.name}: {m.n_experts} experts are not divisible by ep {self.ep}")
+            if (self.tp * self.dp) % self.ep:
+                raise WorkloadError(f"ep {self.ep} must divide tp {self.tp} x dp {self.dp} = {self.tp * self.dp}")
+        if self.pp > 1 and self.vpp > 1 and self.grad_accum % self.pp:
+            raise WorkloadError(f"interleaved pipeline: {self.grad_accum} micro-batches per step are not "
+                                f"divisible by pp {self.pp}")
+        return self
