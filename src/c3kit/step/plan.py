@@ -1,0 +1,279 @@
+"""The overlap plan of a step graph: which pairs may overlap, computed once from the graph's topology.
+
+A plan depends only on the graph's structure (node ids, streams, scopes, dependencies), never on
+times, so one plan serves every scenario with the same structure: `evaluate` takes a matrix of node
+times (nodes x scenarios) and returns the step's timeline, vectorized over scenarios.
+
+The timeline model ("ops overlap where dependencies allow", two kinds of streams):
+- One layer's timeline is computed once per phase (fwd, bwd) and repeated layers_per_stage times.
+- Blocking comm (streams tp, ep, pp inside a layer): a collective that a later compute op of the
+  layer needs. It is paired with the compute ops of the layer that neither feed it nor need it
+  (e.g. the weight-gradient GEMM next to the input-gradient all-reduce): an *independent* pair.
+  Without such ops it is paired with its producer as a *dependent* pair (exposed by default).
+- DP-stream comm of a layer (gradient all-reduce / reduce-scatter, FSDP all-gathers) overlaps the
+  critical path of the neighbouring layers: layer l's gradient collective hides behind the backward
+  of layers < l, an FSDP all-gather of layer l+1 is prefetched behind layer l. Over L layers:
+  span = pre + C + (L - 1) * pair(C, D) + post, with D = pre + post per layer.
+- A layer's gradient collective that runs once per step (layer node with count 1 < micro-batches)
+  overlaps the last micro-batch's backward the same way.
+- Micro-batch and step scope nodes (embedding, head, loss, pipeline send/recv, the embedding
+  gradient all-reduce, the optimizer) are serial: their comm is exposed.
+- Pipeline: step = (m + (pp - 1) / vpp) * T_micro + tail, the (pp - 1) / vpp micro-batch times
+  being the bubble ((pp - 1) / (m + pp - 1) of the step without interleaving).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from c3kit.errors import C3kitError
+
+COMM_STREAMS = ("tp", "dp", "ep", "pp", "cp")
+BLOCKING_STREAMS = ("tp", "ep", "pp", "cp")
+PHASES = ("fwd", "bwd", "opt")
+
+
+class StepError(C3kitError):
+    """A step graph the projection cannot interpret (unknown stream, scope or phase, bad dependency)."""
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A blocking collective: node index, the compute it may hide behind, and whether that pair is dependent."""
+
+    node: int
+    partners: tuple[int, ...]  # compute node indices paired with it (summed)
+    dependent: bool
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One serial segment: compute nodes summed, blocking comm each paired by the policy."""
+
+    compute: tuple[int, ...]
+    blocking: tuple[Blocking, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Structure of one step graph, independent of op times."""
+
+    n: int
+    ids: tuple[str, ...]
+    layers: int  # layers per pipeline stage (all virtual chunks together)
+    micro_batches: int
+    pp: int
+    vpp: int
+    layer: dict  # phase -> Segment (per layer, per micro-batch)
+    dp_pre: dict  # phase -> indices of layer dp nodes that compute needs (prefetch)
+    dp_post: dict  # phase -> indices of layer dp nodes that need compute (gradients)
+    dp_last: tuple[int, ...]  # layer dp nodes run once per step, overlapping the last micro-batch's backward
+    micro: dict  # phase -> Segment (per micro-batch, outside the layers)
+    step: Segment  # once per step, serial (optimizer, unhidden step-level comm)
+    multiplicity: np.ndarray  # runs of each node per step (count x layers for layer nodes)
+    inst: np.ndarray  # runs of each node per timeline instance (per layer per micro-batch, per step)
+    is_comm: np.ndarray  # bool per node
+
+
+def _is_comm_stream(stream: str) -> bool:
+    if stream == "compute":
+        return False
+    if stream in COMM_STREAMS:
+        return True
+    raise StepError(f"node stream {stream!r}: use compute or one of {', '.join(COMM_STREAMS)}")
+
+
+def _closure(nodes, index, subset: list[int]) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """Ancestors and descendants of each node inside `subset` (dependencies outside are ignored)."""
+    inside = set(subset)
+    anc: dict[int, set[int]] = {}
+    order = list(subset)  # nodes are listed in topological order by contract; verify deps point back
+    for i in order:
+        a: set[int] = set()
+        for d in nodes[i].deps:
+            if d not in index:
+                raise StepError(f"node {nodes[i].id!r} depends on unknown node {d!r}")
+            j = index[d]
+            if j in inside:
+                if j not in anc:
+                    raise StepError(f"node {nodes[i].id!r} depends on {d!r}, which comes later: "
+                                    "graph nodes must be in topological order")
+                a.add(j)
+                a |= anc[j]
+        anc[i] = a
+    desc: dict[int, set[int]] = {i: set() for i in order}
+    for i, a in anc.items():
+        for j in a:
+            desc[j].add(i)
+    return anc, desc
+
+
+def _segment(nodes, index, subset: list[int], allow_hiding: bool) -> Segment:
+    """Classify a serial group: compute nodes, and each blocking comm with its overlap partners."""
+    compute = [i for i in subset if not _is_comm_stream(nodes[i].stream)]
+    comms = [i for i in subset if _is_comm_stream(nodes[i].stream)]
+    anc, desc = _closure(nodes, index, subset)
+    used: set[int] = set()
+    blocking = []
+    for c in comms:
+        free = [i for i in compute if i not in anc[c] and i not in desc[c] and i not in used] if allow_hiding else []
+        if free:
+            used.update(free)
+            blocking.append(Blocking(c, tuple(free), dependent=False))
+        else:
+            producers = [i for i in compute if i in anc[c]]
+            partner = (max(producers),) if producers else ()
+            blocking.append(Blocking(c, partner, dependent=True))
+    return Segment(tuple(compute), tuple(blocking))
+
+
+def make_plan(graph) -> Plan:
+    """Derive the overlap plan of a StepGraph from its nodes' streams, scopes, phases and dependencies."""
+    nodes = list(graph.nodes)
+    index = {nd.id: i for i, nd in enumerate(nodes)}
+    if len(index) != len(nodes):
+        raise StepError("step graph has duplicate node ids")
+    L = int(graph.layers_per_stage)
+    m = int(graph.micro_batches)
+    par = graph.par
+    pp = int(getattr(par, "pp", 1))
+    vpp = int(getattr(par, "vpp", 1))
+    if L <= 0 or m <= 0:
+        raise StepError(f"step graph needs layers_per_stage and micro_batches >= 1, got {L} and {m}")
+    mult = np.zeros(len(nodes))
+    inst = np.zeros(len(nodes))
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, nd in enumerate(nodes):
+        if nd.phase not in PHASES:
+            raise StepError(f"node {nd.id!r}: phase {nd.phase!r}: use one of {', '.join(PHASES)}")
+        if nd.count < 0:
+            raise StepError(f"node {nd.id!r}: count must be >= 0, got {nd.count}")
+        _is_comm_stream(nd.stream)
+        if nd.scope not in ("layer", "micro", "step"):
+            raise StepError(f"node {nd.id!r}: scope {nd.scope!r}: use layer, micro or step")
+        mult[i] = nd.count * (L if nd.scope == "layer" else 1)
+        key = nd.scope
+        if nd.scope == "step":
+            inst[i] = nd.count
+        elif nd.stream == "dp" and nd.scope == "layer" and nd.count < m:
+            key = "last"  # a layer's gradient collective that runs once per step, in the last micro-batch
+            inst[i] = nd.count
+        else:
+            inst[i] = nd.count / m  # per micro-batch (layer nodes carry count = micro-batches)
+        groups.setdefault((key, nd.phase), []).append(i)
+
+    layer, dp_pre, dp_post, micro = {}, {}, {}, {}
+    dp_step: list[int] = []
+    step_nodes: list[int] = []
+    for ph in ("fwd", "bwd"):
+        sub = groups.get(("layer", ph), [])
+        dp = [i for i in sub if nodes[i].stream == "dp"]
+        rest = [i for i in sub if nodes[i].stream != "dp"]
+        layer[ph] = _segment(nodes, index, rest, allow_hiding=True)
+        anc, desc = _closure(nodes, index, sub)
+        comp = set(layer[ph].compute)
+        dp_pre[ph] = tuple(i for i in dp if desc[i] & comp)
+        dp_post[ph] = tuple(i for i in dp if not (desc[i] & comp))
+        micro[ph] = _segment(nodes, index, groups.get(("micro", ph), []), allow_hiding=False)
+        step_nodes += groups.get(("step", ph), [])
+    dp_step += groups.get(("last", "bwd"), [])
+    if groups.get(("last", "fwd")):
+        raise StepError("a forward data-parallel collective must run every micro-batch (count = micro_batches)")
+    if groups.get(("layer", "opt")) or groups.get(("micro", "opt")) or groups.get(("last", "opt")):
+        raise StepError("optimizer nodes must have scope 'step'")
+    step_nodes += groups.get(("step", "opt"), [])
+    step_nodes.sort()
+    step = _segment(nodes, index, step_nodes, allow_hiding=False)
+    return Plan(
+        n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
+        layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), micro=micro, step=step,
+        multiplicity=mult, inst=inst, is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
+    )
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Result of evaluating a plan: arrays over scenarios (shape (N,)) or per node (shape (n, N))."""
+
+    step_time: np.ndarray
+    bubble: np.ndarray
+    exposed: np.ndarray  # (n, N) exposed comm seconds per step, per node
+    compute: np.ndarray  # (n, N) compute seconds per step, per node
+    comm: np.ndarray  # (n, N) comm seconds per step, per node
+
+
+def _seg_time(seg: Segment, t: np.ndarray, policy, exposed_each: np.ndarray) -> np.ndarray:
+    """Critical-path time of one segment instance; writes each blocking comm's exposure (per instance)."""
+    total = t[list(seg.compute)].sum(axis=0) if seg.compute else np.zeros(t.shape[1])
+    for b in seg.blocking:
+        partner = t[list(b.partners)].sum(axis=0) if b.partners else np.zeros(t.shape[1])
+        x = np.clip(policy.pair_time(partner, t[b.node], b.dependent) - partner, 0.0, t[b.node])
+        exposed_each[b.node] = x
+        total = total + x
+    return total
+
+
+def evaluate(plan: Plan, op_t: np.ndarray, policy) -> Timeline:
+    """Step timeline from op times op_t (n x N: seconds of one run of each node's op, N scenarios)."""
+    op_t = np.asarray(op_t, dtype=float)
+    if op_t.ndim == 1:
+        op_t = op_t[:, None]
+    if op_t.shape[0] != plan.n:
+        raise StepError(f"time matrix has {op_t.shape[0]} rows for a plan of {plan.n} nodes")
+    t = op_t * plan.inst[:, None]
+    N = t.shape[1]
+    zeros = np.zeros(N)
+    L, m = plan.layers, plan.micro_batches
+    x_each = np.zeros_like(t)  # exposed comm per instance (blocking comm)
+    dp_exposed = np.zeros_like(t)  # exposed comm per step (dp-stream comm), filled below
+
+    def dp_sum(idx):
+        return t[list(idx)].sum(axis=0) if idx else zeros
+
+    spans = {}
+    for ph in ("fwd", "bwd"):
+        c = _seg_time(plan.layer[ph], t, policy, x_each)
+        pre, post = dp_sum(plan.dp_pre[ph]), dp_sum(plan.dp_post[ph])
+        d = pre + post
+        span = pre + c + (L - 1) * policy.pair_time(c, d, False) + post
+        spans[ph] = (c, d, pre, post, span)
+    micro_f = _seg_time(plan.micro["fwd"], t, policy, x_each)
+    micro_b = _seg_time(plan.micro["bwd"], t, policy, x_each)
+    t_micro = spans["fwd"][4] + spans["bwd"][4] + micro_f + micro_b
+
+    # the last micro-batch's backward also carries the once-per-step gradient collectives
+    c_b, d_b, pre_b, post_b, span_b = spans["bwd"]
+    d_step = dp_sum(plan.dp_last)
+    if plan.dp_last:
+        per_layer = d_b + d_step
+        span_last = pre_b + c_b + (L - 1) * policy.pair_time(c_b, per_layer, False) + post_b + d_step
+        tail = span_last - span_b
+    else:
+        tail = zeros
+    step_serial = _seg_time(plan.step, t, policy, x_each)
+    bubble = (plan.pp - 1) / plan.vpp * t_micro
+    step_time = m * t_micro + bubble + tail + step_serial
+
+    # attribute dp-stream exposure to its nodes in proportion to their comm time
+    for ph in ("fwd", "bwd"):
+        c, d, pre, post, span = spans[ph]
+        exp = np.maximum(span - L * c, 0.0) * m
+        idx = list(plan.dp_pre[ph] + plan.dp_post[ph])
+        if idx:
+            share = np.divide(t[idx], d, out=np.zeros_like(t[idx]), where=d > 0)
+            dp_exposed[idx] = share * exp
+    if plan.dp_last:
+        idx = list(plan.dp_last)
+        share = np.divide(t[idx], d_step, out=np.zeros_like(t[idx]), where=d_step > 0)
+        dp_exposed[idx] = share * np.maximum(tail, 0.0)
+
+    per_step = (plan.multiplicity / np.where(plan.inst > 0, plan.inst, 1.0))[:, None]  # instances per step
+    total = op_t * plan.multiplicity[:, None]
+    exposed = x_each * per_step
+    dp_rows = [i for ph in ("fwd", "bwd") for i in plan.dp_pre[ph] + plan.dp_post[ph]] + list(plan.dp_last)
+    exposed[dp_rows] = dp_exposed[dp_rows]
+    comm = np.where(plan.is_comm[:, None], total, 0.0)
+    compute = np.where(plan.is_comm[:, None], 0.0, total)
+    return Timeline(step_time=step_time, bubble=bubble, exposed=exposed, compute=compute, comm=comm)

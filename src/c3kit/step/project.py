@@ -1,0 +1,171 @@
+"""Project a StepGraph on a GPU: time every node with c3kit.cost, then overlap them by the plan."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from c3kit.hw.model import GPU
+from c3kit.step.plan import Plan, evaluate, make_plan
+from c3kit.step.policy import DEFAULT_POLICY, OverlapPolicy
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One node of the step, per GPU per step: compute, comm, exposed and hidden comm seconds, share of step."""
+
+    id: int
+    name: str
+    role: str
+    phase: str
+    scope: str
+    stream: str
+    runs: int  # how many times it runs per step
+    time_each: float  # s, one run alone
+    compute_s: float
+    comm_s: float
+    exposed_s: float
+    hidden_s: float
+    share: float  # (compute + exposed) / step time
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Totals of one step on one GPU (seconds unless named otherwise)."""
+
+    compute: float
+    comm: float
+    exposed: float
+    hidden: float
+    bubble: float
+    step_time: float
+    comm_share: float  # comm / (compute + comm): the serialized share of communication
+    exposed_share: float  # exposed / step time
+    mfu: float  # model FLOPs (3 x forward) / (step time x peak FLOP/s)
+    tokens_per_s: float  # all GPUs together
+    model_flops: float  # per GPU per step
+    hw_flops: float  # per GPU per step, recomputation included
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """A projected step: per-op rows, totals, and what was projected."""
+
+    model: str
+    hw: str
+    phase: str
+    seq: int
+    gpus: int
+    global_batch: int
+    micro_batches: int
+    policy: str
+    rows: tuple[OpRow, ...]
+    totals: StepTotals
+
+    def frame(self):
+        """The per-op rows as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.rows])
+
+    def by_role(self):
+        """Rows summed by (phase, role), sorted by share of step."""
+        df = self.frame()
+        cols = ["compute_s", "comm_s", "exposed_s", "hidden_s", "share"]
+        g = df.groupby(["role", "phase"], sort=False)[cols].sum().reset_index()
+        return g.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
+
+    def to_dict(self) -> dict:
+        """Everything as plain JSON-ready data."""
+        return {
+            "model": self.model, "hw": self.hw, "phase": self.phase, "seq": self.seq, "gpus": self.gpus,
+            "global_batch": self.global_batch, "micro_batches": self.micro_batches, "policy": self.policy,
+            "totals": asdict(self.totals), "rows": [asdict(r) for r in self.rows],
+        }
+
+
+Timer = Callable[[object, GPU], float]
+
+
+def default_timer(cost_model: str | None = None) -> Timer:
+    """c3kit.cost.time, with its `model` argument (cost-model mode) when one is named."""
+    from c3kit import cost
+
+    if cost_model is None:
+        return cost.time
+    if "model" not in inspect.signature(cost.time).parameters:
+        from c3kit.errors import CostError
+
+        raise CostError(f"this c3kit.cost has no cost-model modes; cannot use {cost_model!r}")
+    return lambda op, hw: cost.time(op, hw, model=cost_model)
+
+
+def node_times(graph, hw: GPU, timer: Timer | None = None) -> np.ndarray:
+    """Seconds of one run of every node's op on hw (vector over nodes)."""
+    timer = timer or default_timer()
+    cache: dict = {}
+    out = np.empty(len(graph.nodes))
+    for i, nd in enumerate(graph.nodes):
+        t = cache.get(nd.op)
+        if t is None:
+            t = cache[nd.op] = float(timer(nd.op, hw))
+        out[i] = t
+    return out
+
+
+def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer | None = None,
+            cost_model: str | None = None, plan: Plan | None = None) -> StepResult:
+    """Project one step graph on one GPU type: per-op rows and totals (see c3kit.step.plan for the model)."""
+    policy = policy or DEFAULT_POLICY
+    timer = timer or default_timer(cost_model)
+    plan = plan or make_plan(graph)
+    t = node_times(graph, hw, timer)
+    tl = evaluate(plan, t, policy)
+    step = float(tl.step_time[0])
+    rows = []
+    for i, nd in enumerate(graph.nodes):
+        comp, comm, exp = float(tl.compute[i, 0]), float(tl.comm[i, 0]), float(tl.exposed[i, 0])
+        rows.append(OpRow(
+            id=int(nd.id), name=nd.op.name, role=nd.role or nd.op.name, phase=nd.phase, scope=nd.scope,
+            stream=nd.stream, runs=int(plan.multiplicity[i]), time_each=float(t[i]), compute_s=comp, comm_s=comm,
+            exposed_s=exp, hidden_s=max(comm - exp, 0.0), share=(comp + exp) / step if step > 0 else 0.0))
+    bubble = float(tl.bubble[0])
+    if bubble > 0:
+        rows.append(OpRow(id=-1, name="pipeline bubble", role="pp_bubble", phase="-", scope="step", stream="-",
+                          runs=1, time_each=bubble, compute_s=0.0, comm_s=0.0, exposed_s=0.0, hidden_s=0.0,
+                          share=bubble / step))
+    return StepResult(
+        model=graph.model.name, hw=hw.name, phase=graph.phase, seq=int(graph.seq), gpus=int(graph.par.gpus),
+        global_batch=int(graph.par.global_batch), micro_batches=int(graph.micro_batches),
+        policy=getattr(policy, "name", type(policy).__name__), rows=tuple(rows),
+        totals=totals(graph, plan, hw, tl))
+
+
+def model_flops(graph) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) per GPU per step; model = 3 x forward for training, forward otherwise."""
+    fwd = hwf = 0.0
+    for nd in graph.nodes:
+        f = nd.op.flops * graph.repeats(nd)
+        hwf += f
+        if nd.phase == "fwd":
+            fwd += f
+    return (3.0 * fwd if graph.phase == "train" else fwd), hwf
+
+
+def totals(graph, plan: Plan, hw: GPU, tl) -> StepTotals:
+    """Totals of a one-scenario timeline."""
+    compute = float(tl.compute[:, 0].sum())
+    comm = float(tl.comm[:, 0].sum())
+    exposed = float(tl.exposed[:, 0].sum())
+    step = float(tl.step_time[0])
+    mf, hwf = model_flops(graph)
+    tokens = graph.tokens_per_micro * graph.micro_batches * graph.par.dp
+    return StepTotals(
+        compute=compute, comm=comm, exposed=exposed, hidden=max(comm - exposed, 0.0), bubble=float(tl.bubble[0]),
+        step_time=step, comm_share=comm / (compute + comm) if compute + comm > 0 else 0.0,
+        exposed_share=exposed / step if step > 0 else 0.0,
+        mfu=mf / (step * hw.peak_flops(graph.dtype)) if step > 0 else 0.0,
+        tokens_per_s=tokens / step if step > 0 else 0.0, model_flops=mf, hw_flops=hwf)
