@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from functools import lru_cache
 from importlib import resources
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from c3kit.errors import HardwareError
 from c3kit.hw.model import GPU, DMAEngines, ScaleUp
+
+_PROJECTED = re.compile(r"^(?P<base>.+)\+(?P<gens>\d+)g\((?P<rule>[\w-]+)\)$")
 
 _SCALARS = ("sms", "clock", "hbm_bytes", "hbm_bw", "l2_bytes", "gpus_per_node", "scaleout_bw", "scaleout_latency")
 
@@ -66,12 +69,17 @@ def list_gpus() -> list[GPU]:
 
 
 def get_gpu(name: str) -> GPU:
-    """Look a GPU up by name or alias (case-insensitive), or load a TOML file path; suggest close names."""
+    """Look a GPU up by name or alias (case-insensitive), a projection 'NAME+Ng(RULE)', or a TOML path."""
     if name.endswith(".toml") and Path(name).is_file():
         try:
             return gpu_from_dict(tomllib.loads(Path(name).read_text()), name)
         except tomllib.TOMLDecodeError as e:
             raise HardwareError(f"{name}: not valid TOML ({e})") from None
+    m = _PROJECTED.match(name.strip())
+    if m:
+        from c3kit.hw.future import project
+
+        return project(get_gpu(m["base"]), m["rule"], int(m["gens"]))
     index: dict[str, GPU] = {}
     for gpu, aliases in _catalog().values():
         for key in (gpu.name, *aliases):

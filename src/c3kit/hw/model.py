@@ -90,6 +90,20 @@ class GPU:
         """A copy with some fields replaced (used by scaling rules and what-if studies)."""
         return replace(self, **changes)
 
+    def to_dict(self) -> dict:
+        """A plain JSON-ready dict of every field (SI units), sources included."""
+        return {
+            "name": self.name, "vendor": self.vendor, "sms": self.sms, "clock": self.clock,
+            "flops": dict(self.flops), "hbm_bytes": self.hbm_bytes, "hbm_bw": self.hbm_bw,
+            "l2_bytes": self.l2_bytes, "gpus_per_node": self.gpus_per_node,
+            "scaleup": {"topology": self.scaleup.topology, "bw": self.scaleup.bw,
+                        "links_per_gpu": self.scaleup.links_per_gpu, "latency": self.scaleup.latency},
+            "scaleout_bw": self.scaleout_bw, "scaleout_latency": self.scaleout_latency,
+            "dma": {"engines": self.dma.engines, "bw_per_engine": self.dma.bw_per_engine,
+                    "launch": self.dma.launch, "sync": self.dma.sync},
+            "sources": dict(self.sources), "notes": self.notes,
+        }
+
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 

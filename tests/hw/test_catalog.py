@@ -1,0 +1,86 @@
+"""The shipped catalog: every entry loads, carries sources, and has hand-checked figures."""
+
+import math
+
+import pytest
+
+from c3kit.errors import HardwareError
+from c3kit.hw import get_gpu, list_gpus
+from c3kit.hw.catalog import _SCALARS, gpu_from_dict
+
+EXPECTED = {"A100-SXM-80G", "H100-SXM", "H200-SXM", "B200", "MI250X", "MI300X", "MI325X", "MI355X", "T3-SIM"}
+
+
+def test_every_expected_entry_is_shipped():
+    assert EXPECTED <= {g.name for g in list_gpus()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_entry_is_complete_and_sourced(name):
+    g = get_gpu(name)
+    assert g.peak_flops("bf16") > 0 and g.hbm_bw > 0 and g.hbm_bytes > 0
+    for key in (*_SCALARS, "flops", "scaleup", "dma"):
+        assert key in g.sources or any(s.startswith(key + ".") for s in g.sources), key
+    assert all(isinstance(v, str) and len(v) > 10 for v in g.sources.values())
+
+
+def test_hand_checked_figures():
+    h200 = get_gpu("H200-SXM")
+    assert h200.flops["bf16"] == 989.4e12 and h200.flops["fp8"] == 1978.9e12
+    assert h200.hbm_bw == 4.8e12 and h200.scaleup.topology == "switch" and h200.scaleup.bw == 450e9
+    mi300x = get_gpu("MI300X")
+    assert mi300x.scaleup.topology == "mesh" and mi300x.scaleup.links_per_gpu == 7
+    assert mi300x.dma.engines == 14
+    assert math.isclose(mi300x.scaleup.peer_bw(), 64e9)
+    t3 = get_gpu("T3-SIM")
+    assert (t3.sms, t3.clock, t3.l2_bytes, t3.hbm_bw) == (80, 1.4e9, 16e6, 1e12)
+    assert t3.scaleup.topology == "ring" and t3.scaleup.latency == 500e-9
+    assert get_gpu("B200").flops["bf16"] == 2250e12
+    assert get_gpu("MI250X").hbm_bytes == 64e9  # one GCD
+
+
+def test_aliases_and_case():
+    assert get_gpu("h200").name == "H200-SXM"
+    assert get_gpu("a100").name == "A100-SXM-80G"
+
+
+def test_unknown_name_suggests_close_match():
+    with pytest.raises(HardwareError, match="did you mean.*H200-SXM"):
+        get_gpu("H200-SMX")
+
+
+def _doc():
+    import tomllib
+    from importlib import resources
+
+    return tomllib.loads(resources.files("c3kit.hw").joinpath("data/h200-sxm.toml").read_text())
+
+
+def test_entry_without_source_is_rejected():
+    d = _doc()
+    del d["sources"]["hbm_bw"]
+    with pytest.raises(HardwareError, match="hbm_bw"):
+        gpu_from_dict(d, "broken.toml")
+
+
+def test_entry_missing_field_is_rejected():
+    d = _doc()
+    del d["hbm_bw"]
+    with pytest.raises(HardwareError, match="hbm_bw"):
+        gpu_from_dict(d, "broken.toml")
+
+
+def test_toml_path_loads(tmp_path):
+    src = _doc()
+    p = tmp_path / "mine.toml"
+    from importlib import resources
+
+    p.write_text(resources.files("c3kit.hw").joinpath("data/h200-sxm.toml").read_text())
+    assert get_gpu(str(p)).name == src["name"]
+
+
+def test_bad_toml_path(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("name = ")
+    with pytest.raises(HardwareError, match="not valid TOML"):
+        get_gpu(str(p))
