@@ -40,6 +40,7 @@ class ModelConfig:
     tied_embeddings: bool = False
     position: str = "learned"  # learned absolute positions add max_seq * hidden parameters
     bias: bool = False  # linear-layer biases (GPT-2/3, Megatron GPT); tiny, counted when set
+    dropout: bool = False  # dropout after attention/MLP (GPT-style training); adds 1-byte masks to activations
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -201,6 +202,6 @@ def get_model(name: str) -> ModelConfig:
     if key in table:
         return table[key]
     close = difflib.get_close_matches(key, list(table), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(table[c].name for c in dict.fromkeys(close))}?" if close else ""
+    hint = f"; did you mean {', '.join(dict.fromkeys(table[c].name for c in close))}?" if close else ""
     raise WorkloadError(f"unknown model {name!r}{hint} (known: {', '.join(list_models())}; "
                         "or pass a path to a Hugging Face config.json)")
