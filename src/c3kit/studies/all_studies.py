@@ -1,0 +1,104 @@
+"""The shape every communication study returns, report writing, and `run_all` over every study."""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from c3kit.errors import C3kitError, StudyError
+from c3kit.hw.model import GPU
+
+
+@dataclass
+class StudyResult:
+    """Tidy tables, figure builders and Markdown notes of one study; `summary` is the table to print."""
+
+    name: str
+    title: str
+    summary: pd.DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: list[tuple[str, Callable[[], object], str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    headline: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready view: headline numbers, notes and every table as records."""
+        return {
+            "study": self.name, "title": self.title, "seconds": round(self.seconds, 3), "headline": self.headline,
+            "notes": self.notes, "summary": _records(self.summary),
+            "tables": {k: _records(v) for k, v in self.tables.items()},
+        }
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    out = []
+    for rec in df.to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()})
+    return out
+
+
+def write_report(result: StudyResult, report, prefix: str = "") -> None:
+    """Add a study's notes, tables (CSV) and figures (PNG) to an open c3kit.report.Report."""
+    report.text(f"## {result.title}")
+    report.table(f"{prefix}summary", result.summary, caption=f"{result.name}: ours beside published")
+    for note in result.notes:
+        report.text(note)
+    for name, df in result.tables.items():
+        report.table(f"{prefix}{name}", df, caption=name, show_rows=12)
+    for name, build, caption in result.figures:
+        report.figure(f"{prefix}{name}", build(), caption=caption)
+
+
+def gpu_or(name: str, fallback: Callable[[], GPU]) -> GPU:
+    """The catalog GPU of that name, or a study-local stand-in when the catalog lacks it."""
+    from c3kit.hw.catalog import get_gpu
+
+    try:
+        return get_gpu(name)
+    except C3kitError:
+        return fallback()
+
+
+def timed(fn: Callable[..., StudyResult], *args, **kwargs) -> StudyResult:
+    """Run a study function and record its wall time on the result."""
+    t0 = _time.perf_counter()
+    res = fn(*args, **kwargs)
+    res.seconds = _time.perf_counter() - t0
+    return res
+
+
+def gap(ours: float, published: float) -> float:
+    """Relative gap ours / published - 1 (NaN when the published value is zero or missing)."""
+    if published is None or not math.isfinite(published) or published == 0:
+        return float("nan")
+    return ours / published - 1.0
+
+
+STUDIES = ("dma", "t3", "c3", "ficco")
+
+
+def study_function(name: str) -> Callable[..., StudyResult]:
+    """The `run` function of a study by its CLI name."""
+    if name not in STUDIES:
+        raise StudyError(f"unknown study {name!r}: use one of {', '.join(STUDIES)}")
+    import importlib
+
+    module = {"dma": "dma_latte", "t3": "t3", "c3": "c3", "ficco": "ficco"}[name]
+    return importlib.import_module(f"c3kit.studies.{module}").run
+
+
+def run_all(progress: Callable[[str, int, int], None] | None = None, quick: bool = False) -> list[StudyResult]:
+    """Every study on its default scenario set (or the small one when quick); progress(name, i, n) is called."""
+    out = []
+    for i, name in enumerate(STUDIES):
+        if progress:
+            progress(name, i, len(STUDIES))
+        out.append(timed(study_function(name), quick=quick))
+    if progress:
+        progress("done", len(STUDIES), len(STUDIES))
+    return out
