@@ -1,20 +1,87 @@
-"""Cost models: `time(op, hw)` in seconds for every op of the workload layer."""
+"""Cost models: `time(op, hw, model=None)` in seconds for every op of the workload layer.
+
+model: None (roofline), "roofline" | "efficiency" | "table", or a CostModel (cost/model.py).
+`explain` returns the same time with how it was obtained (method, collective algorithm, whether a
+table lookup fell back to the efficiency curve).
+"""
 
 from __future__ import annotations
 
-from c3kit.cost.collectives import collective_time
+from dataclasses import dataclass, field
+
+from c3kit.cost.collectives import algbw, busbw, busbw_factor, collective_estimate, collective_time
+from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve, FitResult, fit_efficiency, relative_errors
+from c3kit.cost.model import KINDS, ROOFLINE, CostModel, as_model
 from c3kit.cost.roofline import roofline_time
+from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
+from c3kit.errors import CostError
 from c3kit.hw.model import GPU
-from c3kit.workload.ops import Collective, Op
+from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
+
+_PRESETS = {k: CostModel(kind=k) for k in KINDS}
+_PRESETS[None] = ROOFLINE  # type: ignore[index]
 
 
-def time(op: Op, hw: GPU) -> float:
-    """Seconds that op takes alone on hw (roofline for compute, alpha-beta for collectives)."""
+@dataclass(frozen=True)
+class Estimate:
+    """A time with how it was obtained: method ('roofline', 'efficiency', 'table', 'table-fallback', ...)."""
+
+    seconds: float
+    method: str
+    detail: dict = field(default_factory=dict)
+
+
+def _table_for(m: CostModel, hw: GPU):
+    return m.table if m.table is not None else cached_gemm_table(hw.name)
+
+
+def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
+    """Seconds that op takes alone on hw under the cost model (default roofline)."""
+    m = _PRESETS.get(model) if model is None or isinstance(model, str) else model
+    if m is None:
+        m = as_model(model)
+    cls = type(op)
+    if cls is Gemm:
+        kind = m.kind
+        if kind == "roofline":
+            return roofline_time(op, hw)
+        if kind == "table":
+            tab = _table_for(m, hw)
+            if tab is not None:
+                t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, m.curve, hw)
+                if t is not None:
+                    return t
+        return m.curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
+    if cls is Collective:
+        return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
+    if cls is Attention:
+        return roofline_time(op, hw, m.attn_eff, m.mem_eff)
+    if cls is MemOp:
+        return roofline_time(op, hw, 1.0, m.mem_eff)
+    raise CostError(f"cannot time {op!r}: not a Gemm, Attention, MemOp or Collective")
+
+
+def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
+    """time(op, hw, model) with the method used and details (algorithm, table coverage)."""
+    m = as_model(model)
+    if isinstance(op, Gemm):
+        if m.kind == "table":
+            tab = _table_for(m, hw)
+            t = None if tab is None else tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, m.curve, hw)
+            if t is not None:
+                return Estimate(t, "table", {"in_table": True, "fallback": False})
+            return Estimate(m.curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch), "table-fallback",
+                            {"in_table": False, "fallback": True, "has_table": tab is not None})
+        return Estimate(time(op, hw, m), m.kind, {"roofline": roofline_time(op, hw)})
     if isinstance(op, Collective):
-        return collective_time(op, hw)
-    return roofline_time(op, hw)
+        t, algo = collective_estimate(op, hw, m.algo, m.comm_eff)
+        return Estimate(t, "collective", {"algo": algo})
+    return Estimate(time(op, hw, m), "roofline" if m.kind == "roofline" else "roofline-x-eff",
+                    {"mem_eff": m.mem_eff, "attn_eff": m.attn_eff})
 
 
 op_time = time
 
-__all__ = ["time", "op_time", "roofline_time", "collective_time"]
+__all__ = ["time", "op_time", "explain", "Estimate", "CostModel", "EfficiencyCurve", "DEFAULT_CURVE", "FitResult",
+           "GemmTable", "fit_efficiency", "relative_errors", "load_calibration", "write_calibration",
+           "roofline_time", "collective_time", "collective_estimate", "busbw_factor", "algbw", "busbw"]

@@ -1,0 +1,298 @@
+"""Calibration files (docs/CONVENTIONS.md) and the measured GEMM lookup table with log-space interpolation.
+
+File: src/c3kit/cost/data/calib/<gpu>-<kind>.json =
+    {"meta": {"machine", "gpu", "driver", "torch", "cuda", "date", "command", "script"},
+     "kind": "gemm" | "c3" | "comm" | "overlap" | "contention" | "dma",
+     "columns": [...], "rows": [[...], ...]}
+A gemm table has at least the columns m, n, k, dtype, time_s (optional: batch).
+
+Lookup (GemmTable.lookup): per dtype, when the measured shapes form a full grid over M x N x K,
+trilinear interpolation of log(time) in (log M, log N, log K); otherwise inverse-distance weighting,
+in the same log space, of the 8 nearest measured log(time / curve time) ratios, applied to the
+efficiency curve's time at the query. Outside the measured range of any dimension (or for a dtype
+not measured) the lookup says so and the caller falls back to the efficiency model.
+A batched GEMM (batch b) is looked up as M x b rows, since grouped GEMMs run as one larger launch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from c3kit.errors import CostError
+
+KINDS = ("gemm", "c3", "comm", "overlap", "contention", "dma")
+META_KEYS = ("machine", "gpu", "driver", "torch", "cuda", "date", "command", "script")
+REQUIRED_COLUMNS = {"gemm": ("m", "n", "k", "dtype", "time_s")}
+
+
+def calib_dir() -> Path:
+    """The shipped calibration folder, src/c3kit/cost/data/calib."""
+    return Path(str(resources.files("c3kit.cost"))) / "data" / "calib"
+
+
+def calib_stem(gpu_name: str) -> str:
+    """File-name form of a GPU name: lower case, runs of other characters as '-' ('H200-SXM' -> 'h200-sxm')."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+
+
+def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None) -> Path:
+    """Where the calibration file of a GPU and kind lives (root defaults to the shipped folder)."""
+    _check_kind(kind)
+    return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-{kind}.json"
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise CostError(f"unknown calibration kind {kind!r}: use one of {', '.join(KINDS)}")
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+def validate_calibration(doc: Mapping, origin: str = "<calibration>") -> None:
+    """Check a calibration document's shape (keys, kind, columns, row widths, gemm values); raise CostError."""
+    for key in ("meta", "kind", "columns", "rows"):
+        if key not in doc:
+            raise CostError(f"{origin}: calibration document lacks {key!r}")
+    _check_kind(doc["kind"])
+    cols = list(doc["columns"])
+    if len(set(cols)) != len(cols):
+        raise CostError(f"{origin}: duplicate column names in {cols}")
+    need = [c for c in REQUIRED_COLUMNS.get(doc["kind"], ()) if c not in cols]
+    if need:
+        raise CostError(f"{origin}: a {doc['kind']} table needs columns {', '.join(need)} (has {cols})")
+    bad = [i for i, r in enumerate(doc["rows"]) if len(r) != len(cols)]
+    if bad:
+        raise CostError(f"{origin}: rows {bad[:5]} do not have {len(cols)} values")
+    if doc["kind"] == "gemm":
+        ix = {c: cols.index(c) for c in ("m", "n", "k", "time_s")}
+        for i, r in enumerate(doc["rows"]):
+            try:
+                vals = [float(r[ix[c]]) for c in ("m", "n", "k", "time_s")]
+            except (TypeError, ValueError):
+                raise CostError(f"{origin}: row {i} has a non-numeric m, n, k or time_s: {r}") from None
+            if min(vals) <= 0 or not all(math.isfinite(v) for v in vals):
+                raise CostError(f"{origin}: row {i} needs positive finite m, n, k and time_s: {r}")
+
+
+def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                      meta: Mapping) -> Path:
+    """Write a calibration file atomically (validated; missing meta keys become null, date defaults to now)."""
+    meta = dict(meta or {})
+    for key in META_KEYS:
+        meta.setdefault(key, None)
+    if meta["date"] is None:
+        meta["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    doc = {"meta": meta, "kind": kind, "columns": list(columns),
+           "rows": [[_plain(v) for v in r] for r in rows]}
+    validate_calibration(doc, str(path))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_calibration(path: str | Path) -> dict:
+    """Read and validate one calibration file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CostError(f"{path}: not a readable calibration file ({e})") from None
+    if not isinstance(doc, dict):
+        raise CostError(f"{path}: a calibration file holds one JSON object")
+    validate_calibration(doc, str(path))
+    return doc
+
+
+def load_calibration(gpu_name: str, kind: str, root: str | Path | None = None) -> "dict | GemmTable | None":
+    """The calibration of a GPU (name or alias) and kind: a GemmTable for 'gemm', the document otherwise; None if absent."""
+    _check_kind(kind)
+    names = [gpu_name]
+    try:
+        from c3kit.hw.catalog import get_gpu
+
+        canonical = get_gpu(gpu_name).name
+        if canonical != gpu_name:
+            names.insert(0, canonical)
+    except Exception:  # an uncatalogued name is still a valid file stem
+        pass
+    for nm in names:
+        p = calibration_path(nm, kind, root)
+        if p.is_file():
+            doc = read_calibration(p)
+            return GemmTable.from_doc(doc, str(p)) if kind == "gemm" else doc
+    return None
+
+
+@lru_cache(maxsize=64)
+def cached_gemm_table(gpu_name: str) -> "GemmTable | None":
+    """load_calibration(gpu_name, 'gemm') read once per process (the shipped folder only)."""
+    t = load_calibration(gpu_name, "gemm")
+    return t if isinstance(t, GemmTable) else None
+
+
+@dataclass(frozen=True)
+class _Grid:
+    lm: tuple[float, ...]
+    ln: tuple[float, ...]
+    lk: tuple[float, ...]
+    logt: np.ndarray  # shape (len(lm), len(ln), len(lk))
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    pts: np.ndarray  # (rows, 3) log m, log n, log k
+    logt: np.ndarray
+    lo: tuple[float, float, float]
+    hi: tuple[float, float, float]
+
+
+class GemmTable:
+    """Measured GEMM times by dtype with log-space interpolation (see the module docstring)."""
+
+    def __init__(self, m, n, k, dtype, time_s, batch=None, meta: Mapping | None = None, origin: str = "<table>"):
+        self.m = np.asarray(m, dtype=float)
+        self.n = np.asarray(n, dtype=float)
+        self.k = np.asarray(k, dtype=float)
+        self.batch = np.ones_like(self.m) if batch is None else np.asarray(batch, dtype=float)
+        self.dtype = [str(d) for d in dtype]
+        self.time_s = np.asarray(time_s, dtype=float)
+        self.meta = dict(meta or {})
+        self.origin = origin
+        sizes = {len(self.m), len(self.n), len(self.k), len(self.batch), len(self.dtype), len(self.time_s)}
+        if len(sizes) != 1:
+            raise CostError(f"{origin}: gemm table columns have different lengths")
+        if len(self.m) == 0:
+            raise CostError(f"{origin}: gemm table has no rows")
+        if min(self.m.min(), self.n.min(), self.k.min(), self.batch.min(), self.time_s.min()) <= 0:
+            raise CostError(f"{origin}: gemm table needs positive m, n, k, batch and time_s")
+        self._by_dtype: dict[str, _Grid | _Scatter] = {}
+        rows_m = self.m * self.batch  # batched GEMMs are indexed as M x batch rows
+        for d in sorted(set(self.dtype)):
+            sel = np.array([x == d for x in self.dtype])
+            self._by_dtype[d] = self._build(rows_m[sel], self.n[sel], self.k[sel], self.time_s[sel])
+
+    @staticmethod
+    def _build(m, n, k, t) -> "_Grid | _Scatter":
+        lm, ln, lk, lt = np.log(m), np.log(n), np.log(k), np.log(t)
+        um, un, uk = np.unique(lm), np.unique(ln), np.unique(lk)
+        cells: dict[tuple[int, int, int], list[float]] = {}
+        im, in_, ik = np.searchsorted(um, lm), np.searchsorted(un, ln), np.searchsorted(uk, lk)
+        for a, b, c, v in zip(im, in_, ik, lt):
+            cells.setdefault((int(a), int(b), int(c)), []).append(float(v))
+        if len(cells) == len(um) * len(un) * len(uk):
+            grid = np.empty((len(um), len(un), len(uk)))
+            for (a, b, c), vs in cells.items():
+                grid[a, b, c] = float(np.median(vs))
+            return _Grid(tuple(um.tolist()), tuple(un.tolist()), tuple(uk.tolist()), grid)
+        pts = np.stack([lm, ln, lk], axis=1)
+        return _Scatter(pts, lt, (um[0], un[0], uk[0]), (um[-1], un[-1], uk[-1]))
+
+    @classmethod
+    def from_doc(cls, doc: Mapping, origin: str = "<calibration>") -> "GemmTable":
+        """A table from a calibration document of kind 'gemm'."""
+        validate_calibration(doc, origin)
+        if doc["kind"] != "gemm":
+            raise CostError(f"{origin}: kind is {doc['kind']!r}, a GEMM table needs kind 'gemm'")
+        cols = list(doc["columns"])
+        col = {c: [r[cols.index(c)] for r in doc["rows"]] for c in cols}
+        return cls(col["m"], col["n"], col["k"], col["dtype"], col["time_s"], col.get("batch"),
+                   meta=doc["meta"], origin=origin)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
+        """(m, n, k, batch, dtype, time_s) as arrays, one entry per measured row."""
+        return self.m, self.n, self.k, self.batch, list(self.dtype), self.time_s
+
+    def dtypes(self) -> list[str]:
+        """Measured dtypes."""
+        return list(self._by_dtype)
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    def covers(self, m: float, n: float, k: float, dtype: str, batch: int = 1) -> bool:
+        """True when (m x batch, n, k) lies inside the measured range of dtype in every dimension."""
+        part = self._by_dtype.get(dtype)
+        if part is None:
+            return False
+        q = (math.log(m * batch), math.log(n), math.log(k))
+        if isinstance(part, _Grid):
+            lo, hi = (part.lm[0], part.ln[0], part.lk[0]), (part.lm[-1], part.ln[-1], part.lk[-1])
+        else:
+            lo, hi = part.lo, part.hi
+        eps = 1e-9
+        return all(lo[i] - eps <= q[i] <= hi[i] + eps for i in range(3))
+
+    def lookup(self, m: int, n: int, k: int, dtype: str, batch: int = 1, curve=None, gpu=None) -> float | None:
+        """Interpolated seconds, or None outside the table (the caller then falls back)."""
+        if not self.covers(m, n, k, dtype, batch):
+            return None
+        part = self._by_dtype[dtype]
+        q = (math.log(m * batch), math.log(n), math.log(k))
+        if isinstance(part, _Grid):
+            return math.exp(_trilinear(part, q))
+        if curve is None or gpu is None:
+            from c3kit.cost.efficiency import DEFAULT_CURVE
+
+            if gpu is None:
+                raise CostError("scattered gemm tables interpolate against the efficiency curve: pass gpu")
+            curve = curve or DEFAULT_CURVE
+        return _idw_ratio(part, q, m * batch, n, k, dtype, curve, gpu)
+
+
+def _bracket(axis: tuple[float, ...], v: float) -> tuple[int, int, float]:
+    if len(axis) == 1:
+        return 0, 0, 0.0
+    j = bisect.bisect_right(axis, v)
+    j = min(max(j, 1), len(axis) - 1)
+    lo, hi = axis[j - 1], axis[j]
+    w = (v - lo) / (hi - lo)
+    return j - 1, j, min(max(w, 0.0), 1.0)
+
+
+def _trilinear(g: _Grid, q: tuple[float, float, float]) -> float:
+    a0, a1, wa = _bracket(g.lm, q[0])
+    b0, b1, wb = _bracket(g.ln, q[1])
+    c0, c1, wc = _bracket(g.lk, q[2])
+    t = g.logt
+    out = 0.0
+    for a, fa in ((a0, 1 - wa), (a1, wa)):
+        if fa == 0.0:
+            continue
+        for b, fb in ((b0, 1 - wb), (b1, wb)):
+            if fb == 0.0:
+                continue
+            for c, fc in ((c0, 1 - wc), (c1, wc)):
+                if fc == 0.0:
+                    continue
+                out += fa * fb * fc * float(t[a, b, c])
+    return out
+
+
+def _idw_ratio(s: _Scatter, q, m, n, k, dtype, curve, gpu) -> float:
+    from c3kit.cost.efficiency import curve_times
+
+    d2 = ((s.pts - np.asarray(q)) ** 2).sum(axis=1)
+    nn = np.argsort(d2)[:8]
+    if d2[nn[0]] < 1e-18:
+        return float(math.exp(s.logt[nn[0]]))
+    pts = np.exp(s.pts[nn])
+    model = curve_times(curve, gpu, pts[:, 0], pts[:, 1], pts[:, 2], [dtype] * len(nn))
+    ratio = s.logt[nn] - np.log(model)
+    w = 1.0 / d2[nn]
+    return float(curve.gemm_time(int(m), int(n), int(k), dtype, gpu) * math.exp(float((w * ratio).sum() / w.sum())))
