@@ -30,10 +30,13 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
         return
     cols = ["name", "vendor", "bf16 TF/s", "fp8 TF/s", "HBM GB", "HBM TB/s", "up GB/s", "topology",
             "GPUs/node", "NIC GB/s", "DMA"]
-    console.print(rich_table("c3kit hardware catalog (dense peaks, per-direction bandwidths)", cols,
-                             [[r["name"], r["vendor"], r["bf16_tflops"], r["fp8_tflops"] if r["fp8_tflops"] else "-",
-                               r["hbm_gb"], r["hbm_tbps"], r["scaleup_gbps"], r["topology"], r["gpus_per_node"],
-                               r["nic_gbps"], r["dma_engines"]] for r in rows]))
+    table = rich_table("c3kit hardware catalog (dense peaks, per-direction bandwidths)", cols,
+                       [[r["name"], r["vendor"], r["bf16_tflops"], r["fp8_tflops"] if r["fp8_tflops"] else "-",
+                         r["hbm_gb"], r["hbm_tbps"], r["scaleup_gbps"], r["topology"], r["gpus_per_node"],
+                         r["nic_gbps"], r["dma_engines"]] for r in rows])
+    table.columns[0].no_wrap = True  # names must stay whole and copyable on narrow terminals
+    table.columns[0].min_width = max(len(r["name"]) for r in rows)
+    console.print(table)
 
 
 @hw_app.command("show")
