@@ -130,7 +130,9 @@ class _Builder:
 
     def add(self, op: Op, deps, phase: str, scope: str, stream: str, count: int, role: str, grad: str = "") -> int:
         i = len(self.nodes)
-        self.nodes.append(Node(i, op, tuple(d for d in deps if d is not None), phase, scope, stream, count, role, grad))
+        if None in deps:
+            deps = tuple(d for d in deps if d is not None)
+        self.nodes.append(Node(i, op, deps, phase, scope, stream, count, role, grad))
         return i
 
 
@@ -238,12 +240,12 @@ def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: st
         tl = -(-T // tp)  # each TP rank routes its own 1/tp of the tokens
         el = E // ep
         a2a = tl * k * H * b
-        d = add(Collective(pre + "ep_dispatch", "all_to_all", a2a, ep, "ep", ep_span), (rt,), ph, L, "ep", mb, r + "ep_dispatch")
+        d = add(Collective(pre + "ep_dispatch", "all_to_all", a2a, ep, "ep", ep_span), (rt,), ph, L, "ep", mb, "ep_dispatch")
         me = -(-tl * k // el)
         e1 = add(Gemm(pre + "expert_fc1", me, g * F, H, dtype, el), (d,), ph, L, "compute", mb, r + "experts")
         a = add(MemOp(pre + "act", (g + 1) * me * el * F * b, 8 * g * me * el * F), (e1,), ph, L, "compute", mb, r + "act")
         e2 = add(Gemm(pre + "expert_fc2", me, H, F, dtype, el), (a,), ph, L, "compute", mb, r + "experts")
-        cb = add(Collective(pre + "ep_combine", "all_to_all", a2a, ep, "ep", ep_span), (e2,), ph, L, "ep", mb, r + "ep_combine")
+        cb = add(Collective(pre + "ep_combine", "all_to_all", a2a, ep, "ep", ep_span), (e2,), ph, L, "ep", mb, "ep_combine")
         if tp > 1 and not sp:
             add(Collective(pre + "moe_out.ag", "all_gather", act_bytes, tp, "tp", tp_span), (cb,), ph, L, "tp", mb, "tp_ag")
 
