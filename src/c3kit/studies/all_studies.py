@@ -42,16 +42,16 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def write_report(result: StudyResult, report, prefix: str = "") -> None:
+def write_report(result: StudyResult, report) -> None:
     """Add a study's notes, tables (CSV) and figures (PNG) to an open c3kit.report.Report."""
     report.text(f"## {result.title}")
-    report.table(f"{prefix}summary", result.summary, caption=f"{result.name}: ours beside published")
+    report.table(f"{result.name}_summary", result.summary, caption=f"{result.name}: ours beside published")
     for note in result.notes:
         report.text(note)
     for name, df in result.tables.items():
-        report.table(f"{prefix}{name}", df, caption=name, show_rows=12)
+        report.table(name, df, caption=name, show_rows=12)
     for name, build, caption in result.figures:
-        report.figure(f"{prefix}{name}", build(), caption=caption)
+        report.figure(name, build(), caption=caption)
 
 
 def gpu_or(name: str, fallback: Callable[[], GPU]) -> GPU:
