@@ -10,6 +10,11 @@ from c3kit.workload.model import ModelConfig
 RECOMPUTE = ("none", "selective", "full")
 
 
+def _divisors(n: int, limit: int = 64) -> str:
+    """Divisors of n up to limit, for "use one of" hints."""
+    return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
 @dataclass(frozen=True)
 class Parallelism:
     """A parallel layout. GPUs = tp * pp * dp; rank order is tp fastest, then dp, then pp (Megatron).
@@ -68,15 +73,17 @@ class Parallelism:
             raise WorkloadError(f"{gpus} GPUs != tp {self.tp} x pp {self.pp} x dp {self.dp} = {self.gpus}: "
                                 "change --gpus or the parallel sizes")
         if m.heads % self.tp:
-            raise WorkloadError(f"{m.name}: {m.heads} attention heads are not divisible by tp {self.tp}")
+            raise WorkloadError(f"{m.name}: {m.heads} attention heads are not divisible by tp {self.tp}: "
+                                f"use tp in {_divisors(m.heads)}")
         if m.kv_heads % self.tp and self.tp % m.kv_heads:
             raise WorkloadError(f"{m.name}: {m.kv_heads} KV heads and tp {self.tp}: one must divide the other")
         ffn = m.moe_ffn_hidden if m.is_moe and self.ep == 1 else m.ffn_hidden
         if ffn % self.tp:
-            raise WorkloadError(f"{m.name}: FFN width {ffn} is not divisible by tp {self.tp}")
+            raise WorkloadError(f"{m.name}: FFN width {ffn} is not divisible by tp {self.tp}: use a smaller tp")
         if m.layers % (self.pp * self.vpp):
             raise WorkloadError(f"{m.name}: {m.layers} layers are not divisible by pp {self.pp}"
-                                + (f" x vpp {self.vpp}" if self.vpp > 1 else ""))
+                                + (f" x vpp {self.vpp}" if self.vpp > 1 else "")
+                                + f": use pp x vpp in {_divisors(m.layers)}")
         if self.ep > 1:
             if not m.is_moe:
                 raise WorkloadError(f"{m.name} is dense: expert parallelism ep {self.ep} needs a MoE model (use ep 1)")
