@@ -1,0 +1,161 @@
+"""Collective algorithms: hand-checked formulas, validity, auto choice, nccl-tests busbw, properties."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from c3kit import cost
+from c3kit.cost.collectives import algbw, busbw, busbw_factor, collective_estimate, collective_time, valid_algos
+from c3kit.errors import CostError
+from c3kit.hw import get_gpu
+from c3kit.workload.ops import Collective
+
+H200 = get_gpu("H200-SXM")
+MI300X = get_gpu("MI300X")
+T3 = get_gpu("T3-SIM")
+S = 1e9
+
+
+def ar(n, s=S, span="intra", kind="all_reduce"):
+    return Collective("c", kind, s, n, group="tp" if span == "intra" else "dp", span=span)
+
+
+def test_ring_all_reduce_formula_h200():
+    n, a, b = 8, 2e-6, 450e9
+    assert collective_time(ar(8), H200, "ring") == pytest.approx(2 * (n - 1) * a + 2 * (n - 1) / n * S / b)
+
+
+def test_ring_all_gather_and_reduce_scatter():
+    for kind in ("all_gather", "reduce_scatter"):
+        assert collective_time(ar(8, kind=kind), H200, "ring") == pytest.approx(7 * 2e-6 + 7 / 8 * S / 450e9)
+
+
+def test_tree_all_reduce_formula():
+    assert collective_time(ar(8), H200, "tree") == pytest.approx(2 * 3 * 2e-6 + 2 * S / 450e9)
+
+
+def test_direct_on_mesh_uses_all_links():
+    # MI300X: 7 links of 64 GB/s; all-gather over all links in one step
+    assert collective_time(ar(8, kind="all_gather"), MI300X, "direct") == pytest.approx(2e-6 + 7 / 8 * S / 448e9)
+    # a 4-GPU group on the mesh reaches only 3 of the 7 links
+    assert collective_time(ar(4, kind="all_gather"), MI300X, "direct") == pytest.approx(2e-6 + 3 / 4 * S / 192e9)
+
+
+def test_direct_all_reduce_is_best_of_one_and_two_shot():
+    small = ar(8, s=8e3)
+    one = 2e-6 + 7 * 8e3 / 450e9
+    two = 2 * 2e-6 + 2 * 7 / 8 * 8e3 / 450e9
+    assert collective_time(small, H200, "direct") == pytest.approx(min(one, two))
+
+
+def test_direct_not_valid_on_a_ring_topology():
+    assert "direct" not in valid_algos(ar(8), T3)
+    with pytest.raises(CostError, match="auto"):
+        collective_time(ar(8), T3, "direct")
+
+
+def test_t3_ring_reduce_scatter():
+    # both ring directions, 2 x 75 GB/s, 500 ns per link
+    assert collective_time(ar(8, kind="reduce_scatter"), T3, "ring") == pytest.approx(7 * 500e-9 + 7 / 8 * S / 150e9)
+
+
+def test_auto_is_the_fastest_valid():
+    for gpu in (H200, MI300X, T3):
+        for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+            for s in (1e3, 1e6, 1e9):
+                c = ar(8, s=s, kind=kind)
+                t, algo = collective_estimate(c, gpu)
+                assert t == min(collective_time(c, gpu, a) for a in valid_algos(c, gpu))
+                assert algo in valid_algos(c, gpu)
+
+
+def test_hierarchical_all_reduce_formula():
+    c = ar(16, span="inter")  # two nodes of 8
+    g, nodes, a_in, a_out = 8, 2, 2e-6, 5e-6
+    rs = min(7 * a_in + 7 / 8 * S / 450e9, a_in + 7 / 8 * S / 450e9)
+    inter = min(2 * (nodes - 1) * a_out + 2 * (nodes - 1) / nodes * (S / g) / 50e9,
+                2 * 1 * a_out + 2 * (S / g) / 50e9)
+    assert collective_time(c, H200, "hierarchical") == pytest.approx(2 * rs + inter)
+
+
+def test_flat_inter_ring_limited_by_nics_of_the_node():
+    c = ar(16, span="inter")
+    assert collective_time(c, H200, "ring") == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * S / min(450e9, 8 * 50e9))
+
+
+def test_strided_inter_group_uses_one_nic():
+    c = ar(4, span="inter")  # e.g. DP 4 with TP 8: one GPU of the group per node
+    assert collective_time(c, H200, "ring") == pytest.approx(2 * 3 * 5e-6 + 2 * 3 / 4 * S / 50e9)
+    assert "hierarchical" not in valid_algos(c, H200)
+
+
+def test_trivial_collectives_cost_nothing():
+    assert collective_time(ar(1), H200) == 0.0
+    assert collective_time(ar(8, s=0), H200) == 0.0
+
+
+def test_intra_group_larger_than_node_is_an_error():
+    with pytest.raises(CostError, match="inter"):
+        collective_time(ar(16), H200)
+
+
+def test_unknown_algorithm():
+    with pytest.raises(CostError, match="ring"):
+        collective_time(ar(8), H200, "butterfly")
+    with pytest.raises(CostError):
+        cost.CostModel(algo="butterfly")
+
+
+def test_busbw_factors():
+    assert busbw_factor("all_reduce", 8) == 2 * 7 / 8
+    assert busbw_factor("all_gather", 8) == busbw_factor("reduce_scatter", 8) == busbw_factor("all_to_all", 8) == 7 / 8
+    assert busbw_factor("send_recv", 2) == 1.0
+    with pytest.raises(CostError):
+        busbw_factor("broadcast", 8)
+
+
+def test_ring_busbw_approaches_link_bandwidth():
+    c = ar(8, s=1e12)
+    t = collective_time(c, H200, "ring")
+    assert algbw(c, t) == pytest.approx(1e12 / t)
+    assert busbw(c, t) == pytest.approx(450e9, rel=1e-4)
+
+
+def test_algbw_needs_positive_time():
+    with pytest.raises(CostError):
+        algbw(ar(8), 0.0)
+
+
+def test_comm_eff_scales_bandwidth():
+    m = cost.CostModel(algo="ring", comm_eff=0.5)
+    n = 8
+    assert cost.time(ar(8), H200, m) == pytest.approx(2 * (n - 1) * 2e-6 + 2 * (n - 1) / n * S / 225e9)
+
+
+@given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]),
+       st.sampled_from([2, 4, 8]), st.floats(1, 1e10), st.floats(1.01, 8), st.sampled_from(["H200-SXM", "MI300X", "T3-SIM"]))
+def test_more_scaleup_bandwidth_never_slower(kind, n, s, f, name):
+    gpu = get_gpu(name)
+    fast = gpu.with_(scaleup=gpu.scaleup.__class__(gpu.scaleup.topology, gpu.scaleup.bw * f,
+                                                   gpu.scaleup.links_per_gpu, gpu.scaleup.latency))
+    c = ar(n, s=s, kind=kind)
+    t0, t1 = collective_time(c, gpu), collective_time(c, fast)
+    assert 0 < t1 <= t0
+
+
+@given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]),
+       st.sampled_from([2, 4, 16, 32, 64]), st.floats(1, 1e10), st.floats(1.01, 8))
+def test_more_nic_bandwidth_never_slower_across_nodes(kind, n, s, f):
+    c = ar(n, s=s, span="inter", kind=kind)
+    t0 = collective_time(c, H200)
+    t1 = collective_time(c, H200.with_(scaleout_bw=H200.scaleout_bw * f))
+    assert 0 < t1 <= t0 and math.isfinite(t0)
+
+
+@given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]), st.floats(1e3, 1e10))
+def test_busbw_never_exceeds_the_fabric(kind, s):
+    c = ar(8, s=s, kind=kind)
+    t = collective_time(c, H200, "ring")
+    assert busbw(c, t) <= 450e9 * (1 + 1e-9)
