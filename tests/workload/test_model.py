@@ -83,3 +83,11 @@ def test_defaults_gpt_style():
     m = ModelConfig(name="x", hidden=64, layers=2, heads=4, vocab=100, max_seq=16)
     assert (m.kv_heads, m.head_dim, m.ffn_hidden) == (4, 16, 256)
     assert m.param_count() == 2 * (12 * 64 * 64 + 4 * 64) + 2 * 100 * 64 + 16 * 64 + 2 * 64
+
+
+def test_to_dict_is_json_ready():
+    import json
+
+    d = get_model("Mixtral-8x7B").to_dict()
+    assert d["n_experts"] == 8 and d["params"] == 46_702_792_704 and "all" in d["sources"]
+    json.dumps(d)

@@ -74,3 +74,8 @@ def test_bad_recompute_and_vpp():
         Parallelism(recompute="some")
     with pytest.raises(WorkloadError, match="vpp"):
         Parallelism(vpp=2)
+
+
+def test_to_dict():
+    d = Parallelism(tp=8, dp=2, global_batch=8).to_dict()
+    assert d["tp"] == 8 and d["gpus"] == 16 and d["grad_accum"] == 4

@@ -142,12 +142,21 @@ class ModelConfig:
         inactive = (self.n_experts - self.top_k) * self.expert_params()
         return self.param_count() - self.layers * inactive
 
+    def to_dict(self) -> dict:
+        """Plain JSON-ready fields plus parameter counts."""
+        d = {k: getattr(self, k) for k in _FIELDS_ORDER}
+        d["sources"] = dict(self.sources)
+        d["params"] = self.param_count()
+        d["active_params"] = self.active_param_count()
+        return d
+
     def source(self, key: str) -> str:
         """The source given for a field (or "" when none)."""
         return dict(self.sources).get(key, "")
 
 
-_FIELDS = {f for f in ModelConfig.__dataclass_fields__ if f != "sources"}
+_FIELDS_ORDER = tuple(f for f in ModelConfig.__dataclass_fields__ if f != "sources")
+_FIELDS = set(_FIELDS_ORDER)
 
 
 def model_from_dict(d: dict, origin: str = "<dict>") -> ModelConfig:

@@ -66,6 +66,12 @@ class Parallelism:
         """Micro-batches per step per data-parallel rank: global_batch / (micro_batch * dp)."""
         return self.global_batch // (self.micro_batch * self.dp)
 
+    def to_dict(self) -> dict:
+        """Plain JSON-ready fields plus gpus and grad_accum."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["gpus"], d["grad_accum"] = self.gpus, self.grad_accum
+        return d
+
     def validate(self, model: ModelConfig, gpus: int | None = None) -> "Parallelism":
         """Check that this layout divides the model (and the GPU count when given); returns self."""
         m = model
