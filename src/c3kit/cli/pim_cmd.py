@@ -1,7 +1,270 @@
-"""CLI: `c3kit pim` (being built; see the issue for this layer)."""
+"""CLI: `c3kit pim gemv`, `c3kit pim amenability`, `c3kit pim jitq` (PIMnast, Inclusive-PIM, JIT-Q)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
+
+from c3kit.cli.common import JSON_OPT, console, df_table, emit_json
+from c3kit.errors import PimError
+
+pim_app = typer.Typer(help="Processing-in-memory: GEMV placement, PIM amenability, just-in-time quantisation.",
+                      no_args_is_help=True)
+
+OUT_OPT = typer.Option(None, "--out", help="Report folder (CSV tables, PNG figures, report.md).")
+PIM_HELP = "PIM memory from the catalog (lpddr5x-7500-pim, hbm-pim) or a TOML file."
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the c3kit app."""
+    app.add_typer(pim_app, name="pim")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise PimError(f"--{what} {text!r}: give whole numbers separated by commas, e.g. 1,2,4") from None
+    if not vals or min(vals) <= 0:
+        raise PimError(f"--{what} {text!r}: every value must be a positive whole number")
+    return vals
+
+
+def _memory(name: str, **overrides):
+    from c3kit.pim.model import get_pim
+
+    mem = get_pim(name)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return mem.with_(**changes) if changes else mem
+
+
+@pim_app.command("gemv")
+def gemv_cmd(
+    pim: str = typer.Option("lpddr5x-7500-pim", "--pim", help=PIM_HELP),
+    model: str = typer.Option("all", "--model", help="OPT models, comma-separated (e.g. 125m,175b), or all."),
+    batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes, comma-separated."),
+    context: int = typer.Option(1024, "--context", help="KV-cache length of the attention GEMVs (tokens)."),
+    m: int = typer.Option(None, "--m", help="Place one GEMV of M rows (with --k) instead of the OPT sweep."),
+    k: int = typer.Option(None, "--k", help="Reduction length K of the single GEMV."),
+    tile_m: int = typer.Option(None, "--tile-m", help="Fix the tile height (single GEMV); else searched."),
+    split_k: int = typer.Option(1, "--split-k", help="Split-K factor with --tile-m."),
+    degree: int = typer.Option(1, "--degree", help="Tile order degree with --tile-m."),
+    input_mode: str = typer.Option("registers", "--input-mode", help="registers or commands, with --tile-m."),
+    channels: int = typer.Option(None, "--channels", help="Override: channels."),
+    banks: int = typer.Option(None, "--banks-per-channel", help="Override: banks per channel."),
+    in_regs: int = typer.Option(None, "--in-regs", help="Override: input registers per unit (power of two)."),
+    out_regs: int = typer.Option(None, "--out-regs", help="Override: output registers per unit (power of two)."),
+    out: Path = OUT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """PIMnast: place decode GEMVs in PIM banks, search the knobs, compare with the host and the rooflines."""
+    from c3kit.pim import pimnast
+    from c3kit.pim.gemv import Gemv, Knobs, place, search
+
+    mem = _memory(pim, channels=channels, banks_per_channel=banks, in_regs=in_regs, out_regs=out_regs)
+    batches = _ints(batch, "batch")
+    if (m is None) != (k is None):
+        raise PimError("give both --m and --k for a single GEMV, or neither for the OPT sweep")
+    if m is not None:
+        rows = []
+        for b in batches:
+            g = Gemv(f"{m}x{k}", m, k, b)
+            p = place(mem, g, Knobs(tile_m, split_k, degree, input_mode)) if tile_m else search(mem, g)
+            rows.append(p)
+        data = {"pim": mem.describe(), "placements": [{**p.row(), "explanation": p.explanation} for p in rows]}
+        if out is not None:
+            import pandas as pd
+
+            from c3kit.report import Report
+
+            with Report(out, f"PIM GEMV placement {m} x {k} on {mem.name}") as rep:
+                rep.table("placements", pd.DataFrame(data["placements"]), "Best placement per batch")
+                for p in rows:
+                    rep.text(p.explanation)
+        if json_out:
+            emit_json(data)
+            return
+        import pandas as pd
+
+        cols = ["batch", "tile", "split_k", "degree", "input_mode", "t_mac", "t_open", "t_input", "t_output",
+                "pim_time", "host_time", "speedup", "roofline"]
+        console.print(df_table(f"GEMV {m} x {k} on {mem.name} (times in us)", _us(pd.DataFrame(
+            [p.row() for p in rows]), ["t_mac", "t_open", "t_input", "t_output", "pim_time", "host_time"])[cols]))
+        for p in rows:
+            console.print(p.explanation)
+        return
+
+    models = pimnast.opt_family() if model == "all" else [pimnast.get_opt(x) for x in model.split(",") if x.strip()]
+    gemvs = pimnast.gemv_table(mem, models, batches, context)
+    tokens = pimnast.token_table(mem, models, batches, context)
+    summ = pimnast.summary(gemvs, tokens) if 1 in batches else None
+    if out is not None:
+        _gemv_report(out, mem, gemvs, tokens, summ, context)
+    if json_out:
+        emit_json({"pim": mem.describe(), "gemvs": gemvs.to_dict(orient="records"),
+                   "tokens": tokens.to_dict(orient="records"),
+                   "summary": None if summ is None else summ.to_dict(orient="records")})
+        return
+    cols = ["model", "gemv", "M", "K", "batch", "tile", "split_k", "degree", "input_mode", "padding", "speedup",
+            "roofline"]
+    console.print(df_table(f"PIMnast GEMVs on {mem.name}: best placement, speedup over the host "
+                           f"(boost {mem.bandwidth_boost:.2f}x, row-open roofline {mem.row_roofline:.2f}x)",
+                           gemvs[cols], max_rows=len(gemvs)))
+    console.print(df_table("Per-token decode latency (ms): host alone vs GEMVs on PIM",
+                           _ms(tokens, ["host_token", "pim_token", "non_gemv"])[
+                               ["model", "batch", "host_token", "pim_token", "non_gemv", "gemv_speedup",
+                                "token_speedup"]], max_rows=len(tokens)))
+    if summ is not None:
+        console.print(df_table("Ours beside PIMnast (batch 1; weight GEMVs QKV, out, FF1, FF2)", summ))
+
+
+def _us(df, cols):
+    df = df.copy()
+    for c in cols:
+        df[c] = df[c] * 1e6
+    return df
+
+
+def _ms(df, cols):
+    df = df.copy()
+    for c in cols:
+        df[c] = df[c] * 1e3
+    return df
+
+
+def _gemv_report(out, mem, gemvs, tokens, summ, context) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from c3kit.report import Report
+
+    with Report(out, f"PIMnast GEMV placement on {mem.name}") as rep:
+        rep.text(f"PIM memory {mem.name}: {mem.units} units, bandwidth boost {mem.bandwidth_boost:.2f}x, "
+                 f"row-open roofline {mem.row_roofline:.2f}x; attention GEMVs at a {context}-token KV cache.")
+        if summ is not None:
+            rep.table("summary", summ, "Ours beside the published PIMnast figures")
+        rep.table("gemvs", gemvs.drop(columns=["explanation"]), "Best placement of every GEMV")
+        rep.table("tokens", tokens, "Per-token decode latency (s)")
+        rep.table("explanations", gemvs[["model", "gemv", "batch", "explanation"]], "Why each placement")
+        fig, ax = plt.subplots(figsize=(9, 4))
+        w = gemvs[gemvs.batch == gemvs.batch.min()]
+        for name, grp in w.groupby("gemv", sort=False):
+            ax.plot(grp.model, grp.speedup, marker="o", label=name)
+        ax.axhline(mem.bandwidth_boost, ls="--", c="k", lw=0.8, label="bandwidth boost")
+        ax.axhline(mem.row_roofline, ls=":", c="k", lw=0.8, label="row-open roofline")
+        ax.set_ylabel("GEMV speedup over host")
+        ax.set_title(f"PIMnast GEMVs, batch {int(w.batch.min())}")
+        ax.tick_params(axis="x", rotation=45)
+        ax.legend(fontsize=7, ncol=2)
+        rep.figure("gemv_speedup", fig, "GEMV speedup per OPT model vs the rooflines")
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for b, grp in tokens.groupby("batch"):
+            ax.plot(grp.model, grp.token_speedup, marker="o", label=f"batch {b}")
+        ax.set_ylabel("per-token speedup")
+        ax.tick_params(axis="x", rotation=45)
+        ax.legend()
+        rep.figure("token_speedup", fig, "Per-token decode speedup (non-GEMV work on the host)")
+
+
+@pim_app.command("jitq")
+def jitq_cmd(
+    model: str = typer.Option("OPT-175B", "--model", help="OPT model whose layers are trained."),
+    gpu: str = typer.Option("H200-SXM", "--gpu", help="GPU from `c3kit hw list`."),
+    pim: str = typer.Option("hbm-pim", "--pim", help=PIM_HELP + " Its boost and row efficiency are used."),
+    tokens: str = typer.Option("256,512,1024,2048,4096,8192", "--tokens", help="Tokens per micro-batch per GPU."),
+    seq: int = typer.Option(2048, "--seq", help="Sequence length."),
+    accum: int = typer.Option(8, "--accum", help="Micro-batches per optimizer step (baseline re-quantises once)."),
+    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of the GPU's BF16 peak the layer GEMMs reach."),
+    cmds_per_word: float = typer.Option(4.0, "--cmds-per-word", help="PIM commands to quantise one FP32 word."),
+    formats: str = typer.Option("mx9,mx6,mx4", "--formats", help="MX formats, comma-separated."),
+    out: Path = OUT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """JIT-Q: MX quantiser accuracy, the training memory ledger, and the PIM-overlapped throughput."""
+    import numpy as np
+
+    from c3kit.hw import get_gpu
+    from c3kit.pim import jitq, mx
+    from c3kit.pim.pimnast import get_opt
+
+    if not 0 < mfu <= 1:
+        raise PimError(f"--mfu {mfu}: must be in (0, 1]")
+    fmts = [mx.get_format(f).name for f in formats.split(",") if f.strip()]
+    opt = get_opt(model)
+    g = get_gpu(gpu)
+    setup = jitq.setup_from(g.peak_flops("bf16") * mfu, g.hbm_bw, _memory(pim), cmds_per_word)
+    h, layers = opt.hidden, opt.layers
+    ppl = 12.0 * h * h
+    toks = _ints(tokens, "tokens")
+    qerr = _quant_table(np, mx, fmts)
+    led = jitq.ledger_table(ppl, layers, h, max(toks), other_params=opt.vocab * h, fmts=fmts)
+    thr = jitq.throughput_table(ppl, layers, h, seq, setup, toks, fmts, accum)
+    summ = jitq.summary(led, thr)
+    if out is not None:
+        _jitq_report(out, opt, g, qerr, led, thr, summ)
+    if json_out:
+        emit_json({"model": opt.name, "gpu": g.name, "quantizers": qerr.to_dict(orient="records"),
+                   "ledger": led.to_dict(orient="records"), "throughput": thr.to_dict(orient="records"),
+                   "summary": summ.to_dict(orient="records")})
+        return
+    console.print(df_table("MX round trip on N(0,1) data (blocks of 16 along the dot-product axis)", qerr))
+    show = led[led.recompute == "full"].copy()
+    for c in ("baseline_bytes", "jitq_bytes"):
+        show[c] = show[c] / 1e9
+    console.print(df_table(f"Training memory per replica, {opt.name} (GB; full recompute)",
+                           show[["format", "optimizer", "gradients", "baseline_bytes", "jitq_bytes", "saved"]],
+                           max_rows=len(show)))
+    console.print(df_table(f"Throughput: PIM quantises layer l+1 while {g.name} computes layer l",
+                           thr[["format", "tokens", "keeps_up", "pim_quantize", "fwd_compute", "throughput_loss",
+                                "loss_vs_free_copies"]], max_rows=len(thr)))
+    console.print(df_table("Ours beside JIT-Q", summ))
+
+
+def _quant_table(np, mx, fmts):
+    import pandas as pd
+
+    x = np.random.default_rng(0).standard_normal((256, 256))
+    rows = []
+    for f in fmts:
+        fmt = mx.get_format(f)
+        y = mx.round_trip(x, fmt, axis=1)
+        bound = mx.block_bound(x, fmt, axis=1)
+        rows.append({"format": fmt.name, "bits_per_element": fmt.bits_per_element,
+                     "bytes_per_element": fmt.bytes_per_element, "rms_error": float(np.sqrt(np.mean((y - x) ** 2))),
+                     "max_error_over_bound": float(np.max(np.abs(y - x) / bound)),
+                     "sqnr_db": float(10 * np.log10(np.mean(x ** 2) / np.mean((y - x) ** 2)))})
+    return pd.DataFrame(rows)
+
+
+def _jitq_report(out, opt, g, qerr, led, thr, summ) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from c3kit.report import Report
+
+    with Report(out, f"JIT-Q on {g.name}, {opt.name}") as rep:
+        rep.table("summary", summ, "Ours beside the published JIT-Q figures")
+        rep.table("quantizers", qerr, "MX quantise-dequantise error")
+        rep.table("ledger", led, "Training memory ledger (bytes)")
+        rep.table("throughput", thr, "Throughput model (seconds per micro-batch)")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        best = led[(led.recompute == "full") & (led.gradients == "fp32")]
+        for f, grp in best.groupby("format", sort=False):
+            ax.plot(grp.optimizer, grp.saved * 100, marker="o", label=f)
+        ax.axhline(24, ls="--", c="k", lw=0.8, label="published (up to 24%)")
+        ax.set_ylabel("capacity saved (%)")
+        ax.legend()
+        rep.figure("capacity_saved", fig, "Capacity JIT-Q saves per optimizer and format (FP32 gradients)")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for f, grp in thr.groupby("format", sort=False):
+            ax.semilogx(grp.tokens, grp.loss_vs_free_copies * 100, marker="o", label=f)
+        ax.axhline(2.4, ls="--", c="k", lw=0.8, label="published (up to 2.4%)")
+        ax.set_xlabel("tokens per micro-batch")
+        ax.set_ylabel("throughput loss (%)")
+        ax.legend()
+        rep.figure("throughput_loss", fig, "Throughput loss of JIT-Q vs a baseline whose copies are free")
