@@ -94,6 +94,8 @@ class Collective:
     all_reduce / all_to_all: S is the buffer each rank holds; all_gather: the gathered output;
     reduce_scatter: the unreduced input; send_recv: the message.
     `span` is "intra" (inside one node's scale-up fabric) or "inter" (crosses nodes).
+    `per_node` (inter only): ranks of the group inside one node (e.g. 1 for a DP group strided over
+    TP-8 nodes, 8 for DP 16 on two nodes without TP); 0 = unknown, which cost/ treats as 1.
     """
 
     name: str
@@ -102,8 +104,12 @@ class Collective:
     ranks: int
     group: str = "tp"
     span: str = "intra"
+    per_node: int = 0
 
     def __post_init__(self) -> None:
+        if self.per_node < 0 or (self.per_node and self.ranks % self.per_node):
+            raise WorkloadError(f"collective {self.name}: per_node must be 0 or divide ranks ({self.ranks}), "
+                                f"got {self.per_node}")
         if self.kind not in COLLECTIVES:
             raise WorkloadError(f"unknown collective {self.kind!r}: use one of {', '.join(COLLECTIVES)}")
         if self.group not in GROUPS:
