@@ -18,8 +18,8 @@ T3 = get_gpu("T3-SIM")
 S = 1e9
 
 
-def ar(n, s=S, span="intra", kind="all_reduce"):
-    return Collective("c", kind, s, n, group="tp" if span == "intra" else "dp", span=span)
+def ar(n, s=S, span="intra", kind="all_reduce", per_node=0):
+    return Collective("c", kind, s, n, group="tp" if span == "intra" else "dp", span=span, per_node=per_node)
 
 
 def test_ring_all_reduce_formula_h200():
@@ -72,7 +72,7 @@ def test_auto_is_the_fastest_valid():
 
 
 def test_hierarchical_all_reduce_formula():
-    c = ar(16, span="inter")  # two nodes of 8
+    c = ar(16, span="inter", per_node=8)  # two nodes of 8
     g, nodes, a_in, a_out = 8, 2, 2e-6, 5e-6
     rs = min(7 * a_in + 7 / 8 * S / 450e9, a_in + 7 / 8 * S / 450e9)
     inter = min(2 * (nodes - 1) * a_out + 2 * (nodes - 1) / nodes * (S / g) / 50e9,
@@ -81,7 +81,7 @@ def test_hierarchical_all_reduce_formula():
 
 
 def test_flat_inter_ring_limited_by_nics_of_the_node():
-    c = ar(16, span="inter")
+    c = ar(16, span="inter", per_node=8)
     assert collective_time(c, H200, "ring") == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * S / min(450e9, 8 * 50e9))
 
 
@@ -89,6 +89,13 @@ def test_strided_inter_group_uses_one_nic():
     c = ar(4, span="inter")  # e.g. DP 4 with TP 8: one GPU of the group per node
     assert collective_time(c, H200, "ring") == pytest.approx(2 * 3 * 5e-6 + 2 * 3 / 4 * S / 50e9)
     assert "hierarchical" not in valid_algos(c, H200)
+    # unknown placement is treated as strided (one GPU per node)
+    assert collective_time(ar(16, span="inter"), H200, "ring") == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * S / 50e9)
+
+
+def test_per_node_must_fit_the_node():
+    with pytest.raises(CostError):
+        collective_time(ar(32, span="inter", per_node=16), H200)
 
 
 def test_trivial_collectives_cost_nothing():
@@ -146,9 +153,9 @@ def test_more_scaleup_bandwidth_never_slower(kind, n, s, f, name):
 
 
 @given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]),
-       st.sampled_from([2, 4, 16, 32, 64]), st.floats(1, 1e10), st.floats(1.01, 8))
-def test_more_nic_bandwidth_never_slower_across_nodes(kind, n, s, f):
-    c = ar(n, s=s, span="inter", kind=kind)
+       st.sampled_from([2, 4, 16, 32, 64]), st.floats(1, 1e10), st.floats(1.01, 8), st.sampled_from([0, 1, 2, 8]))
+def test_more_nic_bandwidth_never_slower_across_nodes(kind, n, s, f, g):
+    c = ar(n, s=s, span="inter", kind=kind, per_node=g if g and n % g == 0 and n > g else 0)
     t0 = collective_time(c, H200)
     t1 = collective_time(c, H200.with_(scaleout_bw=H200.scaleout_bw * f))
     assert 0 < t1 <= t0 and math.isfinite(t0)

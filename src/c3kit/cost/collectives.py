@@ -21,8 +21,9 @@ the group's peers, min(n-1, links) x link bw (multi-ring / direct use them all);
 both directions of the GPU's two links. Across nodes a flat algorithm is limited by the NICs of the
 GPUs in a node: min(B_intra, g x NIC bw), with the NIC latency per step.
 
-g (GPUs of the group per node) is the Collective's `per_node` when it has one (> 0), else
-gpus_per_node when the group is a multiple of a node, else 1 (a strided group, one GPU per node).
+g (GPUs of the group per node) is the Collective's `per_node` when it has one (> 0), else 1: a group
+that crosses nodes is most often strided (DP or PP over TP-sized nodes), one GPU per node, and 1 is
+the conservative choice (NIC-bound) when nothing else is known.
 `eff` scales every bandwidth (achieved / peak link bandwidth; 1.0 is the ideal model).
 """
 
@@ -96,14 +97,15 @@ def direct_valid(gpu: GPU, n: int) -> bool:
 def per_node(c: Collective, gpu: GPU) -> int:
     """GPUs of the group inside one node (the op's `per_node` if set; else inferred, see module doc)."""
     g = int(getattr(c, "per_node", 0) or 0)
-    if g > 0:
+    if g > 0 and c.span == "inter":
+        if g > gpu.gpus_per_node:
+            raise CostError(f"collective {c.name}: {g} ranks per node but {gpu.name} nodes hold {gpu.gpus_per_node}")
         if c.ranks % g:
             raise CostError(f"collective {c.name}: {c.ranks} ranks do not split into nodes of {g}")
         return g
     if c.span == "intra":
         return c.ranks
-    gpn = gpu.gpus_per_node
-    return gpn if c.ranks > gpn and c.ranks % gpn == 0 else 1
+    return 1
 
 
 # -------------------------------------------------------------------------------------------- primitives
