@@ -260,7 +260,7 @@ def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: st
 
     # ---- once per micro-batch: embedding (first stage) ----
     emb_fsdp = None
-    emb_w = (m.vocab // tp if m.vocab % tp == 0 else -(-m.vocab // tp)) * H
+    emb_w = -(-m.vocab // tp) * H  # vocab-parallel embedding shard
     if p.fsdp and dp > 1:
         emb_fsdp = add(Collective("embed.fsdp_ag", "all_gather", emb_w * b * (1 if m.tied_embeddings else 2), dp,
                                   "dp", dp_span), (), "fwd", "micro", "dp", mb, "fsdp_ag")
@@ -365,17 +365,17 @@ def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: st
 
     # gradient reduction of this layer's bucket
     wg_t = tuple(wgrads)
-    if dp > 1 or edp > 1:
-        if p.fsdp:
+    if p.fsdp:
+        if dp > 1:
             add(Collective("layer.fsdp_rs", "reduce_scatter", layer_w * gb, dp, "dp", dp_span), wg_t, "bwd", L, "dp", mb, "fsdp_rs")
-        else:
-            kind = "reduce_scatter" if p.dist_optimizer else "all_reduce"
-            if dp > 1:
-                w = dense_w if (m.is_moe and ep > 1) else layer_w
-                add(Collective("layer.dp_grad", kind, w * gb, dp, "dp", dp_span), wg_t, "bwd", L, "dp", 1, "dp_grad")
-            if m.is_moe and ep > 1 and edp > 1:
-                add(Collective("layer.dp_grad_experts", kind, expert_w * gb, edp, "dp", span_of(tp * dp, gpn)), wg_t,
-                    "bwd", L, "dp", 1, "dp_grad")
+    else:
+        kind = "reduce_scatter" if p.dist_optimizer else "all_reduce"
+        if dp > 1:
+            w = dense_w if (m.is_moe and ep > 1) else layer_w
+            add(Collective("layer.dp_grad", kind, w * gb, dp, "dp", dp_span), wg_t, "bwd", L, "dp", 1, "dp_grad")
+        if m.is_moe and ep > 1 and edp > 1:
+            add(Collective("layer.dp_grad_experts", kind, expert_w * gb, edp, "dp", span_of(tp * dp, gpn)), wg_t,
+                "bwd", L, "dp", 1, "dp_grad")
 
     if p.pp > 1:
         add(Collective("pp.bwd", "send_recv", pp_bytes, 2, "pp", pp_span), (n1b,), "bwd", "micro", "pp", mb * p.vpp, "pp_bwd")
