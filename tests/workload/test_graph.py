@@ -187,3 +187,15 @@ def test_bad_phase_seq():
         build_step(L70, Parallelism(tp=8), "train", seq=0)
     with pytest.raises(WorkloadError, match="not divisible by pp 3"):
         build_step(L70, Parallelism(pp=3))
+
+
+@pytest.mark.parametrize("rc,passes", [("none", 72), ("selective", 72), ("full", 96)])
+def test_narayanan_gemm_flops_per_step(rc, passes):
+    # Narayanan et al. 2021 (Megatron-LM at scale), Sec. 5.1: GEMM FLOPs per iteration
+    # 72 B s l h^2 (1 + V / (12 l h)) without recomputation, 96 B s l h^2 (1 + V / (16 l h)) with it
+    m = get_model("GPT-175B")
+    B, s, l, h, V = 8, 2048, 96, 12288, 51200
+    g = build_step(m, Parallelism(micro_batch=1, global_batch=B, recompute=rc), "train", seq=s)
+    gemm = sum(n.op.flops * g.repeats(n) for n in g.nodes if isinstance(n.op, Gemm))
+    lm_head_share = V / (12 * l * h) if passes == 72 else V / (16 * l * h)
+    assert gemm == pytest.approx(passes * B * s * l * h * h * (1 + lm_head_share), rel=1e-12)
