@@ -1,0 +1,68 @@
+"""Isolated GEMM and reduction-kernel times for the schedules, priced through c3kit.cost.
+
+The default cost model is kind "table": the GPU's measured gemm calibration where shipped, else the
+size-dependent efficiency curve (wave/tile quantization over the SMs, K saturation, per-kernel
+overhead). That curve is what makes sub-GEMMs lose efficiency (the decomposition inefficiency loss).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import c3kit.cost as cost
+from c3kit.hw.model import GPU, dtype_bytes
+from c3kit.workload.ops import Gemm, MemOp
+
+DEFAULT_COST_MODEL = "table"
+
+
+@dataclass(frozen=True)
+class GemmCost:
+    """What the simulator needs to know about one (sub-)GEMM run alone."""
+
+    time: float  # s on the whole GPU
+    phi: float  # share of the time that scales with SMs (1 compute-bound, ~0 memory-bound)
+    hbm_rate: float  # B/s of HBM at full speed
+    tiles: int  # output tiles (wave quantization when SMs are taken away)
+
+
+class CostCache:
+    """Per-evaluation cache of op costs by shape (the same sub-GEMM shapes recur across schedules)."""
+
+    def __init__(self, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL):
+        self.gpu = gpu
+        self.tile_m = tile_m
+        self.tile_n = tile_n
+        self.traffic = traffic
+        self.model = model
+        self._gemm: dict[tuple, GemmCost] = {}
+        self._mem: dict[float, float] = {}
+
+    def gemm(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> GemmCost:
+        """Cost of `batch` GEMMs m x n x k run as one kernel, alone on the GPU."""
+        key = (m, n, k, dtype, batch)
+        hit = self._gemm.get(key)
+        if hit is not None:
+            return hit
+        gpu = self.gpu
+        nbytes = float(m * k + k * n + m * n) * dtype_bytes(dtype) * batch
+        tiles = math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n) * batch
+        if 2 * tiles <= gpu.sms:  # libraries split K when the output tiles fill less than half the SMs
+            tiles *= max(1, min(8, gpu.sms // tiles, k // 128))
+        t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), gpu, self.model))
+        t_flops = 2.0 * m * n * k * batch / gpu.peak_flops(dtype)
+        t_bytes = nbytes / gpu.hbm_bw
+        # the SM-bound share: all of it for a compute-bound GEMM, the math/memory ratio otherwise
+        phi = 1.0 if t_flops >= t_bytes else t_flops / t_bytes
+        out = GemmCost(time=t, phi=phi, hbm_rate=nbytes * self.traffic / t, tiles=tiles)
+        self._gemm[key] = out
+        return out
+
+    def mem(self, nbytes: float) -> float:
+        """Seconds of a memory-bound kernel (a local reduction) that moves nbytes."""
+        hit = self._mem.get(nbytes)
+        if hit is None:
+            hit = float(cost.time(MemOp("reduce", nbytes), self.gpu, self.model))
+            self._mem[nbytes] = hit
+        return hit

@@ -1,0 +1,381 @@
+"""The schedule design space: how one compute/communication pair is cut into tasks on streams.
+
+Names read family-engine[-prio|-part][-gN]:
+  family  serial | bulk | ring (shard-level P2P) | ficco (finer-grain all-to-all steps) | fused (tile-triggered)
+  engine  sm (comm kernels on k SMs) | dma (copy engines, no SMs)
+  -prio   comm streams get a higher priority (first claim on SMs and HBM bandwidth)
+  -part   GEMMs are confined to SMs - partition_sms (SM partition / green context)
+  -gN     ficco: N comm steps per compute chunk (compute granularity chosen independently)
+docs/overlap.md has one paragraph and a timeline picture per family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from c3kit.errors import OverlapError
+from c3kit.hw.model import GPU
+from c3kit.overlap.costs import CostCache
+from c3kit.overlap.problem import OverlapProblem
+from c3kit.sim.engine import Resources, Stream, Task
+from c3kit.sim.params import ContentionParams
+
+DEPENDENT = ("ag_gemm", "gemm_rs", "gemm_ar", "moe")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One point of the design space."""
+
+    name: str
+    family: str  # serial, bulk, ring, ficco, fused
+    engine: str  # sm, dma ("best" for serial: the faster of the two for the whole collective)
+    prio: bool = False
+    part: bool = False
+    group: int = 1  # ficco: comm steps per compute chunk
+    summary: str = ""
+
+    def patterns(self) -> tuple[str, ...]:
+        """Patterns this schedule applies to."""
+        if self.family == "serial":
+            return (*DEPENDENT, "bulk")
+        if self.family == "bulk":
+            return ("bulk",)
+        return DEPENDENT
+
+    def realizable(self, pattern: str) -> bool:
+        """False for what-if schedules that need hardware no catalog GPU has (T3 trackers with near-memory reduce)."""
+        return not (self.family == "fused" and self.engine == "dma" and pattern in ("gemm_rs", "gemm_ar"))
+
+    def needs_dma(self) -> bool:
+        """True when the schedule moves data with DMA engines."""
+        return self.engine == "dma"
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return {"name": self.name, "family": self.family, "engine": self.engine, "prio": self.prio,
+                "part": self.part, "group": self.group, "summary": self.summary}
+
+
+def _spec(name: str, summary: str) -> ScheduleSpec:
+    parts = name.split("-")
+    family = parts[0]
+    engine = parts[1] if len(parts) > 1 else "best"
+    group = 1
+    for p in parts[2:]:
+        if p.startswith("g") and p[1:].isdigit():
+            group = int(p[1:])
+    return ScheduleSpec(name, family, engine, "prio" in parts, "part" in parts, group, summary)
+
+
+_DEFS = [
+    ("serial", "GEMM and collective one after the other (the collective on its faster engine)"),
+    ("bulk-sm", "independent GEMM and SM collective launched together, same priority"),
+    ("bulk-sm-prio", "bulk, collective on a high-priority stream"),
+    ("bulk-sm-part", "bulk, GEMM confined to the SMs the collective does not hold"),
+    ("bulk-dma", "bulk, collective on DMA engines (ConCCL-style: one engine per peer)"),
+    ("bulk-dma-prio", "bulk DMA, collective first in HBM arbitration"),
+    ("bulk-dma-part", "bulk DMA, GEMM on fewer SMs to leave HBM queues to the copies"),
+    ("ring-sm", "one chunk per GPU, P2P ring steps by an SM kernel, same priority (TE ring-exchange)"),
+    ("ring-sm-prio", "ring steps by an SM kernel on a high-priority stream"),
+    ("ring-sm-part", "ring steps by an SM kernel, GEMM chunks on a reserved SM partition"),
+    ("ring-dma", "ring steps by copy engines (PyTorch async TP / symmetric memory)"),
+    ("ring-dma-prio", "ring steps by copy engines, copies first in HBM arbitration"),
+    ("ficco-sm", "FiCCO: shard split by GPU count, all-to-all steps over all links, SM kernel"),
+    ("ficco-sm-prio", "FiCCO steps by an SM kernel on a high-priority stream"),
+    ("ficco-sm-part", "FiCCO steps by an SM kernel, GEMM chunks on a reserved SM partition"),
+    ("ficco-sm-prio-g2", "FiCCO SM prio, one compute chunk per two comm steps"),
+    ("ficco-dma", "FiCCO steps on DMA engines (one engine per peer link)"),
+    ("ficco-dma-prio", "FiCCO DMA, copies first in HBM arbitration"),
+    ("ficco-dma-part", "FiCCO DMA, GEMM chunks on fewer SMs"),
+    ("ficco-dma-g2", "FiCCO DMA, one compute chunk per two comm steps"),
+    ("ficco-dma-prio-g2", "FiCCO DMA prio, one compute chunk per two comm steps"),
+    ("fused-sm", "one fused kernel: output/input stages trigger in-kernel transfers by k SMs (Flux-like)"),
+    ("fused-dma", "one GEMM kernel whose finished stages trigger pre-programmed DMA transfers (T3-like)"),
+]
+SCHEDULES: dict[str, ScheduleSpec] = {n: _spec(n, s) for n, s in _DEFS}
+
+
+def get_schedule(name: str) -> ScheduleSpec:
+    """A schedule by name, with a helpful error."""
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(SCHEDULES), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise OverlapError(f"unknown schedule {name!r}{hint} (known: {', '.join(SCHEDULES)})") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+class Ctx:
+    """Everything a builder needs: sizes, GPU, contention parameters, cost cache."""
+
+    def __init__(self, prob: OverlapProblem, gpu: GPU, params: ContentionParams, cache: CostCache):
+        self.p = prob
+        self.gpu = gpu
+        self.params = params
+        self.cache = cache
+        self.n = prob.gpus
+        self.b = prob.elem_bytes
+        self.res = Resources.from_gpu(gpu, params)
+        self.S = gpu.sms
+        self.k_sms = 0 if params.comm_sms == 0 else params.resolve_comm_sms(gpu.sms)
+        self.part_sms = params.resolve_partition_sms(gpu.sms)
+        self.sm_bw = params.resolve_sm_comm_bw(gpu.sms, gpu.scaleup.bw)
+        self.topo = gpu.scaleup.topology
+        self.L = gpu.scaleup.links_per_gpu
+        self.lat = gpu.scaleup.latency
+        self.dma_launch = gpu.dma.launch if params.dma_launch is None else params.dma_launch
+        self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
+
+    # --- building blocks ------------------------------------------------------------------------
+    def link_frac(self, width: int) -> float:
+        """Share of the GPU's scale-up bandwidth reachable when sending to `width` peers at once."""
+        if self.topo == "switch":
+            return 1.0
+        return min(width, self.L) / self.L
+
+    def comm(self, name: str, stream: str, nbytes: float, width: int, engine: str, *, reduce: bool = False,
+             hops: int = 1, trigger: bool = False, deps: tuple[str, ...] = ()) -> Task:
+        """A transfer of nbytes (sent by this GPU) to `width` peers at once."""
+        pr = self.params
+        lf = self.link_frac(width)
+        if engine == "sm":
+            k = self.k_sms
+            bw = k * self.sm_bw if k else math.inf
+            pre = (pr.trigger_latency if trigger else pr.sm_launch) + hops * self.lat
+            return Task(name, stream, nbytes, kind="comm", category="comm", deps=deps, pre=pre, post=pr.sm_sync,
+                        sms=k, bw=bw, link_frac=lf,
+                        hbm=pr.reduce_hbm_factor if reduce else pr.copy_hbm_factor)
+        e = min(width, self.gpu.dma.engines)
+        rounds = math.ceil(width / e)
+        pre = (pr.trigger_latency if trigger else self.dma_launch) + hops * self.lat
+        return Task(name, stream, nbytes, kind="comm", category="comm", deps=deps, pre=pre,
+                    post=rounds * self.dma_sync, engines=e, bw=e * self.gpu.dma.bw_per_engine, link_frac=lf,
+                    hbm=pr.reduce_hbm_factor if reduce else pr.copy_hbm_factor)
+
+    def gemm(self, name: str, stream: str, rows: int, *, deps: tuple[str, ...] = (), cap: float = 0.0,
+             grouped: bool = False, n_out: int | None = None) -> Task:
+        """A (sub-)GEMM over `rows` rows of A (for moe: rows spread over the local experts)."""
+        p = self.p
+        n_cols = p.n if n_out is None else n_out
+        if grouped:
+            e_loc = p.experts // p.gpus
+            c = self.cache.gemm(max(1, math.ceil(rows / e_loc)), n_cols, p.k, p.dtype, e_loc)
+        else:
+            c = self.cache.gemm(rows, n_cols, p.k, p.dtype)
+        return Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
+                    phi=c.phi, tiles=c.tiles)
+
+    def stage(self, name: str, stream: str, whole: Task, frac: float, *, deps: tuple[str, ...] = (),
+              cap: float = 0.0) -> Task:
+        """A slice of one fused kernel: `frac` of its work, no kernel boundary of its own."""
+        eff = self.params.fused_gemm_efficiency
+        return Task(name, stream, whole.work * frac / eff, kind="compute", category="comp", deps=deps, sms=cap,
+                    hbm=whole.hbm * eff, phi=whole.phi, tiles=max(1, math.ceil(whole.tiles * frac)))
+
+    def reduce(self, name: str, stream: str, nbytes: float, deps: tuple[str, ...]) -> Task:
+        """A local reduction kernel (what DMA cannot do): reads and writes nbytes in total."""
+        t = self.cache.mem(nbytes)
+        return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=nbytes / t, phi=0.0)
+
+    def collective(self, kind: str, nbytes: float, engine: str, prefix: str = "", stream: str = "comm",
+                   deps: tuple[str, ...] = (), red_stream: str | None = None) -> list[Task]:
+        """A whole collective of S = nbytes as the library runs it (all links; ring latency for SM kernels)."""
+        n = self.n
+        w = n - 1
+        ring_hops = 1 if self.topo == "mesh" else n - 1
+        if kind in ("all_gather", "all_to_all"):
+            hops = 1 if kind == "all_to_all" or engine == "dma" else ring_hops
+            return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)]
+        if kind == "reduce_scatter":
+            if engine == "sm":
+                return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, "sm", reduce=True, hops=ring_hops,
+                                  deps=deps)]
+            c = self.comm(f"{prefix}rs-copy", stream, nbytes * w / n, w, "dma", deps=deps)
+            r = self.reduce(f"{prefix}rs-reduce", red_stream or stream, nbytes * (1 + 1 / n), (c.name,))
+            return [c, r]
+        if kind == "all_reduce":
+            if engine == "sm":
+                return [self.comm(f"{prefix}{kind}", stream, 2 * nbytes * w / n, w, "sm", reduce=True,
+                                  hops=2 * ring_hops, deps=deps)]
+            c = self.comm(f"{prefix}rs-copy", stream, nbytes * w / n, w, "dma", deps=deps)
+            r = self.reduce(f"{prefix}rs-reduce", red_stream or stream, nbytes * (1 + 1 / n), (c.name,))
+            a = self.comm(f"{prefix}ag-copy", stream, nbytes * w / n, w, "dma", deps=(r.name,))
+            return [c, r, a]
+        raise OverlapError(f"unknown collective {kind!r}")
+
+
+def comm_of(prob: OverlapProblem) -> list[tuple[str, float]]:
+    """The pattern's whole collectives as (kind, S) in order (moe: dispatch then combine)."""
+    S = prob.collective_bytes()
+    if prob.pattern == "ag_gemm":
+        return [("all_gather", S)]
+    if prob.pattern == "gemm_rs":
+        return [("reduce_scatter", S)]
+    if prob.pattern == "gemm_ar":
+        return [("all_reduce", S)]
+    if prob.pattern == "moe":
+        return [("all_to_all", S), ("all_to_all", float(prob.m * prob.n * prob.elem_bytes))]
+    return [(prob.collective, S)]
+
+
+def whole_gemm(ctx: Ctx, name: str = "gemm", stream: str = "compute", deps: tuple[str, ...] = ()) -> Task:
+    """The un-split GEMM of the problem."""
+    return ctx.gemm(name, stream, ctx.p.m, deps=deps, grouped=ctx.p.pattern == "moe")
+
+
+def check(spec: ScheduleSpec, prob: OverlapProblem, gpu: GPU) -> str | None:
+    """Why a schedule cannot run this problem on this GPU, or None when it can."""
+    if prob.pattern not in spec.patterns():
+        return f"{spec.name} does not apply to the {prob.pattern} pattern"
+    if spec.needs_dma() and gpu.dma.engines == 0:
+        return f"{spec.name} needs DMA engines; {gpu.name} has none (use an -sm schedule)"
+    n = prob.gpus
+    if spec.family in ("ficco", "fused") and prob.m % (n * n):
+        return (f"{spec.name} splits each shard by the GPU count: m = {prob.m} must divide by gpus^2 = {n * n}")
+    if spec.family == "ficco" and n % spec.group:
+        return f"{spec.name} groups {spec.group} steps per compute chunk: gpus = {n} must divide by {spec.group}"
+    if n > gpu.gpus_per_node:
+        return f"{n} GPUs do not fit in one {gpu.name} node ({gpu.gpus_per_node} GPUs)"
+    return None
+
+
+def build(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> tuple[list[Task], list[Stream]]:
+    """Tasks and streams of one schedule; comm_engine is the engine of the serial schedule's collective."""
+    prio = 1 if spec.prio else 0
+    streams = [Stream("compute", 0), Stream("comm", prio), Stream("comm2", prio), Stream("reduce", prio)]
+    cap = float(ctx.S - ctx.part_sms) if spec.part else 0.0
+    fam, pat = spec.family, ctx.p.pattern
+    if fam == "serial":
+        return _serial(ctx, comm_engine), streams
+    if fam == "bulk":
+        g = ctx.gemm("gemm", "compute", ctx.p.m, cap=cap)
+        return [g, *ctx.collective(ctx.p.collective, ctx.p.comm_bytes, spec.engine, red_stream="reduce")], streams
+    if pat == "ag_gemm":
+        return _ag(spec, ctx, cap), streams
+    if pat in ("gemm_rs", "gemm_ar"):
+        return _rs_ar(spec, ctx, cap), streams
+    return _moe(spec, ctx, cap), streams
+
+
+def _serial(ctx: Ctx, engine: str) -> list[Task]:
+    p = ctx.p
+    colls = comm_of(p)
+    if p.pattern in ("ag_gemm", "moe"):
+        first = ctx.collective(colls[0][0], colls[0][1], engine, prefix="in-", stream="comm")
+        g = whole_gemm(ctx, deps=(first[-1].name,))
+        out = [*first, g]
+        if p.pattern == "moe":
+            out += ctx.collective(colls[1][0], colls[1][1], engine, prefix="out-", stream="comm", deps=(g.name,))
+        return out
+    g = whole_gemm(ctx)
+    return [g, *ctx.collective(colls[0][0], colls[0][1], engine, stream="comm", deps=(g.name,))]
+
+
+def _steps(spec: ScheduleSpec, ctx: Ctx) -> tuple[int, int, int, bool]:
+    """(number of comm steps, peers per step, rows of A per step, steps contain own rows) for a family."""
+    n, m = ctx.n, ctx.p.m
+    if spec.family == "ring":
+        return n - 1, 1, m // n, False
+    return n, n - 1, (n - 1) * m // (n * n), False
+
+
+def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+    n, m, k, b = ctx.n, ctx.p.m, ctx.p.k, ctx.b
+    eng = spec.engine
+    fused = spec.family == "fused"
+    nsteps, width, rows, _ = _steps(spec, ctx)
+    if fused and eng == "sm":
+        cap = float(ctx.S - ctx.k_sms)
+    whole = whole_gemm(ctx) if fused else None
+    out: list[Task] = []
+    local = m // n
+    out.append(ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
+               else ctx.gemm("gemm-local", "compute", local, cap=cap))
+    for j in range(nsteps):
+        out.append(ctx.comm(f"ag-{j}", "comm", rows * k * b, width, eng, trigger=fused))
+    group = spec.group if spec.family == "ficco" else 1
+    for c in range(nsteps // group):
+        last = f"ag-{(c + 1) * group - 1}"
+        r = rows * group
+        out.append(ctx.stage(f"gemm-{c}", "compute", whole, r / m, deps=(last,), cap=cap) if fused
+                   else ctx.gemm(f"gemm-{c}", "compute", r, deps=(last,), cap=cap))
+    return out
+
+
+def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+    n, m, nn, b = ctx.n, ctx.p.m, ctx.p.n, ctx.b
+    eng = spec.engine
+    fused = spec.family == "fused"
+    ar = ctx.p.pattern == "gemm_ar"
+    nmc = fused and eng == "dma"  # T3: the DMA target reduces near memory, no reduction kernel
+    if fused and eng == "sm":
+        cap = float(ctx.S - ctx.k_sms)
+    whole = whole_gemm(ctx) if fused else None
+    ring_hops = 1 if ctx.topo == "mesh" else n - 1
+    out: list[Task] = []
+    tail: list[str] = []
+    if spec.family == "ring" and not ar:
+        # chunk j holds peer j's rows; it is sent as soon as it is computed; own rows last
+        rows = m // n
+        for j in range(n):
+            g = ctx.gemm(f"gemm-{j}", "compute", rows, cap=cap)
+            out.append(g)
+            if j < n - 1:
+                out.append(ctx.comm(f"rs-{j}", "comm", rows * nn * b, 1, eng, reduce=eng == "sm", deps=(g.name,)))
+                tail.append(f"rs-{j}")
+        if eng == "dma":
+            out.append(ctx.reduce("rs-reduce", "reduce", (n + 1) * rows * nn * b, (*tail, f"gemm-{n - 1}")))
+        return out
+    # ficco / fused (and ring for all-reduce): n compute chunks of m/n rows, each with all peers' pieces
+    group = spec.group if spec.family == "ficco" else 1
+    nchunks = n // group
+    rows = m // nchunks
+    chunk_bytes = rows * nn * b
+    width = 1 if spec.family == "ring" else n - 1
+    for c in range(nchunks):
+        g = (ctx.stage(f"gemm-{c}", "compute", whole, rows / m, cap=cap) if fused
+             else ctx.gemm(f"gemm-{c}", "compute", rows, cap=cap))
+        out.append(g)
+        hops = ring_hops if spec.family == "ring" else 1
+        if eng == "sm" or nmc:
+            nbytes = chunk_bytes * (n - 1) / n * (2 if ar else 1)
+            out.append(ctx.comm(f"comm-{c}", "comm", nbytes, width, eng, reduce=True, hops=hops * (2 if ar else 1),
+                                trigger=fused, deps=(g.name,)))
+        else:
+            cp = ctx.comm(f"rs-{c}", "comm", chunk_bytes * (n - 1) / n, width, eng, hops=hops, trigger=fused,
+                          deps=(g.name,))
+            red = ctx.reduce(f"reduce-{c}", "reduce", chunk_bytes * (1 + 1 / n), (cp.name,))
+            out += [cp, red]
+            if ar:
+                out.append(ctx.comm(f"ag-{c}", "comm2", chunk_bytes * (n - 1) / n, width, eng, hops=hops,
+                                    trigger=fused, deps=(red.name,)))
+    return out
+
+
+def _moe(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+    n, m, k, nn, b = ctx.n, ctx.p.m, ctx.p.k, ctx.p.n, ctx.b
+    eng = spec.engine
+    fused = spec.family == "fused"
+    nsteps, width, rows, _ = _steps(spec, ctx)
+    if fused and eng == "sm":
+        cap = float(ctx.S - ctx.k_sms)
+    whole = whole_gemm(ctx) if fused else None
+    local = m // n
+    out: list[Task] = [ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
+                       else ctx.gemm("gemm-local", "compute", local, cap=cap, grouped=True)]
+    for j in range(nsteps):
+        out.append(ctx.comm(f"dispatch-{j}", "comm", rows * k * b, width, eng, trigger=fused))
+    group = spec.group if spec.family == "ficco" else 1
+    for c in range(nsteps // group):
+        r = rows * group
+        last = f"dispatch-{(c + 1) * group - 1}"
+        g = (ctx.stage(f"gemm-{c}", "compute", whole, r / m, deps=(last,), cap=cap) if fused
+             else ctx.gemm(f"gemm-{c}", "compute", r, deps=(last,), cap=cap, grouped=True))
+        out.append(g)
+        out.append(ctx.comm(f"combine-{c}", "comm2", r * nn * b, width, eng, trigger=fused, deps=(g.name,)))
+    return out
