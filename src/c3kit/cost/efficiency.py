@@ -89,6 +89,11 @@ class EfficiencyCurve:
         object.__setattr__(self, "_tile_consts", taus)
         object.__setattr__(self, "_d0", float(min(min(a, b) for a, b in self.tiles)))
 
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.peak_frac.items())), self.default_frac, self.tiles, self.tile_cost,
+                     self.wave_weight, self.k_half, self.mn_half, self.mn_exp, self.mem_frac, self.overhead,
+                     self.blend, self.max_split_k))
+
     def frac(self, dtype: str) -> float:
         """Peak fraction for a dtype (default_frac when not listed)."""
         return self.peak_frac.get(dtype, self.default_frac)

@@ -77,6 +77,12 @@ class GPU:
         if not self.flops or any(v <= 0 for v in self.flops.values()):
             raise HardwareError(f"{self.name}: needs at least one positive FLOP/s entry")
 
+    def __hash__(self) -> int:
+        # the mappings are read-only views, so hashing their items keeps GPU usable as a cache key
+        return hash((self.name, self.vendor, self.sms, self.clock, tuple(sorted(self.flops.items())), self.hbm_bytes,
+                     self.hbm_bw, self.l2_bytes, self.gpus_per_node, self.scaleup, self.scaleout_bw,
+                     self.scaleout_latency, self.dma))
+
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s for a dtype; fp16 falls back to bf16 and tf32 to fp32 when not listed."""
         if dtype in self.flops:
