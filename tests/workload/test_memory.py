@@ -90,3 +90,8 @@ def test_bad_arguments():
         memory_report(get_model("Llama-3-8B"), 0, par=Parallelism())
     with pytest.raises(WorkloadError, match="heads are not divisible"):
         memory_report(get_model("Llama-3-8B"), 80e9, par=Parallelism(tp=3))
+
+
+def test_inference_misfit_hint():
+    with pytest.raises(MemoryFitError, match="kv cache .*: raise tp/pp or lower the batch or sequence length$"):
+        check_fits(get_model("Llama-3-70B"), 141e9, par=Parallelism(tp=8, micro_batch=256), phase="decode", seq=32768)

@@ -213,5 +213,7 @@ def check_fits(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, **k
     """memory_report(...) that raises MemoryFitError with the breakdown in one line when it does not fit."""
     r = memory_report(graph_or_config, gpu_capacity_bytes, **kwargs)
     if not r.fits:
-        raise MemoryFitError(f"{r.summary()}: raise tp/pp, use fsdp or recompute")
+        if r.optimizer > 0:
+            raise MemoryFitError(f"{r.summary()}: raise tp/pp, use fsdp or recompute")
+        raise MemoryFitError(f"{r.summary()}: raise tp/pp or lower the batch or sequence length")
     return r
