@@ -74,6 +74,9 @@ class Plan:
     step: Segment  # once per step, serial (optimizer, unhidden step-level comm)
     multiplicity: np.ndarray  # runs of each node per step (count x layers for layer nodes)
     inst: np.ndarray  # runs of each node per timeline instance (per layer per micro-batch, per step)
+    per_micro: np.ndarray  # runs per micro-batch (0 for once-per-step nodes)
+    const: np.ndarray  # runs per step of once-per-step nodes (0 otherwise)
+    in_layer: np.ndarray  # bool: a layer node (repeated layers_per_stage times)
     is_comm: np.ndarray  # bool per node
 
 
@@ -144,6 +147,8 @@ def make_plan(graph) -> Plan:
         raise StepError(f"step graph needs layers_per_stage and micro_batches >= 1, got {L} and {m}")
     mult = np.zeros(len(nodes))
     inst = np.zeros(len(nodes))
+    per_micro = np.zeros(len(nodes))  # count = per_micro x micro-batches ...
+    const = np.zeros(len(nodes))  # ... or count = const (once-per-step nodes)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, nd in enumerate(nodes):
         if nd.phase not in PHASES:
@@ -156,12 +161,12 @@ def make_plan(graph) -> Plan:
         mult[i] = nd.count * (L if nd.scope == "layer" else 1)
         key = nd.scope
         if nd.scope == "step":
-            inst[i] = nd.count
+            inst[i] = const[i] = nd.count
         elif nd.stream == "dp" and nd.scope == "layer" and nd.count < m:
             key = "last"  # a layer's gradient collective that runs once per step, in the last micro-batch
-            inst[i] = nd.count
+            inst[i] = const[i] = nd.count
         else:
-            inst[i] = nd.count / m  # per micro-batch (layer nodes carry count = micro-batches)
+            inst[i] = per_micro[i] = nd.count / m  # per micro-batch (layer nodes carry count = micro-batches)
         groups.setdefault((key, nd.phase), []).append(i)
 
     layer, dp_pre, dp_post, micro = {}, {}, {}, {}
@@ -189,7 +194,8 @@ def make_plan(graph) -> Plan:
     return Plan(
         n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
         layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), micro=micro, step=step,
-        multiplicity=mult, inst=inst, is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
+        multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
+        in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
 
 
@@ -215,17 +221,24 @@ def _seg_time(seg: Segment, t: np.ndarray, policy, exposed_each: np.ndarray) -> 
     return total
 
 
-def evaluate(plan: Plan, op_t: np.ndarray, policy) -> Timeline:
-    """Step timeline from op times op_t (n x N: seconds of one run of each node's op, N scenarios)."""
+def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=None, pp=None, vpp=None) -> Timeline:
+    """Step timeline from op times op_t (n x N: seconds of one run of each node's op, N scenarios).
+
+    layers, micro_batches, pp and vpp default to the plan's; arrays of length N give one value per
+    scenario (the vectorized sweep evaluates many scenarios of one graph structure at once).
+    """
     op_t = np.asarray(op_t, dtype=float)
     if op_t.ndim == 1:
         op_t = op_t[:, None]
     if op_t.shape[0] != plan.n:
         raise StepError(f"time matrix has {op_t.shape[0]} rows for a plan of {plan.n} nodes")
+    N = op_t.shape[1]
+    L = plan.layers if layers is None else np.asarray(layers, dtype=float)
+    m = plan.micro_batches if micro_batches is None else np.asarray(micro_batches, dtype=float)
+    pp = plan.pp if pp is None else np.asarray(pp, dtype=float)
+    vpp = plan.vpp if vpp is None else np.asarray(vpp, dtype=float)
     t = op_t * plan.inst[:, None]
-    N = t.shape[1]
     zeros = np.zeros(N)
-    L, m = plan.layers, plan.micro_batches
     x_each = np.zeros_like(t)  # exposed comm per instance (blocking comm)
     dp_exposed = np.zeros_like(t)  # exposed comm per step (dp-stream comm), filled below
 
@@ -253,7 +266,7 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy) -> Timeline:
     else:
         tail = zeros
     step_serial = _seg_time(plan.step, t, policy, x_each)
-    bubble = (plan.pp - 1) / plan.vpp * t_micro
+    bubble = (pp - 1) / vpp * t_micro
     step_time = m * t_micro + bubble + tail + step_serial
 
     # attribute dp-stream exposure to its nodes in proportion to their comm time
@@ -269,8 +282,10 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy) -> Timeline:
         share = np.divide(t[idx], d_step, out=np.zeros_like(t[idx]), where=d_step > 0)
         dp_exposed[idx] = share * np.maximum(tail, 0.0)
 
-    per_step = (plan.multiplicity / np.where(plan.inst > 0, plan.inst, 1.0))[:, None]  # instances per step
-    total = op_t * plan.multiplicity[:, None]
+    lay = np.where(plan.in_layer[:, None], L, 1.0)
+    mult = (plan.per_micro[:, None] * m + plan.const[:, None]) * lay  # runs per step
+    per_step = np.where((plan.per_micro > 0)[:, None], m * lay, 1.0)  # timeline instances per step
+    total = op_t * mult
     exposed = x_each * per_step
     dp_rows = [i for ph in ("fwd", "bwd") for i in plan.dp_pre[ph] + plan.dp_post[ph]] + list(plan.dp_last)
     exposed[dp_rows] = dp_exposed[dp_rows]

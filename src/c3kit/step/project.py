@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import numpy as np
 
 from c3kit.hw.model import GPU
+from c3kit.workload.ops import Collective
 from c3kit.step.plan import Plan, evaluate, make_plan
 from c3kit.step.policy import DEFAULT_POLICY, OverlapPolicy
 
@@ -90,37 +90,61 @@ class StepResult:
 Timer = Callable[[object, GPU], float]
 
 
-def default_timer(cost_model: str | None = None) -> Timer:
-    """c3kit.cost.time, with its `model` argument (cost-model mode) when one is named."""
+def dp_per_node(tp: int, gpus_per_node: int) -> int:
+    """GPUs of one data-parallel group inside a node: ranks are tp fastest, so gpus_per_node / tp (or 1)."""
+    return gpus_per_node // tp if tp <= gpus_per_node and gpus_per_node % tp == 0 else 1
+
+
+def placement(stream: str, ranks: int, tp: int, gpus_per_node: int) -> int:
+    """Ranks per node of a cross-node group: TP/EP groups are contiguous, a DP group strides over TP."""
+    g = dp_per_node(tp, gpus_per_node) if stream == "dp" else (gpus_per_node if ranks % gpus_per_node == 0 else 1)
+    return g if ranks % g == 0 else 1
+
+
+def placed(nd, graph):
+    """The node's op with the placement (per_node) of a cross-node group filled in when the graph left it 0.
+
+    Ranks are numbered tp fastest, then dp, then pp: a TP group spanning nodes fills whole nodes, a
+    DP group with TP 8 on 8-GPU nodes has one rank per node (its traffic goes through one NIC per
+    GPU), with TP 2 four ranks per node.
+    """
+    op = nd.op
+    if not isinstance(op, Collective) or op.span != "inter" or getattr(op, "per_node", 0):
+        return op
+    return replace(op, per_node=placement(nd.stream, op.ranks, graph.par.tp, graph.gpus_per_node))
+
+
+def step_timer(cost_model=None) -> Timer:
+    """c3kit.cost.time under a cost model (None: roofline)."""
     from c3kit import cost
+    from c3kit.cost.model import as_model
 
-    if cost_model is None:
-        return cost.time
-    if "model" not in inspect.signature(cost.time).parameters:
-        from c3kit.errors import CostError
+    m = as_model(cost_model)
+    return lambda op, hw: cost.time(op, hw, m)
 
-        raise CostError(f"this c3kit.cost has no cost-model modes; cannot use {cost_model!r}")
-    return lambda op, hw: cost.time(op, hw, model=cost_model)
+
+default_timer = step_timer
 
 
 def node_times(graph, hw: GPU, timer: Timer | None = None) -> np.ndarray:
     """Seconds of one run of every node's op on hw (vector over nodes)."""
-    timer = timer or default_timer()
+    timer = timer or step_timer()
     cache: dict = {}
     out = np.empty(len(graph.nodes))
     for i, nd in enumerate(graph.nodes):
-        t = cache.get(nd.op)
+        op = placed(nd, graph)
+        t = cache.get(op)
         if t is None:
-            t = cache[nd.op] = float(timer(nd.op, hw))
+            t = cache[op] = float(timer(op, hw))
         out[i] = t
     return out
 
 
 def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer | None = None,
-            cost_model: str | None = None, plan: Plan | None = None) -> StepResult:
+            cost_model=None, plan: Plan | None = None) -> StepResult:
     """Project one step graph on one GPU type: per-op rows and totals (see c3kit.step.plan for the model)."""
     policy = policy or DEFAULT_POLICY
-    timer = timer or default_timer(cost_model)
+    timer = timer or step_timer(cost_model)
     plan = plan or make_plan(graph)
     t = node_times(graph, hw, timer)
     tl = evaluate(plan, t, policy)

@@ -1,0 +1,69 @@
+"""The vectorized sweep agrees with the per-node step projection to 1e-9 on random scenarios."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from c3kit.errors import C3kitError
+from c3kit.hw import get_gpu
+from c3kit.step import project
+from c3kit.step.fast import OUT_COLUMNS, model_columns, par_columns, project_many, scenario_objects
+from c3kit.step.project import step_timer
+from c3kit.workload.graph import build_step
+from c3kit.workload.model import get_model
+from c3kit.workload.parallel import Parallelism
+
+GPUS = {n: get_gpu(n) for n in ("H200-SXM", "A100-SXM-80G", "MI300X", "B200")}
+
+
+def random_scenarios(seed: int, n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    while len(rows) < n:
+        heads = int(rng.choice([8, 16, 32]))
+        hd = int(rng.choice([64, 128]))
+        tp = int(rng.choice([1, 2, 4, 8, 16]))
+        layers = int(rng.choice([4, 8, 12]))
+        pp = int(rng.choice([1, 2, 4]))
+        ffn = int(rng.choice([3, 4])) * heads * hd
+        if heads % tp or layers % pp or ffn % tp:
+            continue
+        dp, mb, acc = int(rng.choice([1, 2, 4, 16])), int(rng.choice([1, 2])), int(rng.choice([1, 2, 5]))
+        kv = int(rng.choice([k for k in (1, 2, 4, heads) if heads % k == 0]))
+        rows.append(dict(
+            hidden=heads * hd, layers=layers, heads=heads, kv_heads=kv, ffn_hidden=ffn,
+            vocab=int(rng.choice([51200, 50257, 32000])), gated_mlp=bool(rng.integers(2)),
+            layernorm=bool(rng.integers(2)), tied_embeddings=bool(rng.integers(2)),
+            seq=int(rng.choice([128, 512, 2048])), micro_batch=mb, global_batch=mb * dp * acc, tp=tp,
+            sp=bool(rng.integers(2)), dp=dp, pp=pp, fsdp=bool(rng.integers(2)),
+            dist_optimizer=bool(rng.integers(2)), recompute=int(rng.integers(3)),
+            gpu=list(GPUS)[int(rng.integers(len(GPUS)))]))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("cost_model,seed", [(None, 0), ("efficiency", 1)])
+def test_agrees_with_per_node_projection(cost_model, seed):
+    df = random_scenarios(seed, 60)
+    fast = project_many(df, GPUS, cost_model)
+    timer = step_timer(cost_model)
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, timer=timer).totals
+        for k in ("compute", "comm", "exposed", "hidden", "bubble", "step_time", "comm_share", "mfu", "tokens_per_s"):
+            want, got = getattr(t, k), fast.loc[i, k]
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-15), (i, k)
+
+
+def test_columns_from_objects_and_bad_input():
+    m = get_model("Llama-3-8B")
+    par = Parallelism(tp=8, sp=True, dp=2, micro_batch=1, global_batch=8, recompute="selective")
+    row = {**model_columns(m), **par_columns(par, 4096), "gpu": "H200-SXM"}
+    out = project_many(pd.DataFrame([row]), GPUS)
+    assert list(out.columns) == list(OUT_COLUMNS)
+    ref = project(build_step(m, par, "train", 4096), GPUS["H200-SXM"]).totals
+    assert out.loc[0, "step_time"] == pytest.approx(ref.step_time, rel=1e-9)
+    with pytest.raises(C3kitError):
+        project_many(pd.DataFrame([{k: v for k, v in row.items() if k != "tp"}]), GPUS)
+    with pytest.raises(C3kitError):
+        project_many(pd.DataFrame([{**row, "gpu": "nope"}]), GPUS)
