@@ -129,6 +129,7 @@ class _Builder:
         self.nodes: list[Node] = []
 
     def add(self, op: Op, deps, phase: str, scope: str, stream: str, count: int, role: str, grad: str = "") -> int:
+        """Append a node and return its id."""
         i = len(self.nodes)
         if None in deps:
             deps = tuple(d for d in deps if d is not None)
