@@ -1,7 +1,295 @@
-"""CLI: `c3kit bench` (being built; see the issue for this layer)."""
+"""CLI: `c3kit bench` - GPU microbenchmarks that write calibration files and print nccl-tests-like tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
 
 import typer
+
+from c3kit.cli.common import JSON_OPT, emit_json
+from c3kit.errors import RuntimeSetupError
+
+bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+OUT_OPT = typer.Option(None, "--out", help="Calibration file to write (default c3kit-out/calib/<gpu>-<kind>.json).")
+SCRIPT_OPT = typer.Option("", "--script", help="Script that ran this command, recorded in the file's meta.")
+GPU_OPT = typer.Option(None, "--gpu", help="Catalog name for peak FLOP/s and file names (default: detected).")
+DEVICE_OPT = typer.Option(None, "--device", help="torch device (default cuda if available, else cpu).")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the c3kit app."""
+    app.add_typer(bench_app, name="bench")
+
+
+def _torch():
+    from c3kit.runtime._torch import require_torch
+
+    return require_torch()
+
+
+def _device(name: str | None):
+    torch = _torch()
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise RuntimeSetupError(f"bad --device {name!r} ({e}): use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeSetupError("--device cuda asked for, but torch sees no CUDA GPU: use --device cpu")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _gpu(dev, name: str | None):
+    """(catalog GPU or None, file slug) for the device."""
+    from c3kit.errors import HardwareError
+    from c3kit.hw.catalog import get_gpu
+
+    if name is None:
+        if dev.type != "cuda":
+            return None, "cpu"
+        name = _torch().cuda.get_device_name(dev).replace("NVIDIA ", "")
+    try:
+        g = get_gpu(name)
+        return g, g.name.lower()
+    except HardwareError:
+        return None, re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _peak(g, dtypes) -> dict[str, float]:
+    out = {}
+    for dt in dtypes:
+        try:
+            out[dt] = g.peak_flops(dt) if g is not None else float("nan")
+        except Exception:  # noqa: BLE001 - no peak for this dtype: efficiency left NaN
+            out[dt] = float("nan")
+    return out
+
+
+def _out_path(out: Path | None, slug: str, kind: str) -> Path:
+    return out if out is not None else Path("c3kit-out") / "calib" / f"{slug}-{kind}.json"
+
+
+def _meta(script: str, extra: dict | None = None) -> dict:
+    from c3kit.runtime.calib import machine_meta
+
+    argv = sys.argv[1:] if sys.argv and "pytest" not in sys.argv[0] else []
+    if argv and argv[0] != "bench":
+        argv = ["bench", *argv]  # run as `python -m c3kit.cli.bench_cmd`: record the equivalent c3kit command
+    meta = machine_meta(["c3kit", *argv] if argv else "c3kit bench (called in-process)", script)
+    meta.update(extra or {})
+    return meta
+
+
+def _echo(line: str, quiet: bool) -> None:
+    if not quiet:
+        typer.echo(line)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "n/a"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _table(columns, rows, widths=None) -> list[str]:
+    widths = widths or [max(len(str(c)), *(len(_fmt(r[i])) for r in rows)) if rows else len(str(c))
+                        for i, c in enumerate(columns)]
+    lines = ["#" + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths))]
+    lines += [" " + " ".join(f"{_fmt(v):>{w}}" for v, w in zip(r, widths)) for r in rows]
+    return lines
+
+
+def _dtypes(text: str) -> list[str]:
+    out = [d.strip() for d in text.split(",") if d.strip()]
+    bad = [d for d in out if d not in ("bf16", "fp16", "fp32")]
+    if bad or not out:
+        raise RuntimeSetupError(f"--dtypes {text!r}: use a comma list of bf16, fp16, fp32")
+    return out
+
+
+@bench_app.command("gemm")
+def gemm_cmd(
+    dtypes: str = typer.Option("bf16,fp16,fp32", "--dtypes", help="Comma list of bf16, fp16, fp32."),
+    random_shapes: int = typer.Option(120, "--random", help="Random (log-uniform) shapes beside the grid."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (tests, CPU)."),
+    shapes_opt: str = typer.Option("", "--shapes", help="MxNxK list replacing the sweep (tagged set=given)."),
+    splits: bool = typer.Option(True, "--splits/--no-splits", help="Also time 2..64-way splits along M, N, K."),
+    split_shapes: str = typer.Option("", "--split-shapes", help="MxNxK list for splits, e.g. 512x512x512,256x1024x512."),
+    max_chunks: int = typer.Option(64, "--max-chunks", help="Largest split (2, 4, .. up to this)."),
+    target_ms: float = typer.Option(20.0, "--target-ms", help="Milliseconds per timed loop."),
+    budget_s: float = typer.Option(0.0, "--budget-s", help="Stop the sweep (and the splits) after this many seconds."),
+    seed: int = typer.Option(0, "--seed"),
+    out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """GEMM efficiency over M, N, K, dtype, and decomposition inefficiency (DIL) of 2..64-way splits."""
+    from c3kit.runtime.bench import gemm as g
+
+    dts = _dtypes(dtypes)
+    dev = _device(device)
+    hw, slug = _gpu(dev, gpu)
+    peak = _peak(hw, dts)
+    quiet = as_json
+    _echo(f"# c3kit bench gemm on {dev} ({hw.name if hw else slug}); efficiency = FLOP/s / catalog peak", quiet)
+    cols = ["m", "n", "k", "dtype", "split", "chunks", "time(us)", "TFLOP/s", "eff", "dil", "set"]
+    widths = [6, 6, 6, 5, 5, 6, 10, 8, 6, 7, 10]
+    _echo(_table(cols, [], widths)[0], quiet)
+
+    def show(r):
+        _echo(_table(cols, [[*r[:6], r[6] * 1e6, r[7] / 1e12, r[8], r[9], r[10]]], widths)[1], quiet)
+
+    if shapes_opt:
+        shapes = [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
+    else:
+        shapes = g.sweep_shapes(dts, n_random=random_shapes, seed=seed, quick=quick)
+    errors: list[str] = []
+    rows = g.run_sweep(shapes, dev, peak, target_s=target_ms / 1e3, seed=seed, on_row=show, budget_s=budget_s,
+                       errors=errors)
+    for e in errors:
+        _echo(f"# not run: {e}", quiet)
+    if not rows:
+        raise RuntimeSetupError(f"bench gemm measured nothing: {'; '.join(errors[:3])}")
+    from c3kit.runtime.calib import write_calibration
+
+    extra = {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
+             "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors)}
+    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", g.COLUMNS, rows, _meta(script, extra))
+    split_rows, split_path = [], None
+    if splits:
+        # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
+        base = _parse_shapes(split_shapes) if split_shapes else list(g.DEFAULT_SPLIT_SHAPES)
+        chunks = [c for c in g.SPLIT_CHUNKS if c <= max_chunks]
+        split_errors: list[str] = []
+        split_rows = g.run_splits(base, dts[0], dev, peak, chunks=chunks, target_s=target_ms / 1e3, seed=seed,
+                                  on_row=show, budget_s=budget_s, errors=split_errors)
+        for e in split_errors:
+            _echo(f"# not run: {e}", quiet)
+        extra = {**extra, "errors": json.dumps(split_errors)}
+        split_path = write_calibration(path.with_name(path.stem + "-split.json"), "gemm", g.COLUMNS, split_rows,
+                                       _meta(script, extra))
+    if as_json:
+        emit_json({"path": str(path), "columns": g.COLUMNS, "rows": rows,
+                   "split_path": str(split_path) if split_path else None, "split_rows": split_rows})
+    else:
+        tail = f" and {len(split_rows)} to {split_path}" if split_path else ""
+        _echo(f"# wrote {len(rows)} rows to {path}{tail}", quiet)
+
+
+def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    out = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", part)
+        if not m:
+            raise RuntimeSetupError(f"bad shape {part!r}: use MxNxK, e.g. 4096x4096x4096")
+        out.append(tuple(int(x) for x in m.groups()))
+    return out
+
+
+@bench_app.command("c3")
+def c3_cmd(
+    ratios: str = typer.Option("0.3,1,3", "--ratios", help="Target T_comm / T_comp ratios (sizes the copies)."),
+    gemms: str = typer.Option("", "--gemms", help="name=MxNxK list (default compute=8192^3, memory=262144x512x128)."),
+    sm_scaling: str = typer.Option("128,120,112,96,64,32", "--sm-scaling",
+                                   help="SM counts for the GEMM alone in green contexts ('' to skip)."),
+    out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """GEMM concurrent with SM-kernel and copy-engine copies: fraction of ideal speedup per class (one GPU)."""
+    from c3kit.runtime.bench import c3
+
+    dev = _device(device)
+    if dev.type != "cuda":
+        raise RuntimeSetupError("bench c3 needs a CUDA GPU (streams, copy engines, green contexts); none is visible")
+    hw, slug = _gpu(dev, gpu)
+    rs = [float(x) for x in ratios.split(",") if x.strip()]
+    gm = None
+    if gemms:
+        gm = {}
+        for part in gemms.split(","):
+            name, _, shape = part.partition("=")
+            gm[name.strip()] = _parse_shapes(shape)[0]
+    quiet = as_json
+    errors: list[str] = []
+    cols = ["variant", "gemm", "comm", "bytes", "t_comp(us)", "t_comm(us)", "t_conc(us)", "S_ideal", "S_real",
+            "frac", "class", "comp_loss", "comm_loss"]
+    widths = [26, 8, 8, 11, 10, 10, 10, 7, 7, 6, 8, 9, 9]
+    _echo(f"# c3kit bench c3 on {dev} ({hw.name if hw else slug})", quiet)
+    _echo(_table(cols, [], widths)[0], quiet)
+    ix = {c: i for i, c in enumerate(c3.COLUMNS)}
+
+    def show(r):
+        _echo(_table(cols, [[r[ix["variant"]], r[ix["gemm"]], r[ix["comm"]], r[ix["comm_bytes"]],
+                             r[ix["t_comp_s"]] * 1e6, r[ix["t_comm_s"]] * 1e6, r[ix["t_concurrent_s"]] * 1e6,
+                             r[ix["s_ideal"]], r[ix["s_real"]], r[ix["fraction_of_ideal"]], r[ix["class"]],
+                             r[ix["comp_loss"]], r[ix["comm_loss"]]]], widths)[1], quiet)
+
+    rows = c3.run_c3(dev, ratios=rs, gemms=gm, on_row=show, errors=errors)
+    sms = [int(x) for x in sm_scaling.split(",") if x.strip()]
+    scaling = c3.sm_scaling(dev, sms, gemms=gm, errors=errors) if sms else []
+    nan = float("nan")
+    for gname, m, n, k, dt, reps, s, t, slow in scaling:
+        rows.append([f"gemm-alone-{s}sm", gname, m, n, k, dt, reps, s, "none", 0, 0, 0, 0.0, t, 0.0, t, 0.0, t, t, t,
+                     1.0, 1.0, nan, "G-long", slow, 0.0])
+    try:
+        ce = c3.copy_engine_profile(dev)
+    except Exception as e:  # noqa: BLE001 - the profiler check is informative only
+        ce = {"error": f"{type(e).__name__}: {e}"}
+    summary = c3.summarize([r for r in rows if not r[0].startswith("gemm-alone")])
+    from c3kit.runtime.calib import write_calibration
+
+    extra = {"errors": json.dumps(errors), "copy_engine_check": json.dumps(ce),
+             "published": json.dumps(c3.PUBLISHED)}
+    path = write_calibration(_out_path(out, slug, "c3"), "c3", c3.COLUMNS, rows, _meta(script, extra))
+    if as_json:
+        emit_json({"path": str(path), "columns": c3.COLUMNS, "rows": rows, "summary": summary, "errors": errors,
+                   "copy_engine_check": ce})
+        return
+    if scaling:
+        _echo("# GEMM alone with fewer SMs (green contexts)", quiet)
+        for line in _table(["gemm", "m", "n", "k", "dtype", "reps", "sms", "time(us)", "slowdown"],
+                           [[*r[:7], r[7] * 1e6, r[8]] for r in scaling]):
+            _echo(line, quiet)
+    _echo("# fraction of ideal speedup realized (mean), beside the C3 paper (MI300X)", quiet)
+    for line in _table(["family", "class", "n", "measured", "published"], summary):
+        _echo(line, quiet)
+    _echo(f"# copy-engine check (profiler): {json.dumps(ce)}", quiet)
+    for e in errors:
+        _echo(f"# not run: {e}", quiet)
+    _echo(f"# wrote {len(rows)} rows to {path}", quiet)
+
+
+@bench_app.command("props")
+def props_cmd(out: Path = typer.Option(None, "--out", help="Also write the properties to this JSON file."),
+              as_json: bool = JSON_OPT) -> None:
+    """Device properties: SMs, L2, clocks, copy engines (asyncEngineCount), driver, torch/CUDA versions."""
+    from c3kit.runtime.bench.props import device_properties
+
+    d = device_properties()
+    d["meta"] = _meta("")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(d, indent=1, default=str) + "\n")
+    emit_json(d)
+
+
+if __name__ == "__main__":
+    # Run as `python -m c3kit.cli.bench_cmd ...` on machines where other CLI groups may not import.
+    from c3kit.errors import C3kitError
+
+    try:
+        bench_app(prog_name="c3kit bench")
+    except C3kitError as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise SystemExit(2) from None

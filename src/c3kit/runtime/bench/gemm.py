@@ -1,0 +1,166 @@
+"""GEMM efficiency over a sweep of M, N, K and dtypes, and the decomposition inefficiency of splits."""
+
+from __future__ import annotations
+
+import math
+import random
+import time as _time
+from dataclasses import dataclass
+from typing import Sequence
+
+from c3kit.runtime._torch import require_torch, torch_dtype
+from c3kit.runtime.bench.timing import time_loop
+
+COLUMNS = ["m", "n", "k", "dtype", "split", "chunks", "time_s", "flop_rate", "efficiency", "dil", "set"]
+# Rotate inputs until the working set is a few times the L2 (60 MB on H200), so that repeats do
+# not measure the cache.
+ROTATE_BYTES = 256e6
+MAX_SETS = 8
+
+GRID_M = (128, 512, 1024, 2048, 4096, 8192, 16384)
+GRID_N = (1024, 2048, 4096, 8192, 16384)
+GRID_K = (1024, 4096, 8192)
+SPLIT_CHUNKS = (2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One GEMM of the sweep: C[m, n] = A[m, k] @ B[k, n]; `set` tags grid or random shapes."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    set: str = "grid"
+
+
+def sweep_shapes(dtypes: Sequence[str], n_random: int = 120, seed: int = 0, quick: bool = False) -> list[Shape]:
+    """A grid of M x N x K per dtype plus log-uniform random shapes (multiples of 8 and some odd sizes)."""
+    rng = random.Random(seed)
+    grid_m, grid_n, grid_k = (GRID_M[::3], GRID_N[::2], GRID_K[::2]) if quick else (GRID_M, GRID_N, GRID_K)
+    shapes = []
+    for dt in dtypes:
+        shapes += [Shape(m, n, k, dt, "grid") for m in grid_m for n in grid_n for k in grid_k]
+    for i in range(n_random):
+        dims = []
+        for lo, hi in ((64, 32768), (256, 32768), (256, 16384)):
+            v = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+            dims.append(v if i % 10 == 9 else max(8, v // 8 * 8))
+        dt = "bf16" if i % 4 else dtypes[(i // 4) % len(dtypes)]
+        if dt not in dtypes:
+            dt = dtypes[0]
+        shapes.append(Shape(dims[0], dims[1], dims[2], dt, "random"))
+    # A fixed shuffle: a sweep cut short by its time budget still covers every region and both sets.
+    rng.shuffle(shapes)
+    return shapes
+
+
+def _inputs(torch, m, n, k, dtype, device, gen):
+    per_set = (m * k + k * n) * torch.tensor([], dtype=dtype).element_size()
+    sets = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / max(per_set, 1))))
+    a = [torch.randn(m, k, dtype=dtype, device=device, generator=gen) for _ in range(sets)]
+    b = [torch.randn(k, n, dtype=dtype, device=device, generator=gen) for _ in range(sets)]
+    return a, b
+
+
+def time_gemm(m: int, n: int, k: int, dtype: str, device, target_s: float = 0.02, gen=None) -> float:
+    """Median seconds of one m x n x k GEMM on device (random inputs, rotated past the L2)."""
+    torch = require_torch()
+    a, b = _inputs(torch, m, n, k, torch_dtype(dtype), device, gen)
+    s = len(a)
+    return time_loop(lambda i: torch.mm(a[i % s], b[i % s]), device, target_s=target_s)
+
+
+def time_split(m: int, n: int, k: int, dtype: str, split: str, chunks: int, device, target_s: float = 0.02,
+               gen=None) -> float:
+    """Median seconds of the same GEMM run as `chunks` sub-GEMMs in a row along split (m, n or k)."""
+    torch = require_torch()
+    a, b = _inputs(torch, m, n, k, torch_dtype(dtype), device, gen)
+    s = len(a)
+    size = {"m": m, "n": n, "k": k}[split]
+    if size % chunks:
+        raise ValueError(f"{split}={size} does not divide into {chunks} chunks")
+    step = size // chunks
+    out = torch.empty(m, n, dtype=a[0].dtype, device=device)
+
+    def run(i: int) -> None:
+        ai, bi = a[i % s], b[i % s]
+        for c in range(chunks):
+            sl = slice(c * step, (c + 1) * step)
+            if split == "m":
+                torch.mm(ai[sl], bi, out=out[sl])
+            elif split == "n":
+                torch.mm(ai, bi[:, sl])
+            elif c == 0:
+                torch.mm(ai[:, sl], bi[sl], out=out)
+            else:
+                out.addmm_(ai[:, sl], bi[sl])
+
+    return time_loop(run, device, target_s=target_s)
+
+
+def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], target_s: float = 0.02,
+              seed: int = 0, on_row=None, budget_s: float = 0.0, errors: list | None = None) -> list[list]:
+    """Rows (COLUMNS) for every shape (until budget_s seconds, if > 0); efficiency = FLOP/s over peak[dtype]."""
+    torch = require_torch()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    errors = errors if errors is not None else []
+    rows = []
+    t_start = _time.perf_counter()
+    for i, sh in enumerate(shapes):
+        if budget_s > 0 and _time.perf_counter() - t_start > budget_s:
+            errors.append(f"time budget of {budget_s:.0f} s reached: {len(shapes) - i} shapes not run")
+            break
+        try:
+            t = time_gemm(sh.m, sh.n, sh.k, sh.dtype, device, target_s, gen)
+        except Exception as e:  # noqa: BLE001 - one failing shape (memory, library) must not lose the sweep
+            errors.append(f"{sh}: {type(e).__name__}: {str(e)[:200]}")
+            _free(torch, device)
+            continue
+        rate = 2.0 * sh.m * sh.n * sh.k / t
+        row = [sh.m, sh.n, sh.k, sh.dtype, "none", 1, t, rate, rate / peak[sh.dtype], 0.0, sh.set]
+        rows.append(row)
+        if on_row:
+            on_row(row)
+        _free(torch, device)
+    return rows
+
+
+DEFAULT_SPLIT_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (16384, 2048, 8192), (2048, 8192, 2048),
+                        (1024, 16384, 4096))
+
+
+def run_splits(base: Sequence[tuple[int, int, int]], dtype: str, device, peak: dict[str, float],
+               chunks: Sequence[int] = SPLIT_CHUNKS, target_s: float = 0.02, seed: int = 0, on_row=None,
+               budget_s: float = 0.0, errors: list | None = None) -> list[list]:
+    """Rows (COLUMNS) for every base GEMM split into each chunk count along M, N and K; dil vs the whole."""
+    torch = require_torch()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    errors = errors if errors is not None else []
+    t_start = _time.perf_counter()
+    rows = []
+    for m, n, k in base:
+        if budget_s > 0 and _time.perf_counter() - t_start > budget_s:
+            errors.append(f"split time budget of {budget_s:.0f} s reached before {m}x{n}x{k}")
+            break
+        whole = time_gemm(m, n, k, dtype, device, target_s, gen)
+        flops = 2.0 * m * n * k
+        rows.append([m, n, k, dtype, "none", 1, whole, flops / whole, flops / whole / peak[dtype], 0.0, "split-base"])
+        if on_row:
+            on_row(rows[-1])
+        for split in ("m", "n", "k"):
+            size = {"m": m, "n": n, "k": k}[split]
+            for c in chunks:
+                if size % c:
+                    continue
+                t = time_split(m, n, k, dtype, split, c, device, target_s, gen)
+                rows.append([m, n, k, dtype, split, c, t, flops / t, flops / t / peak[dtype], t / whole - 1.0, "split"])
+                if on_row:
+                    on_row(rows[-1])
+        _free(torch, device)
+    return rows
+
+
+def _free(torch, device) -> None:
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,46 @@
+"""Timing helpers: device events on CUDA, a host clock on the CPU; warm-up first, median of repeats."""
+
+from __future__ import annotations
+
+import statistics
+import time as _time
+from typing import Callable
+
+from c3kit.runtime._torch import require_torch
+
+
+def sync(device) -> None:
+    """Wait for all work on device (no-op on the CPU)."""
+    torch = require_torch()
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_loop(fn: Callable[[int], None], device, target_s: float = 0.02, repeats: int = 5,
+              max_iters: int = 1000) -> float:
+    """Median seconds of one call fn(i) (i rotates input sets), timed over loops of about target_s each."""
+    torch = require_torch()
+    cuda = getattr(device, "type", str(device)) == "cuda"
+    fn(0)
+    sync(device)
+    t0 = _time.perf_counter()
+    fn(1)
+    sync(device)
+    est = max(_time.perf_counter() - t0, 1e-6)
+    iters = int(min(max_iters, max(1, target_s / est)))
+    samples = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(iters):
+                fn(i)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e-3 / iters)
+        else:
+            t0 = _time.perf_counter()
+            for i in range(iters):
+                fn(i)
+            samples.append((_time.perf_counter() - t0) / iters)
+    return statistics.median(samples)
