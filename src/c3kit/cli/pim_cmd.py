@@ -169,6 +169,103 @@ def _gemv_report(out, mem, gemvs, tokens, summ, context) -> None:
         rep.figure("token_speedup", fig, "Per-token decode speedup (non-GEMV work on the host)")
 
 
+@pim_app.command("amenability")
+def amenability_cmd(
+    pim: str = typer.Option("hbm-pim", "--pim", help=PIM_HELP),
+    primitive: str = typer.Option("all", "--primitive", help="Primitives, comma-separated, or all."),
+    arch: bool = typer.Option(True, "--arch/--no-arch", help="Architecture-aware mappings in the 'selected' set."),
+    sparsity: bool = typer.Option(True, "--sparsity/--no-sparsity", help="Sparsity-aware mappings in 'selected'."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Cache-aware mappings in 'selected'."),
+    traits: Path = typer.Option(None, "--traits", help="JSON file of one primitive's traits: run only the test."),
+    out: Path = OUT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Inclusive-PIM: the amenability test and PIM-over-GPU speedups, baseline vs optimised mappings."""
+    from c3kit.pim import amenability as am
+
+    mem = _memory(pim)
+    if traits is not None:
+        v = am.test(_read_traits(am, traits), mem)
+        data = {"amenable": v.amenable, "failing": list(v.failing),
+                "checks": {k: {"value": a, "threshold": b, "passed": c} for k, (a, b, c) in v.checks.items()}}
+        if json_out:
+            emit_json(data)
+            return
+        from c3kit.cli.common import rich_table
+
+        console.print(rich_table(f"Amenability of {traits.name} on {mem.name}: "
+                                 f"{'amenable' if v.amenable else 'not amenable'}",
+                                 ["trait", "value", "threshold", "passed"],
+                                 [[k, a, b, c] for k, (a, b, c) in v.checks.items()]))
+        return
+    names = None if primitive == "all" else [p.strip() for p in primitive.split(",") if p.strip()]
+    table = am.speedup_table(mem, names)
+    summ = am.summary(table) if names is None else None
+    sel = table[(table.arch == arch) & (table.sparsity == sparsity) & (table.cache == cache)]
+    base = table[~table.arch & ~table.sparsity & ~table.cache]
+    if out is not None:
+        _amen_report(out, mem, table, base, sel, summ, am.ASSUMED)
+    if json_out:
+        emit_json({"pim": mem.name, "table": table.to_dict(orient="records"), "assumed": am.ASSUMED,
+                   "summary": None if summ is None else summ.to_dict(orient="records")})
+        return
+    cols = ["primitive", "amenable", "failing", "gpu_time", "pim_time", "speedup"]
+    side = base[cols].merge(sel[cols], on="primitive", suffixes=("_base", "_opt"))
+    for c in ("gpu_time_base", "pim_time_base", "gpu_time_opt", "pim_time_opt"):
+        side[c] = side[c] * 1e3
+    console.print(df_table(f"Inclusive-PIM on {mem.name}: PIM over GPU, baseline vs selected "
+                           f"(arch={arch}, sparsity={sparsity}, cache={cache}); times in ms",
+                           side[["primitive", "amenable_base", "failing_base", "speedup_base", "amenable_opt",
+                                 "failing_opt", "speedup_opt"]]))
+    if summ is not None:
+        console.print(df_table("Ours beside Inclusive-PIM (arithmetic mean over primitives)", summ))
+    console.print("Assumed (the papers' strawman parameters were not available):")
+    for k, v in am.ASSUMED.items():
+        console.print(f"  {k}: {v}")
+
+
+def _read_traits(am, path: Path):
+    import json
+
+    try:
+        d = json.loads(Path(path).read_text())
+        d.setdefault("name", Path(path).stem)
+        d["alu_ops"] = tuple(d.get("alu_ops", ()))
+        return am.Traits(**d)
+    except FileNotFoundError:
+        raise PimError(f"--traits {path}: no such file") from None
+    except (json.JSONDecodeError, TypeError) as e:
+        raise PimError(f"--traits {path}: expected a JSON object with touched_bytes, gpu_bytes, flops, pattern, "
+                       f"bank_local, alu_ops, cmds_per_open ({e})") from None
+
+
+def _amen_report(out, mem, table, base, sel, summ, assumed) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from c3kit.report import Report
+
+    with Report(out, f"Inclusive-PIM amenability on {mem.name}") as rep:
+        if summ is not None:
+            rep.table("summary", summ, "Ours beside the published Inclusive-PIM averages")
+        rep.table("speedups", table, "Every primitive under every optimisation switch", show_rows=60)
+        rep.table("assumed", pd.DataFrame([{"parameter": k, "assumption": v} for k, v in assumed.items()]),
+                  "Assumed parameters")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        x = range(len(base))
+        ax.bar([i - 0.2 for i in x], base.speedup, width=0.4, label="baseline")
+        ax.bar([i + 0.2 for i in x], sel.speedup, width=0.4, label="optimised")
+        ax.axhline(1.0, c="k", lw=0.8)
+        ax.set_xticks(list(x), base.primitive, rotation=30)
+        ax.set_ylabel("PIM speedup over GPU")
+        ax.set_yscale("log")
+        ax.legend()
+        rep.figure("speedups", fig, "PIM over GPU per primitive, baseline vs optimised mapping")
+
+
 @pim_app.command("jitq")
 def jitq_cmd(
     model: str = typer.Option("OPT-175B", "--model", help="OPT model whose layers are trained."),
