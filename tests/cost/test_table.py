@@ -126,3 +126,30 @@ def test_table_rejects_bad_columns():
         GemmTable([1, 2], [1], [1, 2], ["bf16"] * 2, [1e-6, 1e-6])
     with pytest.raises(CostError):
         GemmTable.from_doc({"meta": {}, "kind": "comm", "columns": ["a"], "rows": []})
+
+
+def test_shipped_calibration_calibrates_the_efficiency_model(tmp_path, monkeypatch):
+    import c3kit.cost.table as table_mod
+    from c3kit.cost.efficiency import EfficiencyCurve, curve_times
+    from c3kit.hw import project
+
+    truth = EfficiencyCurve(peak_frac={"bf16": 0.7}, k_half=300, overhead=6e-6)
+    sizes = [512, 1024, 2048, 4096, 8192]
+    shapes = [(m, n, k) for m in sizes for n in sizes for k in sizes]
+    ts = curve_times(truth, H200, *zip(*shapes), ["bf16"] * len(shapes))
+    monkeypatch.setattr(table_mod, "calib_dir", lambda: tmp_path)
+    write_calibration(tmp_path / "h200-sxm-gemm.json", "gemm", COLS,
+                      [[m, n, k, "bf16", float(t)] for (m, n, k), t in zip(shapes, ts)], META)
+    cost.clear_caches()
+    try:
+        g = Gemm("g", 3000, 6000, 1500)
+        e = cost.explain(g, H200, "efficiency")
+        assert e.detail["curve"].startswith("fitted:")
+        assert e.seconds == pytest.approx(truth.gemm_time(3000, 6000, 1500, "bf16", H200), rel=0.02)
+        assert cost.explain(g, H200, "table").method == "table"
+        # a projection of the H200 keeps the fitted curve shape, with its own peaks
+        p = project(H200, "balanced", 1)
+        assert cost.explain(g, p, "efficiency").detail["curve"].startswith("fitted:")
+        assert cost.explain(g, p, "table").method == "table-fallback"
+    finally:
+        cost.clear_caches()

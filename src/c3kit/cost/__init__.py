@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from c3kit.cost.collectives import algbw, busbw, busbw_factor, collective_estimate, collective_time
 from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve, FitResult, fit_efficiency, relative_errors
-from c3kit.cost.model import KINDS, ROOFLINE, CostModel, as_model
+from c3kit.cost.model import KINDS, ROOFLINE, CostModel, as_model, clear_caches, curve_of, default_curve_for
 from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
@@ -20,6 +20,7 @@ from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 
 _PRESETS = {k: CostModel(kind=k) for k in KINDS}
 _PRESETS[None] = ROOFLINE  # type: ignore[index]
+_EXACT = (Gemm, Collective, Attention, MemOp)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     if m is None:
         m = as_model(model)
     cls = type(op)
+    if cls not in _EXACT:  # subclasses of the op types take the slow path once per call
+        cls = next((c for c in _EXACT if isinstance(op, c)), None)
     if cls is Gemm:
         kind = m.kind
         if kind == "roofline":
@@ -48,10 +51,10 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
         if kind == "table":
             tab = _table_for(m, hw)
             if tab is not None:
-                t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, m.curve, hw)
+                t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve_of(m, hw), hw)
                 if t is not None:
                     return t
-        return m.curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
+        return curve_of(m, hw).gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
     if cls is Collective:
         return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
     if cls is Attention:
@@ -65,14 +68,19 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
     """time(op, hw, model) with the method used and details (algorithm, table coverage)."""
     m = as_model(model)
     if isinstance(op, Gemm):
+        curve = curve_of(m, hw)
+        origin = "model" if m.curve is not None else default_curve_for(hw)[1]
         if m.kind == "table":
             tab = _table_for(m, hw)
-            t = None if tab is None else tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, m.curve, hw)
+            t = None if tab is None else tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve, hw)
             if t is not None:
                 return Estimate(t, "table", {"in_table": True, "fallback": False})
-            return Estimate(m.curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch), "table-fallback",
-                            {"in_table": False, "fallback": True, "has_table": tab is not None})
-        return Estimate(time(op, hw, m), m.kind, {"roofline": roofline_time(op, hw)})
+            return Estimate(curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch), "table-fallback",
+                            {"in_table": False, "fallback": True, "has_table": tab is not None, "curve": origin})
+        detail = {"roofline": roofline_time(op, hw)}
+        if m.kind == "efficiency":
+            detail["curve"] = origin
+        return Estimate(time(op, hw, m), m.kind, detail)
     if isinstance(op, Collective):
         t, algo = collective_estimate(op, hw, m.algo, m.comm_eff)
         return Estimate(t, "collective", {"algo": algo})
@@ -82,6 +90,6 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
 
 op_time = time
 
-__all__ = ["time", "op_time", "explain", "Estimate", "CostModel", "EfficiencyCurve", "DEFAULT_CURVE", "FitResult",
+__all__ = ["time", "op_time", "explain", "clear_caches", "Estimate", "CostModel", "EfficiencyCurve", "DEFAULT_CURVE", "FitResult",
            "GemmTable", "fit_efficiency", "relative_errors", "load_calibration", "write_calibration",
            "roofline_time", "collective_time", "collective_estimate", "busbw_factor", "algbw", "busbw"]

@@ -256,18 +256,20 @@ def _pack(curve: EfficiencyCurve, dtypes: Sequence[str], names: Sequence[str]) -
 def _unpack(x: np.ndarray, base: EfficiencyCurve, dtypes: Sequence[str], names: Sequence[str]) -> EfficiencyCurve:
     pf = dict(base.peak_frac)
     for i, d in enumerate(dtypes):
-        pf[d] = float(min(math.exp(min(x[i], 0.4)), 1.5))
+        pf[d] = float(min(math.exp(min(max(x[i], -20.0), 0.4)), 1.5))
     ch: dict = {"peak_frac": pf}
     for j, nm in enumerate(names):
-        v = float(x[len(dtypes) + j])
+        v = min(max(float(x[len(dtypes) + j]), -30.0), 30.0)  # keep exp() finite and non-zero
         if nm == "blend":
             ch[nm] = 1.0 + math.exp(min(v, 4.0))
+        elif nm == "mn_exp":
+            ch[nm] = max(math.exp(min(v, 3.0)), 1e-3)
         elif nm == "wave_weight":
             ch[nm] = min(max(v, 0.0), 3.0)
         elif nm == "mem_frac":
             ch[nm] = min(math.exp(min(v, 0.4)), 1.5)
         else:
-            ch[nm] = math.exp(min(v, 30.0))
+            ch[nm] = math.exp(v)
     return replace(base, **ch)
 
 

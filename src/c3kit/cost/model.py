@@ -2,7 +2,9 @@
 
 kind (GEMMs):
 - "roofline": max(FLOPs / peak, bytes / HBM bandwidth); the ideal, what the skeleton always did.
-- "efficiency": roofline x the size-dependent EfficiencyCurve (cost/efficiency.py).
+- "efficiency": roofline x the size-dependent EfficiencyCurve (cost/efficiency.py); with curve=None
+  (the default) the curve is fitted once per process to the GPU's shipped gemm calibration
+  (cost/data/calib/<gpu>-gemm.json, or the base GPU's for a projection), else DEFAULT_CURVE.
 - "table": a measured gemm calibration table with log-space interpolation (cost/table.py); outside
   the table, or with no table for the GPU, the efficiency curve, and `explain` says so.
 
@@ -18,6 +20,7 @@ assumed for every fabric). These are the numbers to calibrate next.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve
@@ -36,7 +39,7 @@ class CostModel:
     """Which cost model prices GEMMs (kind), with the curve, table and efficiency factors it uses."""
 
     kind: str = "roofline"
-    curve: EfficiencyCurve = DEFAULT_CURVE
+    curve: EfficiencyCurve | None = None  # None: fitted to the GPU's shipped gemm calibration, else DEFAULT_CURVE
     table: object | None = None  # a GemmTable; None with kind "table": the GPU's shipped calibration
     mem_eff: float | None = None
     attn_eff: float | None = None
@@ -56,6 +59,8 @@ class CostModel:
 
         if self.algo != "auto" and self.algo not in ALGOS:
             raise CostError(f"unknown collective algorithm {self.algo!r}: use auto or one of {', '.join(ALGOS)}")
+        if self.curve is not None and not isinstance(self.curve, EfficiencyCurve):
+            raise CostError("cost model: curve must be an EfficiencyCurve (or None for the calibrated default)")
         if self.table is not None:
             from c3kit.cost.table import GemmTable
 
@@ -78,6 +83,58 @@ class CostModel:
             raise CostError(f"no gemm calibration shipped for {gpu_name!r}; run `c3kit bench gemm` on it first")
         curve = fit_efficiency(table, get_gpu(gpu_name)).curve if fit else DEFAULT_CURVE
         return cls(kind="table", curve=curve, table=table)
+
+
+_BASE = re.compile(r"\+\d+g\([\w-]+\)$")
+_fitted: dict[str, tuple[EfficiencyCurve, str]] = {}
+
+
+def base_name(gpu_name: str) -> str:
+    """The catalog name under a projection ('H200-SXM+2g(historical)' -> 'H200-SXM')."""
+    return _BASE.sub("", gpu_name)
+
+
+def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
+    """(curve, origin): fitted once per process to the shipped gemm calibration of gpu (or of the GPU a
+    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'."""
+    name = gpu.name
+    hit = _fitted.get(name)
+    if hit is not None:
+        return hit
+    from c3kit.cost.efficiency import fit_efficiency
+    from c3kit.cost.table import cached_gemm_table
+
+    base = base_name(name)
+    table = cached_gemm_table(base)
+    out = (DEFAULT_CURVE, "default")
+    if table is not None:
+        try:
+            # fit against the base GPU: the curve's shape is the library's, the peaks come from `gpu` at use
+            from c3kit.hw.catalog import get_gpu
+
+            ref = get_gpu(base) if base != name else gpu
+            out = (fit_efficiency(table, ref).curve, f"fitted:{table.origin}")
+        except CostError:
+            pass  # a table too small or inconsistent to fit: keep the documented default
+    _fitted[name] = out
+    return out
+
+
+def clear_caches() -> None:
+    """Forget loaded calibration tables and fitted curves (after writing a new calibration file)."""
+    from c3kit.cost.table import cached_gemm_table
+
+    _fitted.clear()
+    cached_gemm_table.cache_clear()
+
+
+def curve_of(model: "CostModel", gpu) -> EfficiencyCurve:
+    """The curve a model uses on gpu (its own, or the calibrated default)."""
+    c = model.curve
+    if c is not None:
+        return c
+    hit = _fitted.get(gpu.name)
+    return hit[0] if hit is not None else default_curve_for(gpu)[0]
 
 
 ROOFLINE = CostModel()
