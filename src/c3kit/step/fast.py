@@ -309,9 +309,12 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
     return np.where((n == 1) | (s == 0), 0.0, t)
 
 
-def _group_times(template, cols: dict, h: dict, cm):
-    """Op times (n x N) and FLOPs (n x N) of one structure group under cost model cm."""
-    from c3kit.cost.efficiency import curve_times
+def _group_times(template, cols: dict, h: dict, cm, gemms: list):
+    """Op times (n x N) and FLOPs (n x N) of one structure group under cost model cm.
+
+    Efficiency-curve GEMM rows are left for the caller: (row, m, n, k) is appended to `gemms` so that
+    all groups' GEMMs go through one cost.efficiency.curve_times call per GPU.
+    """
     from c3kit.workload.ops import Attention, Collective, Gemm
 
     sh = _Shapes({**cols, "gpn": h["gpn"]})
@@ -319,21 +322,20 @@ def _group_times(template, cols: dict, h: dict, cm):
     t = np.empty((n, N))
     flops = np.zeros((n, N))
     eff = cm.kind != "roofline"
+    memo: dict = {}  # TP collectives of one group share their size: time each kind once
     for i, nd in enumerate(template.nodes):
         op = nd.op
         if isinstance(op, Collective):
-            nbytes, ranks, intra, g = sh.collective(op.name, op.kind, op.group)
-            t[i] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff)
+            key = (op.kind, op.group, "act" if op.group == "tp" and op.name != "loss.ar" else op.name)
+            if key not in memo:
+                nbytes, ranks, intra, g = sh.collective(op.name, op.kind, op.group)
+                memo[key] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff)
+            t[i] = memo[key]
             continue
         f, by = sh.compute(op.name)
         flops[i] = f
         if isinstance(op, Gemm) and eff:
-            m_, n_, k_ = (np.broadcast_to(np.asarray(x, dtype=float), (N,)) for x in sh.dims)
-            row = np.empty(N)
-            for gi in np.unique(h["gpu_index"]):
-                sel = h["gpu_index"] == gi
-                row[sel] = curve_times(cm.curve, h["gpu_objs"][gi], m_[sel], n_[sel], k_[sel], ["bf16"] * int(sel.sum()))
-            t[i] = row
+            gemms.append((i, *(np.broadcast_to(np.asarray(x, dtype=float), (N,)) for x in sh.dims)))
             continue
         if isinstance(op, Gemm):
             peak, fe, me = h["peak"], 1.0, 1.0
@@ -345,6 +347,35 @@ def _group_times(template, cols: dict, h: dict, cm):
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)
     return t, flops, sh
+
+
+_TEMPLATES: dict = {}
+
+
+def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
+    """Time every deferred GEMM with one curve_times call per GPU and write the rows back."""
+    from c3kit.cost.efficiency import DEFAULT_CURVE, curve_times
+
+    try:
+        from c3kit.cost.model import curve_of
+    except ImportError:  # older cost layer: the model's own curve or the default
+        def curve_of(model, gpu):
+            return model.curve or DEFAULT_CURVE
+    if not pending:
+        return
+    parts = [(t, i, m, n, k, gi) for t, gi, gemms in pending for i, m, n, k in gemms]
+    M = np.concatenate([p[2] for p in parts])
+    N = np.concatenate([p[3] for p in parts])
+    K = np.concatenate([p[4] for p in parts])
+    G = np.concatenate([p[5] for p in parts])
+    out = np.empty(len(M))
+    for gi in np.unique(G):
+        sel = G == gi
+        out[sel] = curve_times(curve_of(cm, gpu_objs[gi]), gpu_objs[gi], M[sel], N[sel], K[sel], np.full(int(sel.sum()), "bf16"))
+    pos = 0
+    for t, i, m, _, _, _ in parts:
+        t[i] = out[pos:pos + len(m)]
+        pos += len(m)
 
 
 def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, progress=None) -> pd.DataFrame:
@@ -360,20 +391,30 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     if missing:
         raise C3kitError(f"scenario table lacks column(s) {', '.join(missing)}")
     out = np.zeros((len(df), len(OUT_COLUMNS)))
+    h_all = gpu_arrays(df["gpu"].to_numpy(), gpus)
+    arrays = {k: df[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
     codes = _structure(df)
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    groups, pending = [], []
     for idx in np.split(order, bounds):
         if len(idx) == 0:
             continue
-        sub = df.iloc[idx]
-        first = sub.iloc[0]
-        model, par = scenario_objects(first)
-        h = gpu_arrays(sub["gpu"].to_numpy(), gpus)
-        template = build_step(model, par, "train", int(first["seq"]), "bf16", int(h["gpn"][0]))
-        plan = make_plan(template)
-        cols = {k: sub[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
-        t, flops, sh = _group_times(template, cols, h, cm)
+        h = {k: (v if k == "gpu_objs" else v[idx]) for k, v in h_all.items()}
+        cols = {k: v[idx] for k, v in arrays.items()}
+        code = int(codes[idx[0]])
+        if code not in _TEMPLATES:  # node set and plan depend only on the structure code
+            model, par = scenario_objects({k: v[0] for k, v in cols.items()})
+            template = build_step(model, par, "train", int(cols["seq"][0]), "bf16", int(h["gpn"][0]))
+            _TEMPLATES[code] = (template, make_plan(template))
+        template, plan = _TEMPLATES[code]
+        gemms: list = []
+        t, flops, sh = _group_times(template, cols, h, cm, gemms)
+        if gemms:
+            pending.append((t, h["gpu_index"], gemms))
+        groups.append((idx, template, plan, t, flops, sh, cols, h))
+    _curve_fill(pending, cm, h_all["gpu_objs"])
+    for idx, template, plan, t, flops, sh, cols, h in groups:
         L = sh.stage_layers.astype(float)
         m = (cols["global_batch"] // (cols["micro_batch"] * cols["dp"])).astype(float)
         tl = evaluate(plan, t, policy, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
