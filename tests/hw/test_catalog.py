@@ -84,3 +84,39 @@ def test_bad_toml_path(tmp_path):
     p.write_text("name = ")
     with pytest.raises(HardwareError, match="not valid TOML"):
         get_gpu(str(p))
+
+
+def test_empty_source_counts_as_missing():
+    d = _doc()
+    d["sources"]["clock"] = "  "
+    with pytest.raises(HardwareError, match="clock"):
+        gpu_from_dict(d, "broken.toml")
+
+
+def test_unknown_dtype_in_flops():
+    d = _doc()
+    d["flops"]["bf8"] = 1e15
+    with pytest.raises(HardwareError, match="bf8"):
+        gpu_from_dict(d, "broken.toml")
+
+
+@pytest.mark.parametrize("field,value", [("hbm_bw", -1.0), ("hbm_bw", "fast"), ("sms", 0)])
+def test_bad_numbers(field, value):
+    d = _doc()
+    d[field] = value
+    with pytest.raises(HardwareError):
+        gpu_from_dict(d, "broken.toml")
+
+
+def test_bad_topology():
+    d = _doc()
+    d["scaleup"]["topology"] = "torus"
+    with pytest.raises(HardwareError, match="topology"):
+        gpu_from_dict(d, "broken.toml")
+
+
+def test_gpu_is_hashable_and_serializable():
+    g = get_gpu("MI300X")
+    assert {g: 1}[get_gpu("mi300x")] == 1
+    d = g.to_dict()
+    assert d["scaleup"]["links_per_gpu"] == 7 and d["dma"]["engines"] == 14

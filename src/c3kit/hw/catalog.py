@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from c3kit.errors import HardwareError
-from c3kit.hw.model import GPU, DMAEngines, ScaleUp
+from c3kit.hw.model import DTYPE_BYTES, GPU, DMAEngines, ScaleUp
 
 _PROJECTED = re.compile(r"^(?P<base>.+)\+(?P<gens>\d+)g\((?P<rule>[\w-]+)\)$")
 
@@ -18,8 +18,8 @@ _SCALARS = ("sms", "clock", "hbm_bytes", "hbm_bw", "l2_bytes", "gpus_per_node", 
 
 
 def _source_for(sources: dict, key: str) -> bool:
-    """True when a key, or its table (the part before the first dot), has a source."""
-    return key in sources or key.split(".")[0] in sources
+    """True when a key, or its table (the part before the first dot), has a non-empty source."""
+    return any(isinstance(sources.get(k), str) and sources[k].strip() for k in (key, key.split(".")[0]))
 
 
 def gpu_from_dict(d: dict, origin: str = "<dict>") -> GPU:
@@ -28,7 +28,11 @@ def gpu_from_dict(d: dict, origin: str = "<dict>") -> GPU:
         sources = dict(d.get("sources", {}))
         missing = [k for k in (*_SCALARS, "flops", "scaleup", "dma") if not _source_for(sources, k)]
         if missing:
-            raise HardwareError(f"{origin}: numbers without a source: {', '.join(missing)}")
+            raise HardwareError(f"{origin}: numbers without a source: {', '.join(missing)} "
+                                f"(add a line for each to the [sources] table)")
+        bad = [k for k in d["flops"] if k not in DTYPE_BYTES]
+        if bad:
+            raise HardwareError(f"{origin}: unknown dtype(s) {', '.join(bad)} in [flops]; use {', '.join(DTYPE_BYTES)}")
         return GPU(
             name=d["name"], vendor=d["vendor"], sms=int(d["sms"]), clock=float(d["clock"]),
             flops={k: float(v) for k, v in d["flops"].items()},
