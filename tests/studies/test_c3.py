@@ -1,0 +1,59 @@
+"""The C3 / ConCCL study: metric arithmetic, scenario classes, calibration pick-up, and bad input."""
+
+import json
+
+import pytest
+
+from c3kit.errors import StudyError
+from c3kit.hw.catalog import get_gpu
+from c3kit.studies.c3 import PUBLISHED, _comm_bytes_for, contention_params, gemm_cases, run
+
+
+@pytest.fixture(scope="module")
+def quick():
+    return run(gpus=("MI300X",), quick=True)
+
+
+def test_summary_has_every_strategy_beside_published(quick):
+    s = quick.summary
+    assert list(s.strategy) == list(PUBLISHED)
+    assert (s.published_average == s.strategy.map(PUBLISHED)).all()
+    assert ((s.gap_points - (s.average - s.published_average) * 100).abs() < 1e-9).all()
+
+
+def test_fraction_of_ideal_is_the_common_metric(quick):
+    df = quick.tables["c3_scenarios"]
+    want = (df.speedup - 1) / (df.speedup_ideal - 1)
+    assert ((df.fraction_of_ideal - want).abs() < 1e-9).all()
+    assert set(df.scenario) == {"G-long", "GC-equal", "C-long"}
+    # the best reservation is never worse than any single one, hence never worse than plain partitioning
+    assert (df[df.strategy == "partition"].detail.str.endswith("SMs")).all()
+
+
+def test_collective_size_hits_the_target_ratio():
+    from c3kit.overlap import OverlapProblem, baseline
+    from c3kit.sim import ContentionParams
+
+    gpu, p = get_gpu("MI300X"), ContentionParams()
+    case = gemm_cases(quick=True)[0]
+    s = _comm_bytes_for(case, "all_gather", 1.0, gpu, p)
+    b = baseline(OverlapProblem("bulk", case.m, case.n, case.k, gpus=8, collective="all_gather", comm_bytes=s), gpu, p)
+    assert b.t_comm / b.t_comp == pytest.approx(1.0, rel=0.02)
+
+
+def test_calibration_file_is_used_and_said(tmp_path):
+    params, note = contention_params("H200-SXM", tmp_path)
+    assert note.startswith("defaults")
+    (tmp_path / "h200-sxm-contention.json").write_text(json.dumps(
+        {"meta": {}, "kind": "contention", "columns": ["parameter", "value"], "rows": [["gemm_interference", 0.7]]}))
+    params, note = contention_params("H200-SXM", tmp_path)
+    assert note.startswith("calibrated") and params.gemm_interference == 0.7
+    (tmp_path / "h200-sxm-contention.json").unlink()
+    (tmp_path / "h200-sxm-c3.json").write_text(json.dumps({"kind": "c3", "columns": [], "rows": []}))
+    _, note = contention_params("H200-SXM", tmp_path)
+    assert "unusable" in note
+
+
+def test_bad_gpu():
+    with pytest.raises(StudyError, match="unknown hardware"):
+        run(gpus=("no-such-gpu",), quick=True)
