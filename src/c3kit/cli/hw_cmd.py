@@ -79,6 +79,8 @@ def show_cmd(
         ["DMA engines", f"{gpu.dma.engines} x {fmt_rate(gpu.dma.bw_per_engine)}, launch "
                         f"{fmt_time(gpu.dma.launch)}, sync {fmt_time(gpu.dma.sync)}", _src(gpu, "dma")],
     ]
+    if gpu.notes:
+        rows.append(["notes", "", gpu.notes])
     if "projection" in gpu.sources:
         rows.append(["projection", "", gpu.sources["projection"]])
     console.print(rich_table(gpu.name, ["field", "value", "source"], rows))
