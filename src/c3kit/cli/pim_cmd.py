@@ -45,6 +45,7 @@ def gemv_cmd(
     model: str = typer.Option("all", "--model", help="OPT models, comma-separated (e.g. 125m,175b), or all."),
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes, comma-separated."),
     context: int = typer.Option(1024, "--context", help="KV-cache length of the attention GEMVs (tokens)."),
+    attention: str = typer.Option("pim", "--attention", help="Per-token model: attention GEMVs on pim or host."),
     m: int = typer.Option(None, "--m", help="Place one GEMV of M rows (with --k) instead of the OPT sweep."),
     k: int = typer.Option(None, "--k", help="Reduction length K of the single GEMV."),
     tile_m: int = typer.Option(None, "--tile-m", help="Fix the tile height (single GEMV); else searched."),
@@ -97,7 +98,9 @@ def gemv_cmd(
 
     models = pimnast.opt_family() if model == "all" else [pimnast.get_opt(x) for x in model.split(",") if x.strip()]
     gemvs = pimnast.gemv_table(mem, models, batches, context)
-    tokens = pimnast.token_table(mem, models, batches, context)
+    if attention not in ("pim", "host"):
+        raise PimError(f"--attention {attention!r}: use pim or host")
+    tokens = pimnast.token_table(mem, models, batches, context, attention_on_pim=attention == "pim")
     summ = pimnast.summary(gemvs, tokens) if 1 in batches else None
     if out is not None:
         _gemv_report(out, mem, gemvs, tokens, summ, context)

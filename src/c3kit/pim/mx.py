@@ -59,7 +59,8 @@ def get_format(name: str) -> MXFormat:
     try:
         return FORMATS[name.lower()]
     except KeyError:
-        raise PimError(f"unknown MX format {name!r}: use one of {', '.join(f.name for f in FORMATS.values())}") from None
+        known = ", ".join(f.name for f in FORMATS.values())
+        raise PimError(f"unknown MX format {name!r}: use one of {known}") from None
 
 
 @dataclass(frozen=True)
