@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from c3kit.errors import SimError
 from c3kit.hw.model import GPU
@@ -47,9 +48,8 @@ class Stream:
     priority: int = 0
 
 
-@dataclass(frozen=True)
-class Task:
-    """One op on one stream.
+class Task(NamedTuple):
+    """One op on one stream (immutable; checked when simulated).
 
     kind "compute": work = s it takes alone on the whole GPU; sms = most SMs it may use (0: all);
     hbm = B/s of HBM it draws at full speed; phi = share of its time that scales with SMs (1 for
@@ -58,7 +58,7 @@ class Task:
     engines = DMA engines it holds; bw = B/s its own SMs/engines can drive; link_frac = share of the
     GPU's scale-up bandwidth it can reach (links used / links); hbm = HBM bytes per byte sent.
     pre / post: latency before the work (launch) and after it (completion sync), using no resources.
-    category: "comp" or "comm" for reporting (a reduction kernel is compute-kind, comm-category).
+    category: "comp" or "comm" for reporting ("" = by kind; a reduction kernel is compute-kind, comm-category).
     """
 
     name: str
@@ -77,35 +77,51 @@ class Task:
     phi: float = 1.0
     tiles: int = 0
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("compute", "comm"):
-            raise SimError(f"task {self.name}: kind must be 'compute' or 'comm', got {self.kind!r}")
-        if not self.category:
-            object.__setattr__(self, "category", "comp" if self.kind == "compute" else "comm")
-        if (self.work < 0 or self.pre < 0 or self.post < 0 or self.sms < 0 or self.engines < 0 or self.bw <= 0
-                or not 0 < self.link_frac <= 1 or self.hbm < 0 or not 0 <= self.phi <= 1 or self.tiles < 0):
-            raise SimError(f"task {self.name}: negative or out-of-range field")
-        if not isinstance(self.deps, tuple):
-            object.__setattr__(self, "deps", tuple(self.deps))
+    @property
+    def cat(self) -> str:
+        """The reporting category ('comp' or 'comm')."""
+        return self.category or ("comp" if self.kind == "compute" else "comm")
+
+
+def _check(cols) -> None:
+    """Reject out-of-range task fields (columns of the task table, one min/max per field)."""
+    (names, _, works, kinds, cats, deps, pres, posts, smss, engs, bws, lfs, hbms, phis, tiless) = cols
+    bad_kind = set(kinds) - {"compute", "comm"}
+    if bad_kind:
+        raise SimError(f"task kind must be 'compute' or 'comm', got {sorted(bad_kind)}")
+    if set(cats) - {"", "comp", "comm"}:
+        raise SimError(f"task category must be 'comp' or 'comm', got {sorted(set(cats) - {'', 'comp', 'comm'})}")
+    if (min(works) < 0 or min(pres) < 0 or min(posts) < 0 or min(smss) < 0 or min(engs) < 0 or min(bws) <= 0
+            or min(lfs) <= 0 or max(lfs) > 1 or min(hbms) < 0 or min(phis) < 0 or max(phis) > 1 or min(tiless) < 0):
+        for t in zip(*cols):
+            tk = Task(*t)
+            if (tk.work < 0 or tk.pre < 0 or tk.post < 0 or tk.sms < 0 or tk.engines < 0 or tk.bw <= 0
+                    or not 0 < tk.link_frac <= 1 or tk.hbm < 0 or not 0 <= tk.phi <= 1 or tk.tiles < 0):
+                raise SimError(f"task {tk.name}: negative or out-of-range field")
+    for d in deps:
+        if not isinstance(d, tuple):
+            raise SimError("task deps must be a tuple of task names")
 
 
 def alone_time(task: Task, res: Resources) -> float:
     """Seconds a task takes with the GPU to itself (latencies included)."""
-    return task.pre + task.post + _work_time_alone(task, res)
+    S = res.sms
+    cap = float(min(task.sms if 0 < task.sms < S else S, task.tiles if task.tiles else S))
+    return task.pre + task.post + _alone_work(task.kind == "comm", task.work, cap, S, task.phi, task.tiles,
+                                              task.hbm, res.hbm_bw, task.link_frac * res.link_bw, task.bw)
 
 
-def _work_time_alone(task: Task, res: Resources) -> float:
-    if task.work == 0:
+def _alone_work(is_comm: bool, work: float, cap: float, S: int, phi: float, tiles: int, hbm: float, H: float,
+                link: float, bw: float) -> float:
+    if work == 0:
         return 0.0
-    if task.kind == "compute":
-        r = _compute_sm_rate(task.sms or res.sms, res.sms, task.phi, task.tiles)
-        if task.hbm > 0:
-            r = min(r, res.hbm_bw / task.hbm)
-        return task.work / r
-    rate = min(task.link_frac * res.link_bw, task.bw)
-    if task.hbm > 0:
-        rate = min(rate, res.hbm_bw / task.hbm)
-    return task.work / rate
+    if is_comm:
+        r = bw if bw < link else link
+    else:
+        r = _compute_sm_rate(cap, S, phi, tiles)
+    if hbm > 0 and r * hbm > H:
+        r = H / hbm
+    return work / r
 
 
 def _waves(tiles: int, sms: float) -> int:
@@ -135,113 +151,115 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     a_g = p.gemm_interference
     a_c = p.comm_interference
     prio_of = {s.name: s.priority for s in streams}
-    index: dict[str, int] = {}
-    for i, t in enumerate(tasks):
-        if t.name in index:
-            raise SimError(f"two tasks are named {t.name!r}")
-        index[t.name] = i
-        if t.engines > resources.dma_engines:
-            raise SimError(f"task {t.name} needs {t.engines} DMA engines; the GPU has {resources.dma_engines}")
+    if n == 0:
+        return Timeline((), (), (), ())
+    cols = tuple(zip(*tasks))
+    _check(cols)
+    (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles) = cols
+    index = {nm: i for i, nm in enumerate(names)}
+    if len(index) != n:
+        dup = next(nm for nm in names if names.count(nm) > 1)
+        raise SimError(f"two tasks are named {dup!r}")
+    if max(eng) > resources.dma_engines:
+        i = max(range(n), key=lambda j: eng[j])
+        raise SimError(f"task {names[i]} needs {eng[i]} DMA engines; the GPU has {resources.dma_engines}")
     order: list[str] = []
     queues: dict[str, list[int]] = {}
-    for i, t in enumerate(tasks):
-        if t.stream not in queues:
-            queues[t.stream] = []
-            order.append(t.stream)
-        queues[t.stream].append(i)
+    for i, st in enumerate(stream_of):
+        q = queues.get(st)
+        if q is None:
+            queues[st] = q = []
+            order.append(st)
+        q.append(i)
     dependents: list[list[int]] = [[] for _ in range(n)]
     deps_left = [0] * n
-    for i, t in enumerate(tasks):
-        for d in t.deps:
+    for i, ds in enumerate(depss):
+        for d in ds:
             j = index.get(d)
             if j is None:
-                raise SimError(f"task {t.name} depends on unknown task {d!r}")
+                raise SimError(f"task {names[i]} depends on unknown task {d!r}")
             dependents[j].append(i)
             deps_left[i] += 1
 
-    is_comm = [t.kind == "comm" for t in tasks]
-    prio = [prio_of.get(t.stream, 0) for t in tasks]
-    work = [float(t.work) for t in tasks]
+    is_comm = [kd == "comm" for kd in kinds]
+    prio = [prio_of.get(st, 0) for st in stream_of]
+    work = [float(w) for w in works]
     rem = list(work)
-    req = [float(t.sms) for t in tasks]
+    req = smss
     # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
-    cap = [float(min(t.sms if 0 < t.sms < S else S, t.tiles if t.tiles else S)) for t in tasks]
-    eng = [t.engines for t in tasks]
-    hbm = [t.hbm for t in tasks]
-    phi = [t.phi for t in tasks]
-    tiles = [t.tiles for t in tasks]
-    comm_link = [t.link_frac * L for t in tasks]
-    comm_bw = [t.bw for t in tasks]
+    cap = [float(min(c if 0 < c < S else S, tl if tl else S)) for c, tl in zip(smss, tiles)]
+    comm_link = [lf * L for lf in lfs]
     start = [0.0] * n
     wstart = [0.0] * n
     wend = [0.0] * n
     end = [0.0] * n
     state = [0] * n  # 0 waiting, 1 pre, 2 work, 3 post, 4 done
-    heads = {s: 0 for s in order}
-    busy = {s: False for s in order}
     free_eng = resources.dma_engines
     active: list[int] = []
     lat: list[tuple[float, int]] = []
     segments: list[Segment] = []
     t_now = 0.0
     done = 0
-
-    def complete(i: int) -> None:
-        nonlocal done
-        state[i] = 4
-        end[i] = t_now
-        done += 1
-        s = tasks[i].stream
-        busy[s] = False
-        heads[s] += 1
-        for d in dependents[i]:
-            deps_left[d] -= 1
-
-    def enter_work(i: int) -> None:
-        state[i] = 2
-        wstart[i] = t_now
-        active.append(i)
+    qlist = [queues[s] for s in order]
+    nstreams = len(order)
+    head = [0] * nstreams
+    sbusy = [False] * nstreams
+    sidx = {s: j for j, s in enumerate(order)}
+    stream_ix = [sidx[x] for x in stream_of]
+    seg_out = segments if record else None
+    dirty = True  # the active set changed: rates must be recomputed
+    can_start = True  # something completed or freed engines: try to start tasks
+    rate: list[float] = []
 
     while True:
-        # start every task that can start now (loop: zero-latency completions may free more)
-        progressed = True
-        while progressed:
-            progressed = False
-            for s in order:
-                if busy[s]:
+        while can_start:  # start every task that can start now (zero-time tasks may unblock more)
+            can_start = False
+            for j in range(nstreams):
+                if sbusy[j]:
                     continue
-                q = queues[s]
-                h = heads[s]
+                q = qlist[j]
+                h = head[j]
                 if h >= len(q):
                     continue
                 i = q[h]
                 if deps_left[i] or eng[i] > free_eng:
                     continue
-                busy[s] = True
+                sbusy[j] = True
                 free_eng -= eng[i]
                 start[i] = t_now
-                progressed = True
-                if tasks[i].pre > 0:
+                if pre[i] > 0:
                     state[i] = 1
-                    lat.append((t_now + tasks[i].pre, i))
-                elif work[i] > 0:
-                    enter_work(i)
-                else:
-                    wstart[i] = wend[i] = t_now
-                    free_eng += eng[i]
-                    if tasks[i].post > 0:
-                        state[i] = 3
-                        lat.append((t_now + tasks[i].post, i))
-                    else:
-                        complete(i)
+                    lat.append((t_now + pre[i], i))
+                    continue
+                wstart[i] = t_now
+                if work[i] > 0:
+                    state[i] = 2
+                    active.append(i)
+                    dirty = True
+                    continue
+                wend[i] = t_now
+                free_eng += eng[i]
+                if post[i] > 0:
+                    state[i] = 3
+                    lat.append((t_now + post[i], i))
+                    continue
+                state[i] = 4
+                end[i] = t_now
+                done += 1
+                sbusy[j] = False
+                head[j] += 1
+                for d in dependents[i]:
+                    deps_left[d] -= 1
+                can_start = True
         if done == n:
             break
         if not active and not lat:
-            stuck = [tasks[i].name for i in range(n) if state[i] == 0]
+            stuck = [names[i] for i in range(n) if state[i] == 0]
             raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
-
-        rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, S, H, L, share, a_g, a_c,
-                      segments if record else None)
+        if dirty or record:
+            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, S, H, L, share, a_g,
+                          a_c, seg_out)
+            dirty = False
         dt = INF
         for k, i in enumerate(active):
             r = rate[k]
@@ -261,45 +279,73 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             s0 = segments.pop()
             segments.append(Segment(t_now, t_new, s0.sms, s0.hbm, resources.dma_engines - free_eng, s0.link))
         t_now = t_new
-        still: list[int] = []
+        finished = None
         for k, i in enumerate(active):
             rem[i] -= rate[k] * dt
             if rem[i] <= 1e-9 * work[i]:
                 rem[i] = 0.0
-                wend[i] = t_now
-                free_eng += eng[i]
-                if tasks[i].post > 0:
-                    state[i] = 3
-                    lat.append((t_now + tasks[i].post, i))
+                if finished is None:
+                    finished = [i]
                 else:
-                    complete(i)
-            else:
-                still.append(i)
-        active[:] = still
+                    finished.append(i)
+        if finished is not None:
+            active[:] = [i for i in active if rem[i] > 0.0]
+            dirty = True
+            for i in finished:
+                wend[i] = t_now
+                if eng[i]:
+                    free_eng += eng[i]
+                    can_start = True
+                if post[i] > 0:
+                    state[i] = 3
+                    lat.append((t_now + post[i], i))
+                else:
+                    state[i] = 4
+                    end[i] = t_now
+                    done += 1
+                    j = stream_ix[i]
+                    sbusy[j] = False
+                    head[j] += 1
+                    for d in dependents[i]:
+                        deps_left[d] -= 1
+                    can_start = True
         if lat:
             eps = 1e-15 + 1e-12 * t_now
             keep: list[tuple[float, int]] = []
             for te, i in lat:
-                if te <= t_now + eps:
-                    if state[i] == 1:
-                        if work[i] > 0:
-                            enter_work(i)
-                        else:
-                            wstart[i] = wend[i] = t_now
-                            free_eng += eng[i]
-                            if tasks[i].post > 0:
-                                state[i] = 3
-                                keep.append((t_now + tasks[i].post, i))
-                            else:
-                                complete(i)
-                    else:
-                        complete(i)
-                else:
+                if te > t_now + eps:
                     keep.append((te, i))
+                    continue
+                if state[i] == 1:
+                    wstart[i] = t_now
+                    if work[i] > 0:
+                        state[i] = 2
+                        active.append(i)
+                        dirty = True
+                        continue
+                    wend[i] = t_now
+                    if eng[i]:
+                        free_eng += eng[i]
+                        can_start = True
+                    if post[i] > 0:
+                        state[i] = 3
+                        keep.append((t_now + post[i], i))
+                        continue
+                state[i] = 4
+                end[i] = t_now
+                done += 1
+                j = stream_ix[i]
+                sbusy[j] = False
+                head[j] += 1
+                for d in dependents[i]:
+                    deps_left[d] -= 1
+                can_start = True
             lat[:] = keep
 
-    intervals = tuple(Interval(t.name, t.stream, t.category, t.kind, start[i], wstart[i], wend[i], end[i],
-                               alone_time(t, resources)) for i, t in enumerate(tasks))
+    alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
+                                             comm_link[i], comm_bw[i]) for i in range(n)]
+    cat = [c or ("comm" if ic else "comp") for c, ic in zip(cats, is_comm)]
+    intervals = tuple(map(Interval, names, stream_of, cat, kinds, start, wstart, wend, end, alone))
     stream_prios = tuple((s, prio_of.get(s, 0)) for s in order)
     res = (("sms", float(S)), ("hbm", H), ("engines", float(resources.dma_engines)), ("link", L))
     return Timeline(intervals, stream_prios, tuple(segments), res)
@@ -308,6 +354,17 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
 def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, S, H, L, share, a_g, a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
     na = len(active)
+    if na == 1 and segments is None:  # alone: no sharing to work out
+        i = active[0]
+        if is_comm[i]:
+            r = comm_bw[i]
+            if r > comm_link[i]:
+                r = comm_link[i]
+        else:
+            r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i])
+        if hbm[i] and r * hbm[i] > H:
+            r = H / hbm[i]
+        return [r]
     rate = [0.0] * na
     # 1. SMs: comm kernels take their k SMs (all of them only with a higher priority than every running
     #    compute task), compute tasks share the rest by priority class, in proportion to their caps.
@@ -375,7 +432,9 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
                 rate[k] *= f
     # 3. HBM: demands met by priority class; an oversubscribed class is scaled down proportionally
     dem = [rate[k] * hbm[i] for k, i in enumerate(active)]
-    tot = sum(dem)
+    tot = 0.0
+    for d in dem:
+        tot += d
     if tot > H:
         left = H
         for c in sorted({prio[i] for i in active}, reverse=True):
@@ -388,8 +447,14 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
             left = max(0.0, left - ctot * f)
     # 4. interference beyond bandwidth shares (caches, memory-controller queues)
     if a_g or a_c:
-        u_comm = sum(dem[k] for k, i in enumerate(active) if is_comm[i]) / H
-        u_comp = sum(dem[k] for k, i in enumerate(active) if not is_comm[i]) / H
+        u_comm = u_comp = 0.0
+        for k, i in enumerate(active):
+            if is_comm[i]:
+                u_comm += dem[k]
+            else:
+                u_comp += dem[k]
+        u_comm /= H
+        u_comp /= H
         for k, i in enumerate(active):
             if is_comm[i]:
                 if u_comp:

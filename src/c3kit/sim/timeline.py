@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
     """One task on the timeline: started at `start`, moved work in [work_start, work_end], done at `end`."""
 
     name: str
@@ -27,8 +26,7 @@ class Interval:
         return self.end - self.start
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """A stretch of time with constant resource use (recorded only when simulate(record=True))."""
 
     start: float
@@ -115,7 +113,7 @@ class Timeline:
     def to_dict(self) -> dict[str, Any]:
         """Plain data: intervals, streams and totals."""
         return {"streams": [{"name": n, "priority": p} for n, p in self.streams],
-                "intervals": [i.__dict__ for i in self.intervals], "totals": self.totals()}
+                "intervals": [i._asdict() for i in self.intervals], "totals": self.totals()}
 
     def to_perfetto(self, process: str = "c3kit sim") -> dict[str, Any]:
         """Chrome/Perfetto trace-event JSON: one thread per stream, complete events (us), resource counters."""

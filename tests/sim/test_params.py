@@ -1,0 +1,54 @@
+"""ContentionParams: defaults, validation, and the calibration-file round trip."""
+
+import json
+
+import pytest
+
+from c3kit.errors import SimError
+from c3kit.sim import ContentionParams
+
+
+def test_defaults_when_no_calibration_is_shipped():
+    assert ContentionParams.from_calibration("no-such-gpu") == ContentionParams()
+
+
+def test_calibration_round_trip(tmp_path):
+    p = ContentionParams(comm_sms=24, gemm_interference=0.4, sm_launch=3e-6)
+    doc = p.to_calibration({"machine": "test", "gpu": "H200-SXM"})
+    assert doc["kind"] == "contention" and doc["columns"] == ["parameter", "value"]
+    f = tmp_path / "h200-sxm-contention.json"
+    f.write_text(json.dumps(doc))
+    q = ContentionParams.from_calibration("H200-SXM", f)
+    assert q == p
+    assert q.to_dict()["comm_sms"] == 24
+
+
+def test_partial_calibration_keeps_other_defaults(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text(json.dumps({"meta": {}, "kind": "contention", "columns": ["parameter", "value"],
+                             "rows": [["noprio_comm_sm_share", 0.3]]}))
+    q = ContentionParams.from_calibration("x", f)
+    assert q.noprio_comm_sm_share == 0.3 and q.comm_sm_frac == ContentionParams().comm_sm_frac
+
+
+@pytest.mark.parametrize("doc, msg", [
+    ({"kind": "gemm", "columns": [], "rows": []}, "not a contention"),
+    ({"kind": "contention", "columns": ["parameter", "value"], "rows": [["bogus", 1]]}, "unknown contention"),
+    ({"kind": "contention", "columns": ["parameter", "value"], "rows": [["sm_launch", -1]]}, "non-negative"),
+    ({"kind": "contention", "columns": ["parameter"], "rows": []}, "columns"),
+])
+def test_bad_calibration(tmp_path, doc, msg):
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SimError, match=msg):
+        ContentionParams.from_calibration("x", f)
+
+
+def test_resolved_values():
+    p = ContentionParams()
+    assert p.resolve_comm_sms(132) == 16
+    assert p.resolve_partition_sms(132) == 16
+    assert p.resolve_sm_comm_bw(100, 1e11) == pytest.approx(1e10)
+    assert ContentionParams(comm_sms=40).resolve_comm_sms(132) == 40
+    with pytest.raises(SimError):
+        ContentionParams(noprio_comm_sm_share=0.0)
