@@ -29,7 +29,7 @@ MODEL_COLUMNS = ("hidden", "layers", "heads", "kv_heads", "ffn_hidden", "vocab",
 PAR_COLUMNS = ("seq", "micro_batch", "global_batch", "tp", "sp", "dp", "pp", "fsdp", "dist_optimizer", "recompute")
 HW_COLUMNS = ("gpu",)
 RECOMPUTE_CODES = ("none", "selective", "full")
-OUT_COLUMNS = ("compute", "comm", "exposed", "hidden", "bubble", "step_time", "comm_share", "exposed_share",
+OUT_COLUMNS = ("compute", "comm", "exposed", "hidden_comm", "bubble", "step_time", "comm_share", "exposed_share",
                "mfu", "tokens_per_s", "tp_comm", "dp_comm", "pp_comm")
 
 
