@@ -240,6 +240,12 @@ def run(tp: tuple[int, ...] | None = None, models: tuple[str, ...] | None = None
         "Assumed inputs: " + "; ".join(f"{k}: {v}" for k, v in PARAM_SOURCES.items() if k in ("tokens", "nmc_cost",
                                                                                               "mix_efficiency", "heads")),
     ]
+    ratio = df.gemm_s / df.rs_s
+    notes.append(
+        f"GEMM/RS time ratio over the sublayers: {ratio.min():.2f}..{ratio.max():.2f}. It is K x link bandwidth / "
+        "GEMM FLOP/s, independent of the token count; wherever it is near 1 the ideal approaches 2x. The paper's "
+        "max ideal of 50% implies no sublayer with a ratio in [0.5, 2], i.e. a different GEMM efficiency or link "
+        "bandwidth in its simulator than the catalog's T3-SIM numbers give.")
     headline = {k: dict(ours_geomean=v[0], ours_max=v[1], published=PUBLISHED[k]) for k, v in ours.items()}
     return StudyResult(
         name="t3", title="T3: fused GEMM + reduce-scatter by track & trigger", summary=summary,
