@@ -1,7 +1,143 @@
-"""CLI: `c3kit scale` (being built; see the issue for this layer)."""
+"""CLI: `c3kit scale`: the compute-vs-communication scaling study over future models and hardware."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
 
 import typer
+
+from c3kit.cli.common import JSON_OPT, console, emit_json, rich_table
+
+DEFAULT_OUT = "c3kit-out/scale"
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the c3kit app."""
+    app.command("scale")(scale)
+
+
+def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    from c3kit.errors import StudyError
+
+    if text is None:
+        return None
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise StudyError(f"--{what} must be comma-separated whole numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals if what != "generations") or any(v < 0 for v in vals):
+        raise StudyError(f"--{what} needs positive whole numbers, got {text!r}")
+    return vals
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def scale(
+    hidden: str = typer.Option(None, "--hidden", help="Hidden sizes, comma-separated [default: 4096..32768]."),
+    layers: str = typer.Option(None, "--layers", help="Layer counts [default: 32,64,128]."),
+    seq: str = typer.Option(None, "--seq", help="Sequence lengths [default: 2048,8192,32768]."),
+    batch: str = typer.Option(None, "--batch", help="Global batches in sequences [default: 512,2048]."),
+    hw: str = typer.Option(None, "--hw", help="Base GPU that the scaling rules project [default: H100-SXM]."),
+    rules: str = typer.Option(None, "--rules", help="Scaling rules (see `c3kit hw rules`) [default: four]."),
+    generations: str = typer.Option(None, "--generations", help="Hardware generations [default: 0,1,2,3]."),
+    tp: str = typer.Option(None, "--tp", help="TP sizes [default: 2,4,8]."),
+    pp: str = typer.Option(None, "--pp", help="PP sizes [default: 1,4,16]."),
+    dp: str = typer.Option(None, "--dp", help="DP sizes [default: 8,64]."),
+    paper: bool = typer.Option(True, "--paper/--no-paper", help="Also run the models-grow-with-hardware sweep."),
+    grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
+    cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
+    out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Sweep future models x hardware generations x parallelism: compute, comm, exposed and hidden comm."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from c3kit.errors import StudyError
+    from c3kit.hw import get_gpu
+    from c3kit.studies.scaling import GridSpec, PaperSpec, run
+
+    if cost_model not in ("roofline", "efficiency"):
+        raise StudyError(f"--cost-model {cost_model!r}: the sweep supports roofline or efficiency")
+    if not (grid or paper):
+        raise StudyError("nothing to run: drop --no-grid or --no-paper")
+    changes = {k: v for k, v in {
+        "hidden": _ints(hidden, "hidden"), "layers": _ints(layers, "layers"), "seq": _ints(seq, "seq"),
+        "batch": _ints(batch, "batch"), "tp": _ints(tp, "tp"), "pp": _ints(pp, "pp"), "dp": _ints(dp, "dp"),
+        "generations": _ints(generations, "generations"), "rules": _names(rules)}.items() if v is not None}
+    if hw is not None:
+        changes["base_gpu"] = get_gpu(hw).name
+    gspec = replace(GridSpec(), **changes) if grid else None
+    pspec = PaperSpec()
+    if hw is not None:
+        pspec = replace(pspec, base_gpu=changes["base_gpu"])
+    if "rules" in changes:
+        pspec = replace(pspec, rules=changes["rules"])
+    with Progress(TextColumn("projecting scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task("scale", total=None)
+        res = run(gspec, pspec if paper else None, cost_model,
+                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+    write_report(out, res)
+    if as_json:
+        emit_json({"headline": res.headline(), "notes": res.notes, "by_generation": res.by_generation,
+                   "paper": res.paper, "out": str(out)})
+        return
+    _print(res, out)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _print(res, out: Path) -> None:
+    h = res.headline()
+    console.print(f"{h['scenarios']} memory-feasible scenarios projected, {h['excluded']} excluded "
+                  f"(reasons in {out}/excluded.csv), {h['seconds']:.2f} s")
+    bg = res.by_generation
+    if len(bg):
+        console.print(rich_table("Communication share by hardware generation (grid)",
+                                 ["rule", "gen", "scenarios", "comm share median", "10%", "90%", "exposed share",
+                                  "MFU"],
+                                 [(r.rule, r.generation, r.scenarios, _pct(r.comm_share_median), _pct(r.comm_share_p10),
+                                   _pct(r.comm_share_p90), _pct(r.exposed_share_median), _pct(r.mfu_median))
+                                  for r in bg.itertuples(index=False)]))
+    p = res.paper
+    if len(p):
+        console.print(rich_table("Models growing with hardware (fastest fitting layout)",
+                                 ["rule", "gen", "params", "hidden", "layers", "tp", "pp", "dp", "comm share",
+                                  "exposed share", "MFU"],
+                                 [(r.rule, r.generation, f"{r.params / 1e9:,.0f}B", r.hidden, r.layers, r.tp, r.pp, r.dp,
+                                   _pct(r.comm_share), _pct(r.exposed_share), _pct(r.mfu))
+                                  for r in p.itertuples(index=False)]))
+    console.print(f"report: {out}/report.md")
+
+
+def write_report(out: Path, res) -> None:
+    """Write the study's CSV tables, PNG figures and report.md into out (all or nothing)."""
+    from c3kit.report import Report
+    from c3kit.studies.scaling import figures
+
+    with Report(out, "c3kit scale: computation vs communication on future models and hardware") as rep:
+        for n in res.notes:
+            rep.text(n)
+        for name, fig, caption in figures(res):
+            rep.figure(name, fig, caption)
+        if len(res.by_generation):
+            rep.table("by_generation", res.by_generation, "Grid: communication share by rule and generation")
+        if len(res.paper):
+            rep.table("paper_sweep", res.paper, "Models growing with hardware: fastest fitting layout per generation")
+            rep.table("paper_candidates", res.paper_candidates, "Every fitting layout of the paper sweep", show_rows=0)
+        if len(res.scenarios):
+            rep.table("scenarios", res.scenarios, "Every memory-feasible grid scenario (seconds per GPU per step)",
+                      show_rows=10)
+        rep.table("excluded", res.excluded if len(res.excluded) else _no_rows(), "Excluded scenarios with reasons",
+                  show_rows=10)
+
+
+def _no_rows():
+    import pandas as pd
+
+    return pd.DataFrame({"reason": []})
