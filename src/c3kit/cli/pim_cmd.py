@@ -46,6 +46,8 @@ def gemv_cmd(
     batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes, comma-separated."),
     context: int = typer.Option(1024, "--context", help="KV-cache length of the attention GEMVs (tokens)."),
     attention: str = typer.Option("pim", "--attention", help="Per-token model: attention GEMVs on pim or host."),
+    input_modes: str = typer.Option("registers,commands", "--input-modes",
+                                    help="Input-vector modes the search may use: registers, commands or both."),
     m: int = typer.Option(None, "--m", help="Place one GEMV of M rows (with --k) instead of the OPT sweep."),
     k: int = typer.Option(None, "--k", help="Reduction length K of the single GEMV."),
     tile_m: int = typer.Option(None, "--tile-m", help="Fix the tile height (single GEMV); else searched."),
@@ -97,16 +99,20 @@ def gemv_cmd(
         return
 
     models = pimnast.opt_family() if model == "all" else [pimnast.get_opt(x) for x in model.split(",") if x.strip()]
-    gemvs = pimnast.gemv_table(mem, models, batches, context)
+    modes = tuple(x.strip() for x in input_modes.split(",") if x.strip())
+    if not modes or set(modes) - {"registers", "commands"}:
+        raise PimError(f"--input-modes {input_modes!r}: use registers, commands or registers,commands")
     if attention not in ("pim", "host"):
         raise PimError(f"--attention {attention!r}: use pim or host")
-    tokens = pimnast.token_table(mem, models, batches, context, attention_on_pim=attention == "pim")
+    gemvs = pimnast.gemv_table(mem, models, batches, context, modes=modes)
+    ablation = pimnast.ablation_table(mem, models)
+    tokens = pimnast.token_table(mem, models, batches, context, attention_on_pim=attention == "pim", modes=modes)
     summ = pimnast.summary(gemvs, tokens) if 1 in batches else None
     if out is not None:
-        _gemv_report(out, mem, gemvs, tokens, summ, context)
+        _gemv_report(out, mem, gemvs, tokens, summ, context, ablation)
     if json_out:
         emit_json({"pim": mem.describe(), "gemvs": gemvs.to_dict(orient="records"),
-                   "tokens": tokens.to_dict(orient="records"),
+                   "tokens": tokens.to_dict(orient="records"), "ablation": ablation.to_dict(orient="records"),
                    "summary": None if summ is None else summ.to_dict(orient="records")})
         return
     cols = ["model", "gemv", "M", "K", "batch", "tile", "split_k", "degree", "input_mode", "padding", "speedup",
@@ -118,6 +124,7 @@ def gemv_cmd(
                            _ms(tokens, ["host_token", "pim_token", "non_gemv"])[
                                ["model", "batch", "host_token", "pim_token", "non_gemv", "gemv_speedup",
                                 "token_speedup"]], max_rows=len(tokens)))
+    console.print(df_table("Knob ablation: batch-1 weight-GEMV speedup", ablation))
     if summ is not None:
         console.print(df_table("Ours beside PIMnast (batch 1; weight GEMVs QKV, out, FF1, FF2)", summ))
 
@@ -136,7 +143,7 @@ def _ms(df, cols):
     return df
 
 
-def _gemv_report(out, mem, gemvs, tokens, summ, context) -> None:
+def _gemv_report(out, mem, gemvs, tokens, summ, context, ablation) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,6 +156,7 @@ def _gemv_report(out, mem, gemvs, tokens, summ, context) -> None:
                  f"row-open roofline {mem.row_roofline:.2f}x; attention GEMVs at a {context}-token KV cache.")
         if summ is not None:
             rep.table("summary", summ, "Ours beside the published PIMnast figures")
+        rep.table("ablation", ablation, "Knob ablation (batch 1, weight GEMVs)")
         rep.table("gemvs", gemvs.drop(columns=["explanation"]), "Best placement of every GEMV")
         rep.table("tokens", tokens, "Per-token decode latency (s)")
         rep.table("explanations", gemvs[["model", "gemv", "batch", "explanation"]], "Why each placement")

@@ -10,7 +10,7 @@ from importlib import resources
 import pandas as pd
 
 from c3kit.errors import PimError
-from c3kit.pim.gemv import Gemv, Placement, search
+from c3kit.pim.gemv import INPUT_MODES, Gemv, Knobs, Placement, place, search
 from c3kit.pim.model import PimMemory
 
 WEIGHT_GEMVS = ("qkv", "out", "ff1", "ff2")
@@ -65,7 +65,7 @@ def layer_gemvs(model: OptModel, batch: int, context: int) -> list[tuple[Gemv, i
 
 
 def gemv_table(mem: PimMemory, models: list[OptModel], batches=(1, 2, 4), context: int = 1024,
-               include_attention: bool = True) -> pd.DataFrame:
+               include_attention: bool = True, modes: tuple[str, ...] = INPUT_MODES) -> pd.DataFrame:
     """Best placement of every GEMV of every model at every batch, with rooflines (one row each)."""
     if context <= 0:
         raise PimError(f"context length {context}: must be at least 1 token")
@@ -77,14 +77,15 @@ def gemv_table(mem: PimMemory, models: list[OptModel], batches=(1, 2, 4), contex
             for g, count in layer_gemvs(model, b, context):
                 if not include_attention and g.name.startswith("attn"):
                     continue
-                p = search(mem, g)
+                p = search(mem, g, modes=modes)
                 rows.append({"model": model.name, **p.row(), "batch": b, "per_layer": count,
                              "explanation": p.explanation})
     return pd.DataFrame(rows)
 
 
 def token_table(mem: PimMemory, models: list[OptModel], batches=(1, 2, 4), context: int = 1024,
-                cache: dict | None = None, attention_on_pim: bool = True) -> pd.DataFrame:
+                cache: dict | None = None, attention_on_pim: bool = True,
+                modes: tuple[str, ...] = INPUT_MODES) -> pd.DataFrame:
     """Per-token decode latency on the host alone vs GEMVs on PIM with everything else on the host.
 
     With attention_on_pim=False the attention GEMVs (over the KV cache) stay on the host too.
@@ -98,7 +99,7 @@ def token_table(mem: PimMemory, models: list[OptModel], batches=(1, 2, 4), conte
         """The searched placement of g, memoised by shape."""
         key = (g.m, g.k, g.batch)
         if key not in cache:
-            cache[key] = search(mem, g)
+            cache[key] = search(mem, g, modes=modes)
         return cache[key]
 
     for model in models:
@@ -123,6 +124,20 @@ def token_table(mem: PimMemory, models: list[OptModel], batches=(1, 2, 4), conte
                          "pim_gemv": pim_g, "non_gemv": other, "host_token": host_g + other,
                          "pim_token": pim_g + other, "gemv_speedup": host_g / pim_g,
                          "token_speedup": (host_g + other) / (pim_g + other)})
+    return pd.DataFrame(rows)
+
+
+def ablation_table(mem: PimMemory, models: list[OptModel]) -> pd.DataFrame:
+    """Mean / max / min batch-1 weight-GEMV speedup as the PIMnast knobs are switched on one by one."""
+    naive = Knobs(min(mem.out_reg_bits // mem.acc_bits, mem.interleave_bytes // mem.elem_bytes), 1, 1, "registers")
+    steps = [("fixed tile, no split-K, degree 1, input in registers", lambda g: place(mem, g, naive)),
+             ("search tile, split-K, degree; input in registers", lambda g: search(mem, g, modes=("registers",))),
+             ("search, input in commands only", lambda g: search(mem, g, modes=("commands",))),
+             ("search everything", lambda g: search(mem, g))]
+    rows = []
+    for label, fn in steps:
+        s = pd.Series([fn(g).speedup for m in models for g, _ in layer_gemvs(m, 1, 1) if g.name in WEIGHT_GEMVS])
+        rows.append({"placement": label, "mean": s.mean(), "max": s.max(), "min": s.min()})
     return pd.DataFrame(rows)
 
 
