@@ -13,6 +13,9 @@ from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.model import GPU
 
 
+JSON_MAX_ROWS = 2000  # larger tables go to CSV only, so --json stays a readable document
+
+
 @dataclass
 class StudyResult:
     """Tidy tables, figure builders and Markdown notes of one study; `summary` is the table to print."""
@@ -26,12 +29,13 @@ class StudyResult:
     headline: dict = field(default_factory=dict)
     seconds: float = 0.0
 
-    def to_dict(self) -> dict:
-        """JSON-ready view: headline numbers, notes and every table as records."""
+    def to_dict(self, max_rows: int = JSON_MAX_ROWS) -> dict:
+        """JSON-ready view: headline, notes, summary; tables as records (larger ones only by size and CSV name)."""
         return {
             "study": self.name, "title": self.title, "seconds": round(self.seconds, 3), "headline": self.headline,
             "notes": self.notes, "summary": _records(self.summary),
-            "tables": {k: _records(v) for k, v in self.tables.items()},
+            "tables": {k: (_records(v) if len(v) <= max_rows else {"rows": len(v), "csv": f"{k}.csv"})
+                       for k, v in self.tables.items()},
         }
 
 
