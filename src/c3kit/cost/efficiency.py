@@ -284,9 +284,24 @@ def _rows_of(data) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list
     raise CostError("fit_efficiency needs a GemmTable or a calibration document of kind 'gemm'")
 
 
+LARGE_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128))
+SKINNY_TILES: tuple[tuple[int, int], ...] = DEFAULT_TILES + ((32, 128), (128, 32), (16, 256), (256, 16))
+
+
+def _huber(r: np.ndarray, delta: float) -> float:
+    a = np.abs(r)
+    return float(np.where(a <= delta, 0.5 * a * a, delta * (a - 0.5 * delta)).sum()) if delta > 0 else float(r @ r)
+
+
 def fit_efficiency(data, gpu: GPU, init: EfficiencyCurve | None = None, fit: Sequence[str] = _FIT_PARAMS,
-                   max_iter: int = 60, starts: int = 3) -> FitResult:
-    """Fit the curve's parameters to a gemm calibration table by least squares on log time (numpy LM)."""
+                   max_iter: int = 60, starts: int = 3, robust: float = 0.05,
+                   tile_sets: Sequence[tuple[tuple[int, int], ...]] | None = None) -> FitResult:
+    """Fit the curve's parameters to a gemm calibration table by (Huber-robust) least squares on log time.
+
+    Continuous parameters (`fit`) by Levenberg-Marquardt from several starts, then Huber IRLS with
+    threshold `robust` (in log time; 0 = plain least squares); the tile set, which is discrete, is
+    chosen among `tile_sets` (default: init's tiles, LARGE_TILES, SKINNY_TILES) by the lower loss.
+    """
     m, n, k, b, dts, t = _rows_of(data)
     if len(t) < 3:
         raise CostError(f"fit_efficiency needs at least 3 measured GEMMs, got {len(t)}")
@@ -295,18 +310,35 @@ def fit_efficiency(data, gpu: GPU, init: EfficiencyCurve | None = None, fit: Seq
     unknown = set(fit) - set(_FIT_PARAMS)
     if unknown:
         raise CostError(f"fit_efficiency: cannot fit {sorted(unknown)}; fittable: {', '.join(_FIT_PARAMS)}")
-    base = init or DEFAULT_CURVE
+    init = init or DEFAULT_CURVE
+    if tile_sets is None:
+        tile_sets = [init.tiles] + [ts for ts in (LARGE_TILES, SKINNY_TILES) if ts != init.tiles]
     dtypes = sorted(set(dts))
     names = [p for p in _FIT_PARAMS if p in fit]
     logt = np.log(t)
+    best: tuple[float, EfficiencyCurve, np.ndarray] | None = None
+    total_it = 0
+    for tiles in tile_sets:
+        base = init.with_(tiles=tuple(tiles))
+        curve, r, it = _fit_one(base, gpu, m, n, k, b, dts, logt, dtypes, names, max_iter, starts, robust)
+        total_it += it
+        loss = _huber(r, robust)
+        if best is None or loss < best[0]:
+            best = (loss, curve, r)
+    assert best is not None
+    err = np.abs(np.exp(best[2]) - 1.0)
+    return FitResult(best[1], float(np.median(err)), float(np.mean(err)), float(np.max(err)), len(t), total_it)
+
+
+def _fit_one(base, gpu, m, n, k, b, dts, logt, dtypes, names, max_iter, starts, robust):
+    """One tile set: multi-start LM, then Huber IRLS; (curve, log residuals, iterations)."""
 
     def resid(x: np.ndarray) -> np.ndarray:
         c = _unpack(x, base, dtypes, names)
         return np.log(curve_times(c, gpu, m, n, k, dts, b)) - logt
 
-    starts_x = []
     x0 = _pack(base, dtypes, names)
-    starts_x.append(x0)
+    starts_x = [x0]
     # other starts: different K saturation and tile-cost scales (the least smooth directions)
     for kh, tc in ((32.0, 1.0), (256.0, 16.0), (512.0, 2.0))[: max(0, starts - 1)]:
         xs = x0.copy()
@@ -316,16 +348,23 @@ def fit_efficiency(data, gpu: GPU, init: EfficiencyCurve | None = None, fit: Seq
             if nm == "tile_cost":
                 xs[len(dtypes) + j] = math.log(tc)
         starts_x.append(xs)
-
     best_x, best_cost, total_it = x0, float("inf"), 0
     for xs in starts_x:
         x, cost, it = _levenberg_marquardt(resid, xs, max_iter)
         total_it += it
         if cost < best_cost:
             best_x, best_cost = x, cost
-    curve = _unpack(best_x, base, dtypes, names)
-    err = np.abs(np.exp(resid(best_x)) - 1.0)
-    return FitResult(curve, float(np.median(err)), float(np.mean(err)), float(np.max(err)), len(t), total_it)
+    if robust > 0:
+        # Huber loss by iteratively reweighted least squares: shapes the curve cannot describe (a
+        # library's special kernel for one shape class) must not pull the fit away from the rest,
+        # since what matters is the typical (median) error
+        for _ in range(4):
+            r = np.abs(resid(best_x))
+            w = np.sqrt(np.minimum(1.0, robust / np.maximum(r, 1e-12)))
+            x, _, it = _levenberg_marquardt(lambda z: resid(z) * w, best_x, max_iter)
+            total_it += it
+            best_x = x
+    return _unpack(best_x, base, dtypes, names), resid(best_x), total_it
 
 
 def _levenberg_marquardt(f, x0: np.ndarray, max_iter: int) -> tuple[np.ndarray, float, int]:
