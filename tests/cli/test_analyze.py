@@ -1,0 +1,86 @@
+"""`c3kit analyze`: the default run, options, JSON output, and bad input (exit 2, nothing written)."""
+
+import json
+
+import pytest
+
+from c3kit.cli.main import main
+
+
+def test_default_run_writes_report(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["analyze", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Llama-3-70B" in text and "tp 8" in text and "chosen automatically" in text
+    for f in ("report.md", "time_per_op.png", "exposed_vs_hidden.png", "ops.csv", "by_role.csv", "totals.csv"):
+        assert (out / f).is_file(), f
+    md = (out / "report.md").read_text()
+    assert "time_per_op.png" in md and "Llama-3-70B" in md
+
+
+def test_json_is_one_document(tmp_path, capsys):
+    out = tmp_path / "j"
+    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "8", "--tp", "2", "--pp", "2", "--seq", "2048",
+                 "--batch", "16", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["tp"] == 2 and doc["config"]["pp"] == 2 and doc["config"]["dp"] == 2
+    t = doc["totals"]
+    assert t["step_time"] > 0 and 0 <= t["exposed"] <= t["comm"] and t["bubble"] > 0
+    assert abs(sum(r["share"] for r in doc["rows"]) - 1) < 1e-9
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_inference_phases(tmp_path, capsys, phase):
+    assert main(["analyze", "--model", "Llama-3-8B", "--phase", phase, "--seq", "4096", "--out",
+                 str(tmp_path / phase), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["phase"] == phase and doc["totals"]["step_time"] > 0
+    assert all(r["phase"] != "bwd" for r in doc["rows"])
+
+
+def test_hf_config(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 8,
+                               "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 5632,
+                               "vocab_size": 32000, "max_position_embeddings": 4096}))
+    assert main(["analyze", "--model", str(cfg), "--seq", "2048", "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["step_time"] > 0
+
+
+BAD = [
+    (["--model", "llama-3-71b"], "did you mean"),
+    (["--hw", "H300"], "unknown hardware"),
+    (["--tp", "3"], "divisible"),
+    (["--model", "Llama-3-8B", "--pp", "5", "--tp", "1", "--gpus", "5"], "layers"),
+    (["--gpus", "12", "--tp", "8"], "divisible"),
+    (["--gpus", "16", "--tp", "8", "--dp", "4"], "GPUs"),
+    (["--seq", "0"], "positive"),
+    (["--seq", "-5"], "positive"),
+    (["--batch", "0"], "positive"),
+    (["--micro-batch", "-1"], "positive"),
+    (["--phase", "serve"], "phase"),
+    (["--dtype", "fp13"], "dtype"),
+    (["--recompute", "some"], "recompute"),
+    (["--ep", "2"], "dense"),
+    (["--policy", "magic"], "policy"),
+    (["--gpus", "8", "--tp", "8", "--recompute", "none"], "GB"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, args, needle):
+    out = tmp_path / "never"
+    assert main(["analyze", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle.lower() in err.lower(), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"model_type": "llama"}), json.dumps([1, 2])])
+def test_malformed_config_json(tmp_path, capsys, text):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(text)
+    out = tmp_path / "never"
+    assert main(["analyze", "--model", str(cfg), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not out.exists()
