@@ -160,17 +160,22 @@ def comparison(params: DMAParams, ranks: int, gpu) -> pd.DataFrame:
 
 
 def selector_table(params: DMAParams, sizes, ranks: int, gpu, label: str) -> pd.DataFrame:
-    """The size-based selector: per size range the best DMA variant, and whether the SM library beats it."""
+    """The size-based selector: per size range the best DMA variant, and the pick once the SM library competes."""
     rows = []
     for kind in VARIANTS_FOR:
-        for lo, hi, lab in selector(kind, sizes, ranks, params):
-            rows.append(dict(gpu=label, kind=kind, from_bytes=lo, to_bytes=hi, variant=lab))
-    df = pd.DataFrame(rows)
-    wins = []
-    for kind in VARIANTS_FOR:
-        w = [s for s in sizes if best_variant(kind, s, ranks, params).total < _sm_time(kind, s, ranks, gpu)]
-        wins.append(dict(gpu=label, kind=kind, dma_beats_sm_from=min(w) if w else float("nan")))
-    return df.merge(pd.DataFrame(wins), on=["gpu", "kind"])
+        dma_ranges = selector(kind, sizes, ranks, params)
+        for s in sizes:
+            b = best_variant(kind, s, ranks, params)
+            sm = _sm_time(kind, s, ranks, gpu)
+            pick = b.label if b.total <= sm else "SM library"
+            dma = next(lab for lo, hi, lab in dma_ranges if lo <= s <= hi)
+            if rows and rows[-1]["kind"] == kind and rows[-1]["best_dma"] == dma and rows[-1]["pick"] == pick:
+                rows[-1]["to_bytes"] = s
+                rows[-1]["dma_vs_sm_at_to"] = b.total / sm
+            else:
+                rows.append(dict(gpu=label, kind=kind, from_bytes=s, to_bytes=s, best_dma=dma, pick=pick,
+                                 dma_vs_sm_at_from=b.total / sm, dma_vs_sm_at_to=b.total / sm))
+    return pd.DataFrame(rows)
 
 
 def params_table(params: DMAParams, origin: str, label: str) -> pd.DataFrame:
