@@ -20,7 +20,8 @@ def test_every_scenario_has_serial_and_an_oracle(quick):
     real = df[df.realizable].groupby("scenario").speedup.max()
     assert (pk.set_index("scenario").oracle_speedup - real).abs().max() < 1e-12
     assert (pk.oracle_speedup >= 1.0 - 1e-12).all()
-    assert (pk.heuristic_vs_oracle <= 1.0 + 1e-12).all()
+    picked = pk[pk.heuristic_realizable]
+    assert (picked.heuristic_vs_oracle <= 1.0 + 1e-12).all()
 
 
 def test_losses_follow_the_definitions(quick):

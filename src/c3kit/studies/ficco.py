@@ -74,6 +74,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         h = by_name.get(pick)
         picks.append(dict(common, oracle=oracle.schedule, oracle_speedup=oracle.speedup, heuristic=pick,
                           heuristic_speedup=h.speedup if h else float("nan"),
+                          heuristic_realizable=bool(h and h.realizable),
                           optimal=pick == oracle.schedule,
                           near_optimal=bool(h and h.time <= oracle.time * (1 + NEAR)),
                           heuristic_vs_oracle=(oracle.time / h.time) if h else float("nan"),
@@ -118,11 +119,16 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
     summary = pd.DataFrame(summary_rows)
     summary["gap"] = summary.ours - summary.published
     n_held = int((pk.split == "held-out").sum())
+    from c3kit.sim import calibration_path
+
+    calib = "; ".join(f"{spec.name}: " + (f"calibrated ({calibration_path(spec.name).name})"
+                                          if calibration_path(spec.name) else "sim defaults")
+                      for spec in hw.values())
     notes = [
         f"{len(pk)} scenarios ({n_held} held-out: whole models unseen by the heuristic's design split) from "
         "c3kit.overlap.scenarios at TP = EP = 8, tokens " + ", ".join(map(str, QUICK_TOKENS if quick else TOKENS))
         + f", dtypes {', '.join(('bf16',) if quick else DTYPES)}; every applicable schedule simulated by "
-        "c3kit.overlap.evaluate with the sim's contention parameters (calibration files when shipped).",
+        f"c3kit.overlap.evaluate; contention parameters: {calib}.",
         "DIL = sum of sub-GEMMs alone / whole GEMM alone - 1; contention loss = time overlapped / time alone - 1 "
         "(RESEARCH.md stand-in definitions, computed by c3kit.overlap).",
         "Oracle = fastest realizable schedule (fused-dma on GEMM->RS needs T3-style near-memory reduction: "
