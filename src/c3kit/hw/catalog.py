@@ -67,6 +67,22 @@ def _catalog() -> dict[str, tuple[GPU, tuple[str, ...]]]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _index() -> dict[str, GPU]:
+    index: dict[str, GPU] = {}
+    for gpu, aliases in _catalog().values():
+        for key in (gpu.name, *aliases):
+            index[key.lower()] = gpu
+    return index
+
+
+@lru_cache(maxsize=256)
+def _projected(base: str, rule: str, gens: int) -> GPU:
+    from c3kit.hw.future import project
+
+    return project(get_gpu(base), rule, gens)
+
+
 def list_gpus() -> list[GPU]:
     """Every GPU in the catalog, sorted by vendor then name."""
     return sorted((g for g, _ in _catalog().values()), key=lambda g: (g.vendor, g.name))
@@ -81,13 +97,8 @@ def get_gpu(name: str) -> GPU:
             raise HardwareError(f"{name}: not valid TOML ({e})") from None
     m = _PROJECTED.match(name.strip())
     if m:
-        from c3kit.hw.future import project
-
-        return project(get_gpu(m["base"]), m["rule"], int(m["gens"]))
-    index: dict[str, GPU] = {}
-    for gpu, aliases in _catalog().values():
-        for key in (gpu.name, *aliases):
-            index[key.lower()] = gpu
+        return _projected(m["base"], m["rule"].lower(), int(m["gens"]))
+    index = _index()
     hit = index.get(name.lower())
     if hit is not None:
         return hit
