@@ -104,11 +104,14 @@ def test_opt_family_study():
 shapes = st.tuples(st.integers(1, 20000), st.integers(1, 20000), st.sampled_from([1, 2, 4]))
 
 
-@given(shapes)
-def test_speedup_never_exceeds_roofline(s):
+@given(shapes, st.sampled_from(["lpddr5x-7500-pim", "hbm-pim"]), st.booleans())
+def test_speedup_never_exceeds_roofline(s, name, overlap):
     m, k, b = s
-    p = search(SOC, Gemv("g", m, k, b))
+    mem = get_pim(name)
+    p = search(mem, Gemv("g", m, k, b), overlap_open=overlap)
     assert p.speedup <= p.roofline * (1 + 1e-9) <= p.boost_roofline * (1 + 1e-9)
+    assert p.knobs.degree <= p.items_per_unit
+    assert p.speedup <= mem.bandwidth_boost * (1 + 1e-9) or p.host_time > mem.host.time(m * k * mem.elem_bytes)
 
 
 @given(shapes, st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([1, 2, 4, 8]))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, df_table, emit_json
+from c3kit.cli.common import JSON_OPT, console, emit_json
+from c3kit.cli.common import df_table as _df_table
 from c3kit.errors import PimError
 
 pim_app = typer.Typer(help="Processing-in-memory: GEMV placement, PIM amenability, just-in-time quantisation.",
@@ -19,6 +20,23 @@ PIM_HELP = "PIM memory from the catalog (lpddr5x-7500-pim, hbm-pim) or a TOML fi
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the c3kit app."""
     app.add_typer(pim_app, name="pim")
+
+
+def df_table(title: str, df, max_rows: int = 60):
+    """A rich table whose first column (model or primitive names) never wraps or truncates."""
+    t = _df_table(title, df, max_rows)
+    if len(df):
+        t.columns[0].no_wrap = True
+        t.columns[0].min_width = max(len(str(v)) for v in df.iloc[:max_rows, 0])
+    return t
+
+
+def _records(df) -> list[dict]:
+    """DataFrame rows for JSON, with NaN as null so the document stays strict JSON."""
+    import math
+
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in df.to_dict(orient="records")]
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -111,22 +129,28 @@ def gemv_cmd(
     if out is not None:
         _gemv_report(out, mem, gemvs, tokens, summ, context, ablation)
     if json_out:
-        emit_json({"pim": mem.describe(), "gemvs": gemvs.to_dict(orient="records"),
-                   "tokens": tokens.to_dict(orient="records"), "ablation": ablation.to_dict(orient="records"),
-                   "summary": None if summ is None else summ.to_dict(orient="records")})
+        emit_json({"pim": mem.describe(), "gemvs": _records(gemvs),
+                   "tokens": _records(tokens), "ablation": _records(ablation),
+                   "summary": None if summ is None else _records(summ)})
         return
     cols = ["model", "gemv", "M", "K", "batch", "tile", "split_k", "degree", "input_mode", "padding", "speedup",
             "roofline"]
     console.print(df_table(f"PIMnast GEMVs on {mem.name}: best placement, speedup over the host "
                            f"(boost {mem.bandwidth_boost:.2f}x, row-open roofline {mem.row_roofline:.2f}x)",
-                           gemvs[cols], max_rows=len(gemvs)))
+                           gemvs[cols].rename(columns=_SHORT), max_rows=len(gemvs)))
     console.print(df_table("Per-token decode latency (ms): host alone vs GEMVs on PIM",
                            _ms(tokens, ["host_token", "pim_token", "non_gemv"])[
                                ["model", "batch", "host_token", "pim_token", "non_gemv", "gemv_speedup",
-                                "token_speedup"]], max_rows=len(tokens)))
+                                "token_speedup"]].rename(columns=_SHORT), max_rows=len(tokens)))
     console.print(df_table("Knob ablation: batch-1 weight-GEMV speedup", ablation))
     if summ is not None:
         console.print(df_table("Ours beside PIMnast (batch 1; weight GEMVs QKV, out, FF1, FF2)", summ))
+
+
+_SHORT = {"batch": "b", "split_k": "splitK", "degree": "deg", "input_mode": "input", "padding": "pad",
+          "roofline": "roof", "host_token": "host", "pim_token": "pim", "non_gemv": "other",
+          "gemv_speedup": "GEMV x", "token_speedup": "token x", "keeps_up": "keeps up", "pim_quantize": "t_pim",
+          "fwd_compute": "t_fwd", "throughput_loss": "loss", "loss_vs_free_copies": "loss (free copies)"}
 
 
 def _us(df, cols):
@@ -217,8 +241,8 @@ def amenability_cmd(
     if out is not None:
         _amen_report(out, mem, table, base, sel, summ, am.ASSUMED)
     if json_out:
-        emit_json({"pim": mem.name, "table": table.to_dict(orient="records"), "assumed": am.ASSUMED,
-                   "summary": None if summ is None else summ.to_dict(orient="records")})
+        emit_json({"pim": mem.name, "table": _records(table), "assumed": am.ASSUMED,
+                   "summary": None if summ is None else _records(summ)})
         return
     cols = ["primitive", "amenable", "failing", "gpu_time", "pim_time", "speedup"]
     side = base[cols].merge(sel[cols], on="primitive", suffixes=("_base", "_opt"))
@@ -314,9 +338,9 @@ def jitq_cmd(
     if out is not None:
         _jitq_report(out, opt, g, qerr, led, thr, summ)
     if json_out:
-        emit_json({"model": opt.name, "gpu": g.name, "quantizers": qerr.to_dict(orient="records"),
-                   "ledger": led.to_dict(orient="records"), "throughput": thr.to_dict(orient="records"),
-                   "summary": summ.to_dict(orient="records")})
+        emit_json({"model": opt.name, "gpu": g.name, "quantizers": _records(qerr),
+                   "ledger": _records(led), "throughput": _records(thr),
+                   "summary": _records(summ)})
         return
     console.print(df_table("MX round trip on N(0,1) data (blocks of 16 along the dot-product axis)", qerr))
     show = led[led.recompute == "full"].copy()
@@ -327,7 +351,7 @@ def jitq_cmd(
                            max_rows=len(show)))
     console.print(df_table(f"Throughput: PIM quantises layer l+1 while {g.name} computes layer l",
                            thr[["format", "tokens", "keeps_up", "pim_quantize", "fwd_compute", "throughput_loss",
-                                "loss_vs_free_copies"]], max_rows=len(thr)))
+                                "loss_vs_free_copies"]].rename(columns=_SHORT), max_rows=len(thr)))
     console.print(df_table("Ours beside JIT-Q", summ))
 
 

@@ -252,7 +252,9 @@ def search(mem: PimMemory, g: Gemv, overlap_open: bool = False, modes: tuple[str
     rel = np.round(time / time[np.isfinite(time)].min(), 6)
     order = np.lexsort((grid["degree"], grid["split_k"], -grid["upc"], rel))
     i = int(order[0])
-    knobs = Knobs(int(grid["tile_m"][i]), int(grid["split_k"][i]), int(grid["degree"][i]),
+    # A degree above the unit's item count changes nothing; report the smallest one that does the same.
+    degree = min(int(grid["degree"][i]), int(ev["items"][i]))
+    knobs = Knobs(int(grid["tile_m"][i]), int(grid["split_k"][i]), degree,
                   "commands" if grid["commands"][i] else "registers", int(grid["upc"][i]))
     return _placement(mem, g, knobs, {k: v[i] for k, v in ev.items()}, overlap_open)
 
