@@ -32,6 +32,21 @@ def test_every_catalog_number_has_a_source():
             assert k in mem.sources, (mem.name, k)
 
 
+def test_address_interleaving():
+    assert SOC.locate(0) == {"channel": 0, "bank": 0, "unit": 0, "row": 0, "column": 0}
+    assert SOC.locate(256)["channel"] == 1 and SOC.locate(8 * 256)["bank"] == 1
+    # The 129th chunk is back in channel 0 bank 0, one chunk (8 words) further along its row.
+    assert SOC.locate(128 * 256) == {"channel": 0, "bank": 0, "unit": 0, "row": 0, "column": 8}
+    assert SOC.locate(8 * 128 * 256)["row"] == 1
+    # A 16 x 16 INT8 tile stored as one chunk stays in one bank; a row-major matrix row of 4096 B does not.
+    tile = {(SOC.locate(a)["channel"], SOC.locate(a)["bank"]) for a in range(5 * 256, 6 * 256)}
+    matrix_row = {(SOC.locate(a)["channel"], SOC.locate(a)["bank"]) for a in range(0, 4096)}
+    assert len(tile) == 1 and len(matrix_row) == 16
+    assert get_pim("hbm-pim").locate(256 * 16)["unit"] == 0 and get_pim("hbm-pim").locate(256 * 32)["unit"] == 1
+    with pytest.raises(PimError):
+        SOC.locate(-1)
+
+
 def test_hand_checked_placement():
     p = place(SOC, Gemv("g", 2048, 2048), Knobs(tile_m=16, split_k=1, degree=4, input_mode="registers"))
     assert (p.tile_k, p.row_blocks, p.k_tiles, p.items_per_unit, p.tiles_per_unit) == (16, 128, 128, 1, 128)
@@ -46,6 +61,7 @@ def test_hand_checked_placement():
     assert p.time == pytest.approx(t_mac + t_open + t_input + t_output)
     assert p.host_time == pytest.approx((2048 * 2048 + 2 * 2048) / 120e9)
     assert p.padding == pytest.approx(0.0)
+    assert p.commands == {"ACT": 16, "PRE": 16, "MAC": 1024, "WR": 64, "RD": 8192 // (32 * 8)}
 
 
 def test_padding_and_split_k():

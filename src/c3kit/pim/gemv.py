@@ -62,6 +62,7 @@ class Placement:
     tiles_per_unit: int
     padding: float  # fraction of each unit's MAC work that is padding
     row_opens: int  # per unit
+    commands: dict  # per channel: ACT (= PRE), MAC (all-bank), WR (input registers), RD (output registers)
     input_phases: int
     output_phases: int
     t_mac: float
@@ -81,7 +82,7 @@ class Placement:
         return {"gemv": self.gemv.name, "M": self.gemv.m, "K": self.gemv.k, "batch": self.gemv.batch,
                 "tile": f"{k.tile_m}x{self.tile_k}", "split_k": k.split_k, "degree": k.degree,
                 "input_mode": k.input_mode, "items_per_unit": self.items_per_unit, "padding": self.padding,
-                "t_mac": self.t_mac, "t_open": self.t_open, "t_input": self.t_input, "t_output": self.t_output,
+                **{f"n_{c}": n for c, n in self.commands.items() if c != "PRE"}, "t_mac": self.t_mac, "t_open": self.t_open, "t_input": self.t_input, "t_output": self.t_output,
                 "pim_time": self.time, "host_time": self.host_time, "speedup": self.speedup,
                 "roofline": self.roofline, "boost_roofline": self.boost_roofline}
 
@@ -151,6 +152,8 @@ def _evaluate(mem: PimMemory, g: Gemv, tile_m, split_k, degree, commands, upc=No
     ok &= (~commands | (tile_k * eb <= mem.word_bytes)) & (upc >= 1) & (upc <= mem.units_per_channel)
     return {"tile_k": tile_k, "rb": rb, "kt": kt, "items": items, "tiles": tiles, "words": words,
             "opens": opens, "in_phases": in_phases, "out_phases": row_groups, "t_mac": t_mac,
+            "n_mac": words * b * np.where(commands, groups, 1), "n_write": in_phases * groups * chunk_words,
+            "n_read": _cdiv(out_bytes, mem.word_bytes * mem.channels),
             "t_open": t_open, "t_input": t_input, "t_output": t_output, "time": np.where(ok, total, np.inf),
             "ok": ok}
 
@@ -211,7 +214,10 @@ def _placement(mem, g, knobs, e, overlap_open) -> Placement:
     p = Placement(
         gemv=g, knobs=knobs, tile_k=int(e["tile_k"]), row_blocks=int(e["rb"]), k_tiles=int(e["kt"]),
         items_per_unit=int(e["items"]), tiles_per_unit=int(e["tiles"]), padding=padding,
-        row_opens=int(e["opens"]), input_phases=int(e["in_phases"]), output_phases=int(e["out_phases"]),
+        row_opens=int(e["opens"]),
+        commands={"ACT": int(e["opens"]), "PRE": int(e["opens"]), "MAC": int(e["n_mac"]), "WR": int(e["n_write"]),
+                  "RD": int(e["n_read"])},
+        input_phases=int(e["in_phases"]), output_phases=int(e["out_phases"]),
         t_mac=float(e["t_mac"]), t_open=float(e["t_open"]), t_input=float(e["t_input"]),
         t_output=float(e["t_output"]), time=float(e["time"]), host_time=ht, speedup=ht / float(e["time"]),
         roofline=ht / ideal, boost_roofline=ht / stream)

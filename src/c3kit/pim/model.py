@@ -154,6 +154,21 @@ class PimMemory:
         """Bandwidth boost after the row-open cost (PIMnast's 7x)."""
         return self.bandwidth_boost * self.row_efficiency
 
+    def locate(self, addr: int) -> dict:
+        """Where a physical byte address lives: channel, bank, row and column word.
+
+        Consecutive interleave chunks go to consecutive channels, then banks; a bank's chunks fill its
+        rows in order, so the software that owns a large page controls which bank holds which chunk.
+        """
+        if addr < 0:
+            raise PimError(f"address {addr} is negative")
+        chunk, within = divmod(int(addr), self.interleave_bytes)
+        channel = chunk % self.channels
+        bank = (chunk // self.channels) % self.banks_per_channel
+        offset = (chunk // self.banks) * self.interleave_bytes + within
+        return {"channel": channel, "bank": bank, "unit": bank // self.banks_per_unit,
+                "row": offset // self.row_bytes, "column": (offset % self.row_bytes) // self.word_bytes}
+
     def with_(self, **changes) -> "PimMemory":
         """A copy with some fields replaced; `host_bw=` and `tX=` change the host and timing too."""
         host = {k[5:]: changes.pop(k) for k in list(changes) if k.startswith("host_")}
