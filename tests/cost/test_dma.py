@@ -123,3 +123,13 @@ def test_prelaunch_helps_when_trigger_is_cheaper_than_a_launch(p, s, kind):
         if p.trigger <= p.launch:
             assert (dma_collective_time(kind, s, 8, p, v, True).total
                     <= dma_collective_time(kind, s, 8, p, v, False).total + 1e-12)
+
+
+def test_dest_overhead_charges_two_destination_commands():
+    # bcst+PL, 8 ranks, 1000 B chunks: 4 commands (3 of 2000 B to two peers, 1 of 1000 B), one engine each;
+    # a two-destination command starts at 0.3 and takes 0.1 + 0.4 (extra destination) + 2 + 0.2 latency -> 3.0 us
+    p = DMAParams.with_overrides(P, dest_overhead=0.4e-6)
+    t = dma_collective_time("all_gather", 8000, 8, p, "bcst", True)
+    # completions: 1.6 (single) and 3.0 x 3; syncs: 1.6 -> 2.1, then 3.0 -> 3.5 -> 4.0 -> 4.5
+    assert t.total == pytest.approx(4.5 * US)
+    assert t.total > dma_collective_time("all_gather", 8000, 8, P, "bcst", True).total

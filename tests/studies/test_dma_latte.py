@@ -18,9 +18,9 @@ def test_mi300x_share_follows_the_published_shape():
     p, _ = mi300x_params()
     for size, pub in PUBLISHED_SHARE.items():
         assert abs(single_copy_time(size, p).non_copy_share - pub) < 0.06, size
-    # hand check at 1 MiB: (4.2 + 0.55 + 1.1) / (4.2 + 0.55 + 2.7 + 2^20 / 44e9 * 1e6 + 1.1) us
-    copy_us = 2.7 + 2**20 / 44e9 * 1e6
-    assert single_copy_time(1 * MB, p).non_copy_share == pytest.approx(5.85 / (5.85 + copy_us))
+    # hand check at 1 MiB: (4.3 + 0.52 + 1.1) / (4.3 + 0.52 + 2.8 + 2^20 / 44.5e9 * 1e6 + 1.1) us
+    copy_us = 2.8 + 2**20 / 44.5e9 * 1e6
+    assert single_copy_time(1 * MB, p).non_copy_share == pytest.approx(5.92 / (5.92 + copy_us))
 
 
 def test_study_tables_and_headline():

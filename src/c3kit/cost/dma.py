@@ -49,14 +49,15 @@ class DMAParams:
     trigger: float  # s of the single flag write that releases pre-launched commands
     peer_bw: float  # B/s of the link to one peer (a copy to one peer never exceeds it)
     fabric_bw: float  # B/s out of this GPU into the fabric, shared by all active engines
+    dest_overhead: float = 0.0  # s more per command for each destination beyond the first (bcst, swap)
 
     def __post_init__(self) -> None:
         if self.engines < 1:
             raise CostError("DMA model needs at least one engine (set engines >= 1)")
         if min(self.bw_per_engine, self.peer_bw, self.fabric_bw) <= 0:
             raise CostError("DMA bandwidths (bw_per_engine, peer_bw, fabric_bw) must be positive")
-        if min(self.launch, self.sync, self.cmd_overhead, self.copy_latency, self.trigger) < 0:
-            raise CostError("DMA latencies (launch, sync, cmd_overhead, copy_latency, trigger) must be >= 0")
+        if min(self.launch, self.sync, self.cmd_overhead, self.copy_latency, self.trigger, self.dest_overhead) < 0:
+            raise CostError("DMA latencies (launch, sync, cmd_overhead, copy_latency, trigger, dest_overhead) must be >= 0")
 
     @classmethod
     def from_gpu(cls, gpu: GPU, **overrides) -> "DMAParams":
@@ -131,17 +132,17 @@ class DMATime:
         return self.variant + ("+PL" if self.prelaunch else "")
 
 
-def _commands(kind: str, variant: str, chunk: float, n: int) -> list[float]:
-    """Bytes each command moves (engine-side) for a variant."""
+def _commands(kind: str, variant: str, chunk: float, n: int) -> list[tuple[float, int]]:
+    """(bytes the engine moves, destinations) of each command of a variant."""
     peers = n - 1
     if variant in ("pcpy", "b2b"):
-        return [chunk] * peers
+        return [(chunk, 1)] * peers
     pairs = math.ceil(peers / 2)
     if variant == "bcst":
         # one read, two writes; the last command has one destination when n - 1 is odd
-        return [2 * chunk] * (peers // 2) + [chunk] * (peers % 2)
+        return [(2 * chunk, 2)] * (peers // 2) + [(chunk, 1)] * (peers % 2)
     # swap: a GPU owns half of its pair exchanges, each moving a chunk both ways
-    return [2 * chunk] * pairs
+    return [(2 * chunk, 2)] * pairs
 
 
 def dma_collective_time(kind: str, nbytes: float, ranks: int, params: DMAParams, variant: str = "pcpy",
@@ -170,12 +171,13 @@ def dma_collective_time(kind: str, nbytes: float, ranks: int, params: DMAParams,
     done: list[float] = []
     busy_copy = [0.0] * n_eng
     busy_cmd = [0.0] * n_eng
-    for i, b in enumerate(cmds):
+    for i, (b, dests) in enumerate(cmds):
         e = i % n_eng
         start = max(issue[i], free[e])
-        t = p.cmd_overhead + b / bw + (0.0 if started[e] else p.copy_latency)
+        overhead = p.cmd_overhead + (dests - 1) * p.dest_overhead
+        t = overhead + b / bw + (0.0 if started[e] else p.copy_latency)
         busy_copy[e] += b / bw + (0.0 if started[e] else p.copy_latency)
-        busy_cmd[e] += p.cmd_overhead
+        busy_cmd[e] += overhead
         started[e] = True
         free[e] = start + t
         done.append(free[e])

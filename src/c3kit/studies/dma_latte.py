@@ -36,8 +36,8 @@ PUBLISHED_VS_RCCL = {
 
 # MI300X DMA parameters fitted (least squares in log space, then rounded) to the published non-copy shares
 # and best-variant speedups above; engine count and links come from the catalog entry.
-MI300X_LATTE = dict(launch=4.2e-6, sync=1.1e-6, cmd_overhead=0.55e-6, copy_latency=2.7e-6, trigger=0.2e-6,
-                    bw_per_engine=44e9)
+MI300X_LATTE = dict(launch=4.3e-6, sync=1.1e-6, cmd_overhead=0.52e-6, copy_latency=2.8e-6, trigger=0.18e-6,
+                    bw_per_engine=44.5e9, dest_overhead=0.24e-6)
 PARAM_DOC = {
     "engines": "engines usable for peer copies (catalog dma.engines)",
     "bw_per_engine": "B/s one engine sustains",
@@ -48,6 +48,7 @@ PARAM_DOC = {
     "trigger": "s of the flag write that starts pre-launched commands",
     "peer_bw": "B/s of one link to one peer (catalog scale-up)",
     "fabric_bw": "B/s out of one GPU into the fabric (catalog scale-up)",
+    "dest_overhead": "s more per command per extra destination (bcst, swap)",
 }
 
 
