@@ -93,21 +93,42 @@ def test_links_are_shared():
     assert tl.get("b").end == approx(20 * US)
 
 
-def test_link_fraction_caps_a_transfer():
-    tl = simulate([comm("a", 1e6, link_frac=0.25)], RES, params=QUIET)
-    assert tl.makespan == approx(40 * US)
+MESH = Resources(sms=100, hbm_bw=1e12, dma_engines=2, link_bw=1e11, links=4)
 
 
-def test_hbm_shared_in_proportion_then_by_priority():
-    # GEMM draws 9e11 B/s at full speed, comm 1e11 B/s x 2 HBM bytes per byte = 2e11: 1.1x oversubscribed
+def test_a_transfer_gets_the_links_it_uses():
+    assert simulate([comm("a", 1e6, links=0b0001)], MESH, params=QUIET).makespan == approx(40 * US)
+    assert simulate([comm("a", 1e6, links=0b0111)], MESH, params=QUIET).makespan == approx(40 / 3 * US)
+
+
+def test_transfers_share_only_common_links():
+    same = [comm("a", 1e6, links=0b0001), comm("b", 1e6, stream="comm2", links=0b0001)]
+    assert simulate(same, MESH, params=QUIET).makespan == approx(80 * US)
+    apart = [comm("a", 1e6, links=0b0001), comm("b", 1e6, stream="comm2", links=0b0010)]
+    assert simulate(apart, MESH, params=QUIET).makespan == approx(40 * US)
+    # a: links 0,1 (half of link 0 + all of link 1 while b runs) ; b: link 0 shared
+    mixed = [comm("a", 1e6, links=0b0011), comm("b", 0.25e6, stream="comm2", links=0b0001)]
+    tl = simulate(mixed, MESH, params=QUIET)
+    assert tl.get("b").end == approx(0.25e6 / 1.25e10)
+    t_b = 0.25e6 / 1.25e10
+    assert tl.get("a").end == approx(t_b + (1e6 - 3.75e10 * t_b) / 5e10)
+
+
+def test_hbm_serves_compute_first_then_comm_by_priority():
+    # GEMM draws 9e11 B/s at full speed, comm 1e11 B/s x 2 HBM bytes per byte = 2e11: 1.1x oversubscribed;
+    # the GEMM is served first, the comm gets the remaining 1e11 B/s (half its speed) until the GEMM ends
     g = comp("g", 10 * US, hbm=9e11)
     c = comm("c", 1e6, bw=1e11, hbm=2.0)
-    tl = simulate([g, c], RES, params=QUIET)
-    assert tl.get("c").end == approx(11 * US)  # both at 1/1.1 of their speed
-    assert tl.get("g").end == approx(11 * US)
-    tl = simulate([g, c], RES, [Stream("comm", 1)], params=QUIET)
-    assert tl.get("c").end == approx(10 * US)  # comm served first; GEMM gets 8e11 of 9e11
-    assert tl.get("g").end == approx(10 * US + 10 * US * (1 - 8 / 9))
+    for streams in ((), (Stream("comm", 1),)):
+        tl = simulate([g, c], RES, streams, params=QUIET)
+        assert tl.get("g").end == approx(10 * US)
+        assert tl.get("c").end == approx(10 * US + (1e6 - 5e10 * 10 * US) / 1e11)
+    # two transfers: the higher-priority one is served first
+    c2 = comm("c2", 1e6, stream="comm2", bw=1e11, hbm=2.0)
+    res = Resources(sms=100, hbm_bw=2e11, dma_engines=0, link_bw=2e11)
+    tl = simulate([c, c2], res, (Stream("comm2", 1),), params=QUIET)
+    assert tl.get("c2").end == approx(10 * US)
+    assert tl.get("c").end == approx(20 * US)
 
 
 def test_interference_slows_the_gemm():

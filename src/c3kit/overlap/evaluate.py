@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from c3kit.errors import OverlapError
 from c3kit.hw.catalog import get_gpu
 from c3kit.hw.model import GPU
-from c3kit.overlap.costs import CostCache
+from c3kit.overlap.costs import DEFAULT_COST_MODEL, CostCache
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, check, comm_of, get_schedule, whole_gemm
 from c3kit.sim.engine import alone_time, simulate
@@ -99,16 +99,16 @@ def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, Cont
 
 
 def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
-             _ctx: Ctx | None = None) -> Baseline:
+             cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None) -> Baseline:
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
-    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
         total = 0.0
         for kind, nbytes in comm_of(problem):
-            total += sum(alone_time(t, ctx.res) for t in ctx.collective(kind, nbytes, engine))
+            total += simulate(ctx.collective(kind, nbytes, engine), ctx.res, (), p).makespan
         return total
 
     t_sm = comm_time("sm")
@@ -124,8 +124,14 @@ def applicable(problem: OverlapProblem, gpu: GPU | str) -> list[str]:
 
 
 def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] | None = None,
-             params: ContentionParams | None = None, trace: bool = False) -> list[ScheduleResult]:
-    """Simulate schedules (default: every applicable one) and return them ranked, fastest first."""
+             params: ContentionParams | None = None, trace: bool = False,
+             cost_model=DEFAULT_COST_MODEL) -> list[ScheduleResult]:
+    """Simulate schedules (default: every applicable one) and return them ranked, fastest first.
+
+    params: the contention model (default: the GPU's calibration file, else ContentionParams());
+    trace: keep each schedule's Timeline with resource segments (for Perfetto export);
+    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "table": measured, else efficiency curve).
+    """
     g, p = _resolve(gpu, params)
     if schedules is None:
         names = applicable(problem, g)
@@ -137,7 +143,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []

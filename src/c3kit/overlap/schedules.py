@@ -132,29 +132,32 @@ class Ctx:
         self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
 
     # --- building blocks ------------------------------------------------------------------------
-    def link_frac(self, width: int) -> float:
-        """Share of the GPU's scale-up bandwidth reachable when sending to `width` peers at once."""
+    def link_mask(self, width: int, first: int = 0) -> int:
+        """Links used when sending to `width` peers at once, starting at peer link `first` (0: the switch port)."""
         if self.topo == "switch":
-            return 1.0
-        return min(width, self.L) / self.L
+            return 0
+        mask = 0
+        for j in range(min(width, self.L)):
+            mask |= 1 << ((first + j) % self.L)
+        return mask
 
     def comm(self, name: str, stream: str, nbytes: float, width: int, engine: str, *, reduce: bool = False,
-             hops: int = 1, trigger: bool = False, deps: tuple[str, ...] = ()) -> Task:
-        """A transfer of nbytes (sent by this GPU) to `width` peers at once."""
+             hops: int = 1, trigger: bool = False, deps: tuple[str, ...] = (), peer: int = 0) -> Task:
+        """A transfer of nbytes (sent by this GPU) to `width` peers at once (from peer link `peer` on)."""
         pr = self.params
-        lf = self.link_frac(width)
+        lf = self.link_mask(width, peer)
         if engine == "sm":
             k = self.k_sms
             bw = k * self.sm_bw if k else math.inf
             pre = (pr.trigger_latency if trigger else pr.sm_launch) + hops * self.lat
             return Task(name, stream, nbytes, kind="comm", category="comm", deps=deps, pre=pre, post=pr.sm_sync,
-                        sms=k, bw=bw, link_frac=lf,
+                        sms=k, bw=bw, links=lf,
                         hbm=pr.reduce_hbm_factor if reduce else pr.copy_hbm_factor)
         e = min(width, self.gpu.dma.engines)
         rounds = math.ceil(width / e)
         pre = (pr.trigger_latency if trigger else self.dma_launch) + hops * self.lat
         return Task(name, stream, nbytes, kind="comm", category="comm", deps=deps, pre=pre,
-                    post=rounds * self.dma_sync, engines=e, bw=e * self.gpu.dma.bw_per_engine, link_frac=lf,
+                    post=rounds * self.dma_sync, engines=e, bw=e * self.gpu.dma.bw_per_engine, links=lf,
                     hbm=pr.reduce_hbm_factor if reduce else pr.copy_hbm_factor)
 
     def gemm(self, name: str, stream: str, rows: int, *, deps: tuple[str, ...] = (), cap: float = 0.0,
@@ -180,7 +183,9 @@ class Ctx:
     def reduce(self, name: str, stream: str, nbytes: float, deps: tuple[str, ...]) -> Task:
         """A local reduction kernel (what DMA cannot do): reads and writes nbytes in total."""
         t = self.cache.mem(nbytes)
-        return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=nbytes / t, phi=0.0)
+        # memory-bound: it saturates HBM with the comm SMs (k) and gains nothing from more
+        return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=nbytes / t, phi=0.0,
+                    sms=float(max(1, self.k_sms)))
 
     def collective(self, kind: str, nbytes: float, engine: str, prefix: str = "", stream: str = "comm",
                    deps: tuple[str, ...] = (), red_stream: str | None = None) -> list[Task]:
@@ -191,21 +196,21 @@ class Ctx:
         if kind in ("all_gather", "all_to_all"):
             hops = 1 if kind == "all_to_all" or engine == "dma" else ring_hops
             return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)]
-        if kind == "reduce_scatter":
+        if kind in ("reduce_scatter", "all_reduce"):
+            ar = kind == "all_reduce"
             if engine == "sm":
-                return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, "sm", reduce=True, hops=ring_hops,
-                                  deps=deps)]
-            c = self.comm(f"{prefix}rs-copy", stream, nbytes * w / n, w, "dma", deps=deps)
-            r = self.reduce(f"{prefix}rs-reduce", red_stream or stream, nbytes * (1 + 1 / n), (c.name,))
-            return [c, r]
-        if kind == "all_reduce":
-            if engine == "sm":
-                return [self.comm(f"{prefix}{kind}", stream, 2 * nbytes * w / n, w, "sm", reduce=True,
-                                  hops=2 * ring_hops, deps=deps)]
-            c = self.comm(f"{prefix}rs-copy", stream, nbytes * w / n, w, "dma", deps=deps)
-            r = self.reduce(f"{prefix}rs-reduce", red_stream or stream, nbytes * (1 + 1 / n), (c.name,))
-            a = self.comm(f"{prefix}ag-copy", stream, nbytes * w / n, w, "dma", deps=(r.name,))
-            return [c, r, a]
+                return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n * (2 if ar else 1), w, "sm", reduce=True,
+                                  hops=ring_hops * (2 if ar else 1), deps=deps)]
+            # DMA cannot reduce: copy the peers' pieces, reduce them with a small kernel, (all-reduce:) copy
+            # the reduced shard back out; pipelined over n row chunks as a copy-engine library would
+            out: list[Task] = []
+            for c in range(n):
+                cp = self.comm(f"{prefix}rs-copy-{c}", stream, nbytes * w / n / n, w, "dma", deps=deps if c == 0 else ())
+                red = self.reduce(f"{prefix}rs-reduce-{c}", red_stream or "reduce", nbytes * (1 + 1 / n) / n, (cp.name,))
+                out += [cp, red]
+                if ar:
+                    out.append(self.comm(f"{prefix}ag-copy-{c}", "comm2", nbytes * w / n / n, w, "dma", deps=(red.name,)))
+            return out
         raise OverlapError(f"unknown collective {kind!r}")
 
 
@@ -297,7 +302,8 @@ def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     out.append(ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
                else ctx.gemm("gemm-local", "compute", local, cap=cap))
     for j in range(nsteps):
-        out.append(ctx.comm(f"ag-{j}", "comm", rows * k * b, width, eng, trigger=fused))
+        out.append(ctx.comm(f"ag-{j}", "comm", rows * k * b, width, eng, trigger=fused,
+                            peer=j if spec.family == "ring" else 0))
     group = spec.group if spec.family == "ficco" else 1
     for c in range(nsteps // group):
         last = f"ag-{(c + 1) * group - 1}"
@@ -326,7 +332,8 @@ def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
             g = ctx.gemm(f"gemm-{j}", "compute", rows, cap=cap)
             out.append(g)
             if j < n - 1:
-                out.append(ctx.comm(f"rs-{j}", "comm", rows * nn * b, 1, eng, reduce=eng == "sm", deps=(g.name,)))
+                out.append(ctx.comm(f"rs-{j}", "comm", rows * nn * b, 1, eng, reduce=eng == "sm", deps=(g.name,),
+                                    peer=j))
                 tail.append(f"rs-{j}")
         if eng == "dma":
             out.append(ctx.reduce("rs-reduce", "reduce", (n + 1) * rows * nn * b, (*tail, f"gemm-{n - 1}")))
@@ -369,7 +376,8 @@ def _moe(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     out: list[Task] = [ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
                        else ctx.gemm("gemm-local", "compute", local, cap=cap, grouped=True)]
     for j in range(nsteps):
-        out.append(ctx.comm(f"dispatch-{j}", "comm", rows * k * b, width, eng, trigger=fused))
+        out.append(ctx.comm(f"dispatch-{j}", "comm", rows * k * b, width, eng, trigger=fused,
+                            peer=j if spec.family == "ring" else 0))
     group = spec.group if spec.family == "ficco" else 1
     for c in range(nsteps // group):
         r = rows * group
@@ -377,5 +385,6 @@ def _moe(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
         g = (ctx.stage(f"gemm-{c}", "compute", whole, r / m, deps=(last,), cap=cap) if fused
              else ctx.gemm(f"gemm-{c}", "compute", r, deps=(last,), cap=cap, grouped=True))
         out.append(g)
-        out.append(ctx.comm(f"combine-{c}", "comm2", r * nn * b, width, eng, trigger=fused, deps=(g.name,)))
+        out.append(ctx.comm(f"combine-{c}", "comm2", r * nn * b, width, eng, trigger=fused, deps=(g.name,),
+                            peer=c if spec.family == "ring" else 0))
     return out

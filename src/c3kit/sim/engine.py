@@ -26,7 +26,7 @@ class Resources:
     hbm_bw: float  # B/s usable by all ops together (peak x hbm_efficiency)
     dma_engines: int
     link_bw: float  # B/s per direction, all of this GPU's scale-up links together
-    links: int = 1  # scale-up links (a mesh has one per peer)
+    links: int = 1  # scale-up links sharing link_bw equally (a mesh: one per peer; a switch: one port)
 
     def __post_init__(self) -> None:
         if self.sms < 1 or self.hbm_bw <= 0 or self.link_bw <= 0 or self.dma_engines < 0 or self.links < 1:
@@ -37,12 +37,12 @@ class Resources:
         """The resources of a catalog GPU under a contention model."""
         p = params or ContentionParams()
         return cls(sms=gpu.sms, hbm_bw=gpu.hbm_bw * p.hbm_efficiency, dma_engines=gpu.dma.engines,
-                   link_bw=gpu.scaleup.bw, links=gpu.scaleup.links_per_gpu)
+                   link_bw=gpu.scaleup.bw, links=1 if gpu.scaleup.topology == "switch" else gpu.scaleup.links_per_gpu)
 
 
 @dataclass(frozen=True)
 class Stream:
-    """An in-order queue of tasks; a larger priority wins SMs and HBM bandwidth first."""
+    """An in-order queue of tasks; a larger priority wins SMs first (and HBM among tasks of one kind)."""
 
     name: str
     priority: int = 0
@@ -55,8 +55,9 @@ class Task(NamedTuple):
     hbm = B/s of HBM it draws at full speed; phi = share of its time that scales with SMs (1 for
     compute-bound, ~0 for memory-bound); tiles = output tiles (wave quantization; 0: linear in SMs).
     kind "comm": work = bytes this GPU sends; sms = SMs it occupies (0: a DMA transfer, or free);
-    engines = DMA engines it holds; bw = B/s its own SMs/engines can drive; link_frac = share of the
-    GPU's scale-up bandwidth it can reach (links used / links); hbm = HBM bytes per byte sent.
+    engines = DMA engines it holds; bw = B/s its own SMs/engines can drive; links = bit mask of the
+    GPU's links it sends over (bit l = link l; 0 = all), each link_bw / links, shared equally by the
+    transfers on it; hbm = HBM bytes per byte sent.
     pre / post: latency before the work (launch) and after it (completion sync), using no resources.
     category: "comp" or "comm" for reporting ("" = by kind; a reduction kernel is compute-kind, comm-category).
     """
@@ -72,7 +73,7 @@ class Task(NamedTuple):
     sms: float = 0.0
     engines: int = 0
     bw: float = INF
-    link_frac: float = 1.0
+    links: int = 0
     hbm: float = 0.0
     phi: float = 1.0
     tiles: int = 0
@@ -92,11 +93,11 @@ def _check(cols) -> None:
     if set(cats) - {"", "comp", "comm"}:
         raise SimError(f"task category must be 'comp' or 'comm', got {sorted(set(cats) - {'', 'comp', 'comm'})}")
     if (min(works) < 0 or min(pres) < 0 or min(posts) < 0 or min(smss) < 0 or min(engs) < 0 or min(bws) <= 0
-            or min(lfs) <= 0 or max(lfs) > 1 or min(hbms) < 0 or min(phis) < 0 or max(phis) > 1 or min(tiless) < 0):
+            or min(lfs) < 0 or min(hbms) < 0 or min(phis) < 0 or max(phis) > 1 or min(tiless) < 0):
         for t in zip(*cols):
             tk = Task(*t)
             if (tk.work < 0 or tk.pre < 0 or tk.post < 0 or tk.sms < 0 or tk.engines < 0 or tk.bw <= 0
-                    or not 0 < tk.link_frac <= 1 or tk.hbm < 0 or not 0 <= tk.phi <= 1 or tk.tiles < 0):
+                    or tk.links < 0 or tk.hbm < 0 or not 0 <= tk.phi <= 1 or tk.tiles < 0):
                 raise SimError(f"task {tk.name}: negative or out-of-range field")
     for d in deps:
         if not isinstance(d, tuple):
@@ -107,8 +108,9 @@ def alone_time(task: Task, res: Resources) -> float:
     """Seconds a task takes with the GPU to itself (latencies included)."""
     S = res.sms
     cap = float(min(task.sms if 0 < task.sms < S else S, task.tiles if task.tiles else S))
+    nl = bin(task.links & ((1 << res.links) - 1)).count("1") if task.links else res.links
     return task.pre + task.post + _alone_work(task.kind == "comm", task.work, cap, S, task.phi, task.tiles,
-                                              task.hbm, res.hbm_bw, task.link_frac * res.link_bw, task.bw)
+                                              task.hbm, res.hbm_bw, nl * res.link_bw / res.links, task.bw)
 
 
 def _alone_work(is_comm: bool, work: float, cap: float, S: int, phi: float, tiles: int, hbm: float, H: float,
@@ -188,7 +190,10 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     req = smss
     # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
     cap = [float(min(c if 0 < c < S else S, tl if tl else S)) for c, tl in zip(smss, tiles)]
-    comm_link = [lf * L for lf in lfs]
+    all_links = (1 << resources.links) - 1
+    masks = [(m & all_links) or all_links for m in lfs]
+    per_link = L / resources.links
+    comm_link = [bin(m).count("1") * per_link for m in masks]
     start = [0.0] * n
     wstart = [0.0] * n
     wend = [0.0] * n
@@ -257,8 +262,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             stuck = [names[i] for i in range(n) if state[i] == 0]
             raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
         if dirty or record:
-            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, S, H, L, share, a_g,
-                          a_c, seg_out)
+            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, masks, per_link, S, H,
+                          share, a_g, a_c, seg_out)
             dirty = False
         dt = INF
         for k, i in enumerate(active):
@@ -351,7 +356,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     return Timeline(intervals, stream_prios, tuple(segments), res)
 
 
-def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, S, H, L, share, a_g, a_c, segments):
+def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, masks, per_link, S, H, share, a_g,
+           a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
     na = len(active)
     if na == 1 and segments is None:  # alone: no sharing to work out
@@ -412,38 +418,59 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
                     granted[k] = cap[i] * f
                     used += granted[k]
             sm_left -= used
-    # 2. speeds before HBM: compute from SMs (wave quantization), comm from its SMs/engines and links
-    link_tot = 0.0
+    # 2. speeds before HBM: compute from SMs (wave quantization), comm from its SMs/engines and its links,
+    #    each link split equally among the transfers that use it
+    ncomm = na - ncomp
+    shared = None
+    if ncomm > 1:
+        count: dict[int, int] = {}
+        for i in active:
+            if is_comm[i]:
+                m = masks[i]
+                while m:
+                    b = m & -m
+                    count[b] = count.get(b, 0) + 1
+                    m ^= b
+        if any(c > 1 for c in count.values()):
+            shared = count
     for k, i in enumerate(active):
         if is_comm[i]:
             w = comm_bw[i]
             if req[i] > 0:
                 w *= granted[k] / req[i]
-            if w > comm_link[i]:
-                w = comm_link[i]
-            rate[k] = w
-            link_tot += w
+            if shared is None:
+                lk = comm_link[i]
+            else:
+                lk = 0.0
+                m = masks[i]
+                while m:
+                    b = m & -m
+                    lk += per_link / shared[b]
+                    m ^= b
+            rate[k] = w if w < lk else lk
         else:
             rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i])
-    if link_tot > L:
-        f = L / link_tot
-        for k, i in enumerate(active):
-            if is_comm[i]:
-                rate[k] *= f
-    # 3. HBM: demands met by priority class; an oversubscribed class is scaled down proportionally
+    # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
+    #    transfers share what is left the same way. What copies cost a GEMM beyond that is the
+    #    interference term below. Serving compute first keeps the model monotone: a faster link can
+    #    never take bandwidth from a GEMM (stream priorities steer the SM scheduler, not HBM).
     dem = [rate[k] * hbm[i] for k, i in enumerate(active)]
     tot = 0.0
     for d in dem:
         tot += d
     if tot > H:
         left = H
-        for c in sorted({prio[i] for i in active}, reverse=True):
-            ctot = sum(dem[k] for k, i in enumerate(active) if prio[i] == c)
-            f = 1.0 if ctot <= left else (left / ctot if ctot > 0 else 1.0)
+        for c in sorted({(not is_comm[i], prio[i]) for i in active}, reverse=True):
+            ctot = 0.0
             for k, i in enumerate(active):
-                if prio[i] == c:
-                    rate[k] *= f
-                    dem[k] *= f
+                if (not is_comm[i], prio[i]) == c:
+                    ctot += dem[k]
+            f = 1.0 if ctot <= left else (left / ctot if ctot > 0 else 1.0)
+            if f < 1.0:
+                for k, i in enumerate(active):
+                    if (not is_comm[i], prio[i]) == c:
+                        rate[k] *= f
+                        dem[k] *= f
             left = max(0.0, left - ctot * f)
     # 4. interference beyond bandwidth shares (caches, memory-controller queues)
     if a_g or a_c:
