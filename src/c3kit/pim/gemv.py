@@ -231,14 +231,18 @@ def explain(mem: PimMemory, p: Placement) -> str:
              if k.split_k > 1 else "no split-K")
     parts = {"MAC": p.t_mac, "row open": p.t_open, "input writes": p.t_input, "output reads": p.t_output}
     shares = ", ".join(f"{n} {v / p.time:.0%}" for n, v in parts.items())
-    inp = ("input vector written to registers in " f"{p.input_phases} phases" if k.input_mode == "registers"
-           else "input vector carried in the MAC commands (no register writes)")
+    if k.input_mode == "registers":
+        inp = (f"degree {k.degree}: that many row blocks use each input chunk; input vector written to registers "
+               f"in {p.input_phases} phases")
+    else:
+        inp = (f"input vector carried in the MAC commands (no register writes); degree {k.degree}: outputs read "
+               f"every {k.degree} row block(s)")
     used = k.units_per_channel or mem.units_per_channel
     units = (f"{used * mem.channels} of {mem.units} units" if used < mem.units_per_channel else f"{mem.units} units")
-    return (f"{g.name} {g.m}x{g.k} batch {g.batch}: tile {k.tile_m}x{p.tile_k} fills one "
+    label = g.name if g.name == f"{g.m}x{g.k}" else f"{g.name} {g.m}x{g.k}"
+    return (f"{label} batch {g.batch}: tile {k.tile_m}x{p.tile_k} fills one "
             f"{mem.interleave_bytes} B chunk; {p.row_blocks} row blocks, {split}: {p.items_per_unit} item(s) per "
-            f"unit over {units} ({p.padding:.1%} padding); degree {k.degree} row blocks share each input "
-            f"chunk; {inp}; time: {shares}; {p.speedup:.2f}x over the host of a {p.roofline:.2f}x roofline.")
+            f"unit over {units} ({p.padding:.1%} padding); {inp}; time: {shares}; {p.speedup:.2f}x over the host of a {p.roofline:.2f}x roofline.")
 
 
 def search(mem: PimMemory, g: Gemv, overlap_open: bool = False, modes: tuple[str, ...] = INPUT_MODES) -> Placement:
