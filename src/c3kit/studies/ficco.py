@@ -98,6 +98,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
                     "speedup", lambda x: math.exp(sum(map(math.log, x)) / len(x))))
            .reset_index())
     held = pk[pk.split == "held-out"]
+    confusion = pk.groupby(["hw", "heuristic", "oracle"]).size().rename("scenarios").reset_index()
     summary_rows = []
     for g in sorted(set(pk.hw)):
         d = pk[pk.hw == g]
@@ -139,7 +140,8 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
     headline = {r.metric: dict(ours=r.ours, published=r.published) for r in summary.itertuples()}
     return StudyResult(
         name="ficco", title="FiCCO: finer-grain compute-communication overlap design space", summary=summary,
-        tables=dict(ficco_schedules=per_sched, ficco_losses=fam, ficco_picks=pk, ficco_all=df),
+        tables=dict(ficco_schedules=per_sched, ficco_losses=fam, ficco_confusion=confusion, ficco_picks=pk,
+                    ficco_all=df),
         figures=[("ficco_speedup", lambda: _fig_speedup(real), "speedup over serial per schedule family"),
                  ("ficco_losses", lambda: _fig_losses(real), "DIL and contention loss vs sub-GEMM rows"),
                  ("ficco_heuristic", lambda: _fig_pick(pk), "heuristic pick vs oracle speedup")],

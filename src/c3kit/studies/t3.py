@@ -12,6 +12,7 @@ sequence parallelism) we compare:
   controller arbitration the GEMM's and the communication's DRAM accesses interleave freely: the GEMM's
   memory stalls (a share of its time equal to its own DRAM utilization) grow with the queueing delay the
   communication traffic adds, (1 - rho_gemm) / (1 - rho_total), at a row-buffer efficiency `mix_efficiency`;
+  a ring step is limited by the link or by the DRAM bandwidth the slowed GEMM leaves;
 - T3-MCA: the memory controller serves the GEMM first and issues communication traffic in idle DRAM
   slots (a priority queue: the high-priority class does not see the low one's queueing); the GEMM slows
   only if total demand exceeds DRAM bandwidth, the communication gets what is left.
@@ -30,10 +31,10 @@ import pandas as pd
 
 from c3kit import cost
 from c3kit.errors import C3kitError, StudyError
-from c3kit.hw.model import GPU, DMAEngines, ScaleUp
+from c3kit.hw.model import GPU, DMAEngines, ScaleUp, dtype_bytes
 from c3kit.studies.all_studies import StudyResult, gap, gpu_or
 from c3kit.workload import Parallelism, build_step, get_model
-from c3kit.workload.ops import Gemm
+from c3kit.workload.ops import Collective, Gemm
 
 # T3 paper (arXiv 2401.16677), results vs sequential: (geomean, max) speedup - 1 and DRAM traffic reduction
 PUBLISHED = {"ideal": (0.35, 0.50), "T3": (0.20, 0.39), "T3-MCA": (0.30, 0.47), "traffic_reduction": (0.22, 0.36),
@@ -104,8 +105,6 @@ def pipeline_time(g: float, s: float, p: int) -> float:
 
 def sublayer(gemm: Gemm, rs_bytes: float, p: int, gpu: GPU, prm: T3Params) -> dict:
     """Sequential, ideal, T3 and T3-MCA times and DRAM traffic of one GEMM + reduce-scatter sublayer."""
-    from c3kit.workload.ops import Collective
-
     G = cost.time(gemm, gpu, prm.cost_model)
     C = cost.time(Collective(gemm.name + ".rs", "reduce_scatter", rs_bytes, p), gpu, prm.cost_model)
     out = float(rs_bytes)
@@ -122,15 +121,18 @@ def sublayer(gemm: Gemm, rs_bytes: float, p: int, gpu: GPU, prm: T3Params) -> di
     rho = rho_g + frac * d_comm / (prm.mix_efficiency * gpu.hbm_bw * G)
     bw_bound = (d_gemm + frac * d_comm) / (prm.mix_efficiency * gpu.hbm_bw)
     g_t3 = max(G * ((1 - rho_g) + rho_g * (1 - rho_g) / (1 - rho)) if rho < 0.99 else bw_bound, bw_bound, G)
-    s_t3 = max(s, c * (1 + prm.nmc_cost) / gpu.hbm_bw)
+    # the comm's DRAM accesses get what the slowed GEMM leaves of the mixed-efficiency bandwidth
+    spare_t3 = max(prm.mix_efficiency * gpu.hbm_bw - d_gemm / g_t3, 1e-9)
+    s_t3 = max(s, c * (1 + prm.nmc_cost) / spare_t3)
     t3 = pipeline_time(g_t3, s_t3, p)
-    # T3-MCA: GEMM first; it only slows if the two together exceed DRAM bandwidth
+    # T3-MCA: GEMM first; it only slows if the two together exceed DRAM bandwidth, and a ring step's DMA
+    # read and NMC update get only the bandwidth the GEMM leaves
     g_mca = max(G, (d_gemm + frac * d_comm) / gpu.hbm_bw)
     spare = max(gpu.hbm_bw - d_gemm / g_mca, 1e-9)
-    s_mca = max(s, c * (1 + prm.nmc_cost) / spare) if frac >= 1.0 else max(s, c * (1 + prm.nmc_cost) / gpu.hbm_bw)
+    s_mca = max(s, c * (1 + prm.nmc_cost) / spare)
     mca = pipeline_time(g_mca, s_mca, p)
     seq, ideal = G + C, max(G, C)
-    gemm_read = d_gemm - gemm.m * gemm.n * 2 * gemm.batch
+    gemm_read = d_gemm - gemm.m * gemm.n * dtype_bytes(gemm.dtype) * gemm.batch
     base_rs_read, base_rs_write = (2 * p - 1) * c, p * c
     t3_read, t3_write = (p - 1) * c, (p - 1) * c
     base_total = gemm_read + out + base_rs_read + base_rs_write
