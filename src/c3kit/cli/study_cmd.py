@@ -31,7 +31,7 @@ def _finish(result, out: Path, as_json: bool) -> None:
     if as_json:
         emit_json({**result.to_dict(), "out": str(out)})
         return
-    console.print(df_table(result.title, _rounded(result.summary)))
+    _out_console().print(df_table(result.title, _rounded(result.summary)))
     for note in result.notes[:2]:
         console.print(note)
     console.print(f"[dim]{result.seconds:.2f} s; report: {out}/report.md[/dim]")
@@ -39,6 +39,16 @@ def _finish(result, out: Path, as_json: bool) -> None:
 
 def _rounded(df):
     return df.round(4)
+
+
+def _out_console():
+    # the comparison tables have 7-9 columns: when stdout is not a terminal (pipes, logs) rich would wrap
+    # them at 80 characters, so print them at 150 there
+    if console.is_terminal:
+        return console
+    from rich.console import Console
+
+    return Console(width=150)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -186,5 +196,5 @@ def all_(
         emit_json({"studies": [r.to_dict() for r in results], "out": str(out)})
         return
     for r in results:
-        console.print(df_table(f"{r.title} ({r.seconds:.2f} s)", _rounded(r.summary)))
+        _out_console().print(df_table(f"{r.title} ({r.seconds:.2f} s)", _rounded(r.summary)))
     console.print(f"[dim]report: {out}/report.md[/dim]")

@@ -236,7 +236,7 @@ def run(tp: tuple[int, ...] | None = None, models: tuple[str, ...] | None = None
     notes = [
         "Speedups are sequential / scheme - 1 per sublayer; geomean over sublayers, beside the paper's figures.",
         f"GPU: {gpu.name} from {'the catalog' if gpu.sources.get('all') is None else 'a study-local stand-in'}; "
-        "GEMM and RS times from c3kit.cost (roofline and ring alpha-beta).",
+        f"GEMM and RS times from c3kit.cost (model {prm.cost_model!r}; the RS on the ring topology).",
         f"End-to-end: whole-step serial sum of c3kit.cost times from the step graph ({prm.tokens} tokens); the "
         "sliced sublayers are replaced by their T3-MCA time, the rest (non-sliced work) is unchanged.",
         "Assumed inputs: " + "; ".join(f"{k}: {v}" for k, v in PARAM_SOURCES.items() if k in ("tokens", "nmc_cost",
