@@ -37,6 +37,7 @@ def analyze(
     phase: str = typer.Option("train", "--phase", help="train, prefill or decode."),
     recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
     policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
+    cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -51,12 +52,15 @@ def analyze(
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt)
-    result = project(cfg.graph, cfg.hw, policy=policies[policy])
-    write_report(out, cfg, result)
+    from c3kit.cost.model import as_model
+
+    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=as_model(cost_model))
+    write_report(out, cfg, result, cost_model)
     if as_json:
-        emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), **result.to_dict(), "out": str(out)})
+        emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,
+                   **result.to_dict(), "out": str(out)})
         return
-    _print(cfg, result, out)
+    _print(cfg, result, out, cost_model)
 
 
 def config_dict(cfg) -> dict:
@@ -77,8 +81,8 @@ def _describe(cfg) -> str:
             f"recompute {c['recompute']}, {c['dtype']}")
 
 
-def _print(cfg, result, out: Path) -> None:
-    console.print(_describe(cfg))
+def _print(cfg, result, out: Path, cost_model: str) -> None:
+    console.print(_describe(cfg) + f"; cost model {cost_model}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     roles = result.by_role()
@@ -96,7 +100,7 @@ def _print(cfg, result, out: Path) -> None:
     console.print(f"report: {out}/report.md")
 
 
-def write_report(out: Path, cfg, result) -> None:
+def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
     """Write report.md, per-op and per-role CSVs and two PNG figures into out (all or nothing)."""
     import matplotlib
 
@@ -112,7 +116,7 @@ def write_report(out: Path, cfg, result) -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
-        rep.text(f"Overlap policy: {result.policy} (ops overlap where dependencies allow; see docs/analyze.md). "
+        rep.text(f"Cost model: c3kit.cost {cost_name!r}. Overlap policy: {result.policy} (ops overlap where dependencies allow; see docs/analyze.md). "
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
                  f"{fmt_time(t.comm)} of which {fmt_time(t.exposed)} exposed and {fmt_time(t.hidden)} hidden, "
                  f"pipeline bubble {fmt_time(t.bubble)}; MFU {100 * t.mfu:.1f}%, {t.tokens_per_s:,.0f} tokens/s.")
