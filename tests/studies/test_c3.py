@@ -49,7 +49,7 @@ def test_calibration_file_is_used_and_said(tmp_path):
     params, note = contention_params("H200-SXM", tmp_path)
     assert note.startswith("calibrated") and params.gemm_interference == 0.7
     (tmp_path / "h200-sxm-contention.json").unlink()
-    (tmp_path / "h200-sxm-c3.json").write_text(json.dumps({"kind": "c3", "columns": [], "rows": []}))
+    (tmp_path / "h200-sxm-c3.json").write_text(json.dumps({"kind": "contention", "columns": [], "rows": []}))
     _, note = contention_params("H200-SXM", tmp_path)
     assert "unusable" in note
 
@@ -57,3 +57,20 @@ def test_calibration_file_is_used_and_said(tmp_path):
 def test_bad_gpu():
     with pytest.raises(StudyError, match="unknown hardware"):
         run(gpus=("no-such-gpu",), quick=True)
+
+
+def test_measured_c3_table_is_read_and_kept_out_of_the_params(tmp_path):
+    from c3kit.studies.c3 import measured_c3
+
+    cols = ["variant", "class", "fraction_of_ideal", "s_real"]
+    rows = [["sm-copy-k32", "G-long", 0.2, 1.1], ["sm-copy-k32", "C-long", 0.4, 1.2],
+            ["sm-copy-k32-prio", "G-long", 0.5, 1.3], ["ce-d2d", "GC-equal", 0.7, 1.5],
+            ["ce-d2d-gemm120sm", "GC-equal", 0.8, 1.6], ["sm-copy-k16-gemm112sm", "C-long", 0.45, 1.3]]
+    (tmp_path / "h200-sxm-c3.json").write_text(json.dumps(
+        {"meta": {"machine": "test", "date": "today"}, "kind": "c3", "columns": cols, "rows": rows}))
+    tab, note = measured_c3("H200-SXM", tmp_path)
+    got = dict(zip(tab.strategy, tab.average))
+    assert got == pytest.approx({"plain": 0.3, "prio": 0.5, "dma": 0.7, "dma+trim": 0.8, "partition": 0.45})
+    assert note.startswith("measured")
+    params, pnote = contention_params("H200-SXM", tmp_path)
+    assert pnote.startswith("defaults")

@@ -74,20 +74,77 @@ def _scale(k_mi300x: int, sms: int) -> int:
     return max(1, round(k_mi300x * sms / 304))
 
 
+def _calib_dir() -> Path:
+    return Path(cost.__file__).parent / "data" / "calib"
+
+
 def contention_params(gpu_name: str, calib_dir: Path | None = None):
     """(ContentionParams, note): the shipped calibration (…-contention.json or …-c3.json) when present, else defaults."""
+    import json
+
     from c3kit.sim import ContentionParams
 
     slug = gpu_name.lower()
-    calib_dir = calib_dir or Path(cost.__file__).parent / "data" / "calib"
+    calib_dir = calib_dir or _calib_dir()
     for suffix in ("contention", "c3"):
         path = calib_dir / f"{slug}-{suffix}.json"
-        if path.is_file():
-            try:
-                return ContentionParams.from_calibration(gpu_name, path), f"calibrated ({path.name})"
-            except C3kitError as e:
-                return ContentionParams(), f"defaults ({path.name} present but unusable: {e})"
+        if not path.is_file():
+            continue
+        try:
+            kind = json.loads(path.read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        if kind == "c3":
+            continue  # a measured C3 table, not contention parameters: shown beside ours by measured_c3
+        try:
+            return ContentionParams.from_calibration(gpu_name, path), f"calibrated ({path.name})"
+        except C3kitError as e:
+            return ContentionParams(), f"defaults ({path.name} present but unusable: {e})"
     return ContentionParams(), "defaults (no calibration file; sim.ContentionParams documented values)"
+
+
+# the runtime's C3 benchmark variant families (c3kit bench c3) and our strategy names
+_MEASURED_FAMILY = {"plain": "plain", "prioritized": "prio", "cu-partitioned": "partition", "dma": "dma",
+                    "dma+fewer-cus": "dma+trim"}
+
+
+def _family_of(variant: str) -> str:
+    if "gemm" in variant and variant.startswith("ce"):
+        return "dma+fewer-cus"
+    if "gemm" in variant:
+        return "cu-partitioned"
+    if "prio" in variant and variant.startswith("sm"):
+        return "prioritized"
+    return "dma" if variant.startswith("ce") else "plain"
+
+
+def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFrame, str]:
+    """Fraction of ideal per strategy and class measured on a real GPU (calib/<gpu>-c3.json, kind c3), if shipped."""
+    import json
+
+    path = (calib_dir or _calib_dir()) / f"{gpu_name.lower()}-c3.json"
+    if not path.is_file():
+        return pd.DataFrame(), ""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("kind") != "c3":
+            return pd.DataFrame(), ""
+        raw = pd.DataFrame(doc["rows"], columns=doc["columns"])
+        raw = raw[["variant", "class", "fraction_of_ideal"]].dropna()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return pd.DataFrame(), f"{path.name} present but unreadable ({e})"
+    if raw.empty:
+        return pd.DataFrame(), f"{path.name} has no measured rows"
+    raw["strategy"] = raw.variant.map(lambda v: _MEASURED_FAMILY[_family_of(str(v))])
+    raw["fraction_of_ideal"] = raw.fraction_of_ideal.astype(float)
+    tab = raw.groupby(["strategy", "class"]).fraction_of_ideal.mean().unstack("class")
+    tab["average"] = raw.groupby("strategy").fraction_of_ideal.mean()
+    tab = tab.reset_index()
+    tab.insert(0, "gpu", gpu_name)
+    tab["published_average"] = tab.strategy.map(PUBLISHED)
+    meta = doc.get("meta", {})
+    return tab, (f"measured ({path.name}: {meta.get('machine', '?')}, {meta.get('date', '?')}; a copy stands in "
+                 "for the collective, single GPU)")
 
 
 def _comm_bytes_for(case: GemmCase, kind: str, ratio: float, gpu, params) -> float:
@@ -178,13 +235,18 @@ def scenario_rows(gpu_name: str, quick: bool = False) -> tuple[list[dict], str, 
 def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult:
     """The C3 study on MI300X and H200 parameters (calibrated contention when a file is shipped)."""
     names = gpus or ("MI300X", "H200-SXM")
-    rows, notes_gpu, cu = [], {}, []
+    rows, notes_gpu, cu, measured, measured_notes = [], {}, [], [], []
     try:
         for g in names:
             r, note, c = scenario_rows(g, quick)
             rows += r
             cu += c
             notes_gpu[get_gpu(g).name] = note
+            m, mnote = measured_c3(get_gpu(g).name)
+            if len(m):
+                measured.append(m)
+            if mnote:
+                measured_notes.append(f"{get_gpu(g).name}: {mnote}")
     except StudyError:
         raise
     except C3kitError as e:
@@ -196,6 +258,10 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
            .reindex(columns=["G-long", "GC-equal", "C-long"]))
     agg["average"] = df.groupby(["gpu", "strategy"]).fraction_of_ideal.mean()
     agg = agg.reset_index()
+    meas = pd.concat(measured) if measured else pd.DataFrame(columns=["gpu", "strategy", "average"])
+    if len(meas):
+        agg = agg.merge(meas[["gpu", "strategy", "average"]].rename(columns={"average": "measured_average"}),
+                        on=["gpu", "strategy"], how="left")
     agg["published_average"] = agg.strategy.map(PUBLISHED)
     agg["gap_points"] = (agg.average - agg.published_average) * 100
     order = {s: i for i, s in enumerate(STRATEGIES)}
@@ -217,6 +283,8 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         f"{TRIM_MI300X} CUs (scaled) from memory-bound GEMMs only, as the paper does.",
         "DMA engines cannot reduce: reduce-scatter and all-reduce on DMA are copies plus a local reduction kernel "
         "(overlap's collective builder), so those are only partly offloaded.",
+        "Measured on a real GPU: " + ("; ".join(measured_notes) if measured_notes else
+                                      "none shipped (calib/<gpu>-c3.json from `c3kit bench c3`)") + ".",
         "c3_dma_sensitivity: the dma strategy again with DMA engines at the per-peer link rate (a what-if, with its "
         "own baseline) to separate the catalog's per-engine DMA bandwidth from the contention model.",
     ]
@@ -225,7 +293,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
     return StudyResult(
         name="c3", title="C3 / ConCCL: GEMM concurrent with collectives", summary=agg,
         tables=dict(c3_scenarios=df, c3_class_counts=counts, c3_best_reservation=best_res,
-                    c3_cu_removal=pd.DataFrame(cu), c3_dma_sensitivity=sens),
+                    c3_cu_removal=pd.DataFrame(cu), c3_dma_sensitivity=sens, c3_measured=meas),
         figures=[("c3_fraction", lambda: _fig(agg), "fraction of ideal realized per strategy and class")],
         notes=notes, headline=headline)
 
