@@ -133,3 +133,17 @@ def test_dest_overhead_charges_two_destination_commands():
     # completions: 1.6 (single) and 3.0 x 3; syncs: 1.6 -> 2.1, then 3.0 -> 3.5 -> 4.0 -> 4.5
     assert t.total == pytest.approx(4.5 * US)
     assert t.total > dma_collective_time("all_gather", 8000, 8, P, "bcst", True).total
+
+
+def test_fit_from_measured_single_copies(tmp_path):
+    gpu = get_gpu("H200-SXM")
+    truth = DMAParams.with_overrides(DMAParams.from_gpu(gpu), bw_per_engine=80e9)
+    rows = [[s, single_copy_time(s, truth).total] for s in (4096, 2**20, 2**24, 2**28)]
+    f = tmp_path / "h200-sxm-dma.json"
+    f.write_text(json.dumps({"meta": {}, "kind": "dma", "columns": ["bytes", "seconds"], "rows": rows}))
+    p = DMAParams.from_calibration(f, gpu)
+    assert p.bw_per_engine == pytest.approx(80e9, rel=1e-6)
+    # the fixed cost is reproduced (split in the catalog's proportions)
+    assert single_copy_time(2**20, p).total == pytest.approx(single_copy_time(2**20, truth).total, rel=1e-6)
+    with pytest.raises(CostError, match="two or more sizes"):
+        DMAParams.fit_single_copies([(1e6, 1e-5)], gpu)

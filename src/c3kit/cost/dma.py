@@ -88,17 +88,53 @@ class DMAParams:
 
     @classmethod
     def from_calibration(cls, path: str | Path, gpu: GPU) -> "DMAParams":
-        """Parameters from a calibration file of kind "dma" whose rows are [param, value] pairs."""
+        """Parameters from a calibration file of kind "dma": [param, value] rows, or measured single copies.
+
+        Measured single copies are rows with columns bytes and seconds (or time_s): a least-squares line
+        t = a + S / B gives bw_per_engine = B, and a is split over launch, cmd_overhead, copy_latency and
+        sync in the proportions of the catalog-derived defaults (one copy cannot tell them apart).
+        """
         try:
             doc = json.loads(Path(path).read_text())
-            cols = [c.lower() for c in doc["columns"]]
-            ip, iv = cols.index("param"), cols.index("value")
-            over = {row[ip]: row[iv] for row in doc["rows"]}
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-            raise CostError(f"{path}: not a DMA calibration file with columns param, value ({e})") from None
-        if doc.get("kind") != "dma":
-            raise CostError(f"{path}: calibration kind is {doc.get('kind')!r}, expected 'dma'")
-        return cls.from_gpu(gpu, **over)
+            cols = [str(c).lower() for c in doc["columns"]]
+            rows = doc["rows"]
+            kind = doc.get("kind")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CostError(f"{path}: not a readable calibration file ({e})") from None
+        if kind != "dma":
+            raise CostError(f"{path}: calibration kind is {kind!r}, expected 'dma'")
+        try:
+            if "param" in cols and "value" in cols:
+                ip, iv = cols.index("param"), cols.index("value")
+                return cls.from_gpu(gpu, **{row[ip]: row[iv] for row in rows})
+            tcol = next((c for c in ("seconds", "time_s", "t_s") if c in cols), None)
+            if "bytes" not in cols or tcol is None:
+                raise CostError(f"{path}: a dma calibration needs columns param, value or bytes, seconds")
+            ib, it = cols.index("bytes"), cols.index(tcol)
+            pts = [(float(r[ib]), float(r[it])) for r in rows]
+        except (IndexError, TypeError, ValueError) as e:
+            raise CostError(f"{path}: malformed dma calibration rows ({e})") from None
+        return cls.fit_single_copies(pts, gpu)
+
+    @classmethod
+    def fit_single_copies(cls, points, gpu: GPU) -> "DMAParams":
+        """Fit bandwidth and fixed cost to measured (bytes, seconds) of single GPU-to-GPU DMA copies."""
+        pts = [(b, t) for b, t in points if b > 0 and t > 0]
+        if len({b for b, _ in pts}) < 2:
+            raise CostError("fitting DMA parameters needs single-copy times at two or more sizes")
+        n = len(pts)
+        mb = sum(b for b, _ in pts) / n
+        mt = sum(t for _, t in pts) / n
+        sxx = sum((b - mb) ** 2 for b, _ in pts)
+        slope = sum((b - mb) * (t - mt) for b, t in pts) / sxx
+        if slope <= 0:
+            raise CostError("measured copy times do not grow with size: cannot fit a bandwidth")
+        fixed = max(0.0, mt - slope * mb)
+        base = cls.from_gpu(gpu)
+        parts = base.launch + base.cmd_overhead + base.copy_latency + base.sync
+        k = fixed / parts if parts > 0 else 0.0
+        return replace(base, bw_per_engine=1.0 / slope, launch=base.launch * k, cmd_overhead=base.cmd_overhead * k,
+                       copy_latency=base.copy_latency * k, sync=base.sync * k, trigger=base.trigger * k)
 
     def to_dict(self) -> dict:
         """Plain dict of the parameters (SI units)."""

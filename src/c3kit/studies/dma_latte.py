@@ -229,7 +229,8 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
         f"MI300X parameters: {mi_origin}. The fit used the published shares and speedups, so agreement on "
         "MI300X shows the model can express the published shape, not an independent prediction.",
         f"H200 parameters: {h2_origin}. Set them from measurements with `--set NAME=VALUE` or a calibration file "
-        "src/c3kit/cost/data/calib/h200-sxm-dma.json (kind \"dma\", columns param, value).",
+        "src/c3kit/cost/data/calib/h200-sxm-dma.json (kind \"dma\": columns param, value, or measured single "
+        "copies bytes, seconds).",
         "SM-library curve: c3kit.cost.time of the same Collective with CostModel(kind='efficiency'), algo ring for "
         "all-gather and direct for all-to-all (comm_eff 0.8), standing in for RCCL / NCCL. Its per-step latency is the "
         "catalog's scale-up latency, which sets the small-size ratio. Published vs-RCCL ratios are compared at 1 KB (small) and 64 MB (large); the paper's exact "
