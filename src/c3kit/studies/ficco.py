@@ -137,6 +137,14 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         "The paper's schedule names, thresholds and scenario list were not available; the schedules are the "
         "overlap layer's design space (docs/overlap.md).",
     ]
+    for g in sorted(set(real.hw)):
+        d = real[(real.hw == g) & (real.family != "serial")]
+        geo = d.groupby("family").speedup.apply(lambda x: math.exp(sum(map(math.log, x)) / len(x)))
+        dil = d.groupby("family").dil.mean()
+        cont = d.groupby("engine").contention_comp.mean()
+        notes.append(f"{g}: geomean speedup by family " + ", ".join(f"{f} {v:.2f}x" for f, v in geo.items())
+                     + "; mean DIL " + ", ".join(f"{f} {v:.0%}" for f, v in dil.items())
+                     + "; mean compute contention loss " + ", ".join(f"{e} {v:.0%}" for e, v in cont.items()) + ".")
     headline = {r.metric: dict(ours=r.ours, published=r.published) for r in summary.itertuples()}
     return StudyResult(
         name="ficco", title="FiCCO: finer-grain compute-communication overlap design space", summary=summary,
