@@ -5,7 +5,8 @@ ring:   shard-level overlap; one peer's shard per step (P2P ring), GEMM on the s
         the next one moves.
 ficco:  finer grain (FiCCO); each shard is split into `splits` pieces (default: the group size) and
         each step moves piece j of every peer's shard over all links at once, GEMM on the step in hand.
-auto:   asks c3kit.overlap.select when that exists; else the fallback rule in `fallback_schedule`.
+auto:   asks the overlap heuristic (c3kit.overlap.select) when that exists; else `fallback_schedule`:
+        serial below 1 MB moved per rank, ficco when every piece keeps >= 512 rows, else ring.
 """
 
 from __future__ import annotations
@@ -35,30 +36,45 @@ def fallback_schedule(op: str, m: int, n: int, k: int, world: int, elem_bytes: i
     return "ficco" if rows_per_piece >= FICCO_MIN_ROWS_PER_PIECE else "ring"
 
 
+_PATTERN = {"all_gather_matmul": "ag_gemm", "matmul_reduce_scatter": "gemm_rs", "moe": "moe"}
+_DTYPE = {1: "fp8", 2: "bf16", 4: "fp32"}
+
+
+def heuristic_schedule(op: str, m: int, n: int, k: int, world: int, elem_bytes: int, gpu: str = "H200-SXM",
+                       experts: int = 0) -> str | None:
+    """The overlap engine's pick (c3kit.overlap.select) mapped to a runtime schedule; None if unavailable."""
+    try:
+        from c3kit.overlap import OverlapProblem, select
+    except ImportError:
+        return None
+    try:
+        prob = OverlapProblem(_PATTERN.get(op, "ag_gemm"), m, n, k, dtype=_DTYPE.get(elem_bytes, "bf16"), gpus=world,
+                              experts=experts or (world if op == "moe" else 0))
+        picked = select(prob, gpu)
+    except Exception:  # noqa: BLE001 - the heuristic cannot price this case: the fallback rule decides
+        return None
+    name = picked[0] if isinstance(picked, tuple) else picked
+    name = str(getattr(name, "name", name)).lower()
+    family = name.split("-")[0]
+    # The runtime has no fused (track-and-trigger) kernels: the nearest runtime schedule is ring.
+    return {"serial": "serial", "bulk": "serial", "ring": "ring", "ficco": "ficco", "fused": "ring"}.get(family)
+
+
 def resolve_schedule(schedule: str, op: str, m: int, n: int, k: int, world: int, elem_bytes: int,
-                     backend: str = "nccl") -> str:
-    """A concrete schedule name for `schedule` (which may be "auto") and an op of global sizes m, n, k."""
+                     backend: str = "nccl", gpu: str = "H200-SXM", experts: int = 0) -> str:
+    """A concrete schedule for `schedule` (maybe "auto") and an op of global sizes m, n, k over `world` ranks.
+
+    "auto" asks c3kit.overlap.select for the GPU named `gpu` (the H200-SXM when running on the CPU) and
+    uses `fallback_schedule` when the heuristic is missing or cannot price the case.
+    """
     if schedule not in SCHEDULES:
         raise RuntimeSetupError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
     if schedule != "auto":
         return schedule
-    try:
-        from c3kit.overlap import select  # the overlap engine's heuristic, when it has landed
-    except ImportError:
-        select = None
-    if select is not None:
-        try:
-            picked = select(op=op, m=m, n=n, k=k, world=world, elem_bytes=elem_bytes, backend=backend)
-        except TypeError:
-            picked = None
-        name = getattr(picked, "schedule", picked)
-        name = getattr(name, "name", name)
-        if isinstance(name, str):
-            name = {"shard": "ring", "shard-p2p": "ring", "p2p": "ring", "finer": "ficco",
-                    "fine": "ficco", "bulk": "serial"}.get(name.lower(), name.lower())
-            if name in CONCRETE:
-                return name
-    return fallback_schedule(op, m, n, k, world, elem_bytes)
+    if world <= 1:
+        return "serial"
+    picked = heuristic_schedule(op, m, n, k, world, elem_bytes, gpu, experts)
+    return picked or fallback_schedule(op, m, n, k, world, elem_bytes)
 
 
 def check_backend(comm: str) -> str:
