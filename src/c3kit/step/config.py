@@ -38,7 +38,7 @@ def check_memory(model, par, phase: str, seq: int, dtype: str, hw):
 
 def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None = None, tp: int | None = None,
             sp: bool | None = None, dp: int | None = None, fsdp: bool = False, pp: int | None = None, ep: int = 1,
-            seq: int = 8192, batch: int | None = None, micro_batch: int = 1, dtype: str = "bf16",
+            seq: int = 8192, batch: int | None = None, micro_batch: int | None = None, dtype: str = "bf16",
             phase: str = "train", recompute: str | None = None, vpp: int = 1,
             dist_optimizer: bool | None = None) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with defaults that fit in memory."""
@@ -71,13 +71,14 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         sp = tp > 1 and phase == "train"
     if gpus % tp:
         raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}: change --gpus or --tp")
-    pps = [pp] if pp is not None else [p for p in (1, 2, 4, 8, 16, 32) if gpus % (tp * p) == 0
+    pps = [pp] if pp is not None else [p for p in range(1, min(m.layers, 64) + 1) if gpus % (tp * p) == 0
                                        and m.layers % (p * vpp) == 0 and (p > 1 or vpp == 1)]
     rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if phase == "train" else ["none"])
     # candidates in order of preference: the given GPUs first (fewest pipeline stages, least
     # recomputation), then, when the GPU count was left open and training state does not fit in
     # one node, more nodes of data parallelism with the optimizer state sharded over them (ZeRO-1)
-    candidates = [(gpus, p, rc, dist_optimizer or False) for p in pps for rc in rcs]
+    zero1s = [dist_optimizer] if dist_optimizer is not None else ([False, True] if phase == "train" else [False])
+    candidates = [(gpus, p, rc, z) for p in pps for z in zero1s for rc in rcs]
     if auto_gpus and phase == "train":
         for nodes in (2, 4, 8, 16, 32, 64):
             candidates += [(gpus * nodes, p, rc, True if dist_optimizer is None else dist_optimizer)
@@ -91,8 +92,14 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         if tp * p * d != n:
             raise WorkloadError(f"{n} GPUs != tp {tp} x pp {p} x dp {d} = {tp * p * d}: "
                                 "change --gpus or the parallel sizes")
-        gb = batch if batch is not None else micro_batch * d * (max(8, 4 * p) if phase == "train" else 1)
-        par = Parallelism(tp=tp, sp=sp, dp=d, fsdp=fsdp, pp=p, ep=ep, micro_batch=micro_batch, global_batch=gb,
+        if micro_batch is not None:
+            mb = micro_batch
+        elif phase != "train" and batch is not None and batch % d == 0:
+            mb = batch // d  # inference: every sequence of a DP rank in one forward pass
+        else:
+            mb = 1
+        gb = batch if batch is not None else mb * d * (max(8, 4 * p) if phase == "train" else 1)
+        par = Parallelism(tp=tp, sp=sp, dp=d, fsdp=fsdp, pp=p, ep=ep, micro_batch=mb, global_batch=gb,
                           recompute=rc, vpp=vpp, dist_optimizer=bool(zero1) and d > 1 and not fsdp)
         par.validate(m, n)
         try:
