@@ -42,9 +42,9 @@ def faster_math(gpu, f):
     return gpu.with_(flops={k: v * f for k, v in gpu.flops.items()})
 
 
-@given(scenarios())
-def test_invariants(g):
-    r = project(g, H200)
+@given(scenarios(), st.sampled_from([None, "efficiency"]))
+def test_invariants(g, cost_model):
+    r = project(g, H200, cost_model=cost_model)
     t = r.totals
     assert t.step_time > 0 and t.compute > 0
     assert all(row.time_each >= 0 for row in r.rows)

@@ -1,6 +1,5 @@
 """The scaling study: exclusions with reasons, agreement with the per-node projection, trends."""
 
-import numpy as np
 import pytest
 
 from c3kit.hw import get_gpu
