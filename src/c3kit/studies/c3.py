@@ -148,18 +148,23 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
 
 
 def _comm_bytes_for(case: GemmCase, kind: str, ratio: float, gpu, params) -> float:
-    """A collective size whose isolated time is ratio x the GEMM's (t is affine in S: two probes)."""
+    """A collective size whose isolated time is ratio x the GEMM's (secant steps on S; t is nearly affine in S)."""
     from c3kit.overlap import OverlapProblem, baseline
 
-    def probe(s: float):
+    def t_comm(s: float) -> float:
         return baseline(OverlapProblem("bulk", case.m, case.n, case.k, gpus=8, collective=kind, comm_bytes=s), gpu,
-                        params)
+                        params).t_comm
 
-    b1, b2 = probe(8e6), probe(64e6)
-    slope = (b2.t_comm - b1.t_comm) / 56e6
-    target = ratio * b1.t_comp
-    s = 8e6 + (target - b1.t_comm) / slope
-    return float(max(64 * 1024, round(s / 4096) * 4096))
+    target = ratio * baseline(OverlapProblem("bulk", case.m, case.n, case.k, gpus=8, collective=kind,
+                                             comm_bytes=8e6), gpu, params).t_comp
+    s0, s1 = 8e6, 64e6
+    f0, f1 = t_comm(s0) - target, t_comm(s1) - target
+    for _ in range(4):
+        if f1 == f0 or abs(f1) <= 1e-3 * target:
+            break
+        s0, s1, f0 = s1, max(64 * 1024.0, s1 - f1 * (s1 - s0) / (f1 - f0)), f1
+        f1 = t_comm(s1) - target
+    return float(max(64 * 1024, round(s1 / 4096) * 4096))
 
 
 def _memory_bound(case: GemmCase, gpu) -> bool:
