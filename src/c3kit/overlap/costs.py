@@ -38,6 +38,8 @@ class CostCache:
         self.model = model
         self._gemm: dict[tuple, GemmCost] = {}
         self._mem: dict[float, float] = {}
+        self._speed: dict[tuple, float] = {}
+        self._fewer: dict[int, GPU] = {}
 
     def gemm(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> GemmCost:
         """Cost of `batch` GEMMs m x n x k run as one kernel, alone on the GPU."""
@@ -58,6 +60,21 @@ class CostCache:
         out = GemmCost(time=t, phi=phi, hbm_rate=nbytes * self.traffic / t, tiles=tiles)
         self._gemm[key] = out
         return out
+
+    def speed(self, m: int, n: int, k: int, dtype: str, batch: int, sms: int) -> float:
+        """Speed of the GEMM with only `sms` SMs relative to the whole GPU (the cost model re-run on fewer SMs:
+        it re-chooses tiles, so wave quantization is what a library would really see)."""
+        if sms >= self.gpu.sms:
+            return 1.0
+        key = (m, n, k, dtype, batch, sms)
+        hit = self._speed.get(key)
+        if hit is None:
+            g = self._fewer.get(sms)
+            if g is None:
+                g = self._fewer[sms] = self.gpu.with_(sms=max(1, sms))
+            t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), g, self.model))
+            hit = self._speed[key] = min(1.0, self.gemm(m, n, k, dtype, batch).time / t)
+        return hit
 
     def mem(self, nbytes: float) -> float:
         """Seconds of a memory-bound kernel (a local reduction) that moves nbytes."""

@@ -167,18 +167,35 @@ class Ctx:
         n_cols = p.n if n_out is None else n_out
         if grouped:
             e_loc = p.experts // p.gpus
-            c = self.cache.gemm(max(1, math.ceil(rows / e_loc)), n_cols, p.k, p.dtype, e_loc)
+            shape = (max(1, math.ceil(rows / e_loc)), n_cols, p.k, p.dtype, e_loc)
         else:
-            c = self.cache.gemm(rows, n_cols, p.k, p.dtype)
+            shape = (rows, n_cols, p.k, p.dtype, 1)
+        c = self.cache.gemm(*shape)
         return Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
-                    phi=c.phi, tiles=c.tiles)
+                    phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap))
+
+    def curve(self, shape: tuple, cap: float, scale: float = 1.0) -> tuple:
+        """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
+        without priority); speeds from the cost model on that many SMs."""
+        top = int(cap) if cap else self.S
+        levels = {top}
+        if not cap and self.k_sms:
+            levels.add(self.S - self.k_sms)
+            levels.add(self.S - int(math.ceil(self.k_sms * self.params.noprio_comm_sm_share)))
+        return tuple((lv, self.cache.speed(*shape, lv) * scale) for lv in sorted(levels, reverse=True))
 
     def stage(self, name: str, stream: str, whole: Task, frac: float, *, deps: tuple[str, ...] = (),
               cap: float = 0.0) -> Task:
         """A slice of one fused kernel: `frac` of its work, no kernel boundary of its own."""
         eff = self.params.fused_gemm_efficiency
+        p = self.p
+        if p.pattern == "moe":
+            e_loc = p.experts // p.gpus
+            shape = (max(1, math.ceil(p.m / e_loc)), p.n, p.k, p.dtype, e_loc)
+        else:
+            shape = (p.m, p.n, p.k, p.dtype, 1)
         return Task(name, stream, whole.work * frac / eff, kind="compute", category="comp", deps=deps, sms=cap,
-                    hbm=whole.hbm * eff, phi=whole.phi, tiles=max(1, math.ceil(whole.tiles * frac)))
+                    hbm=whole.hbm * eff, phi=whole.phi, tiles=whole.tiles, curve=self.curve(shape, cap))
 
     def reduce(self, name: str, stream: str, nbytes: float, deps: tuple[str, ...]) -> Task:
         """A local reduction kernel (what DMA cannot do): reads and writes nbytes in total."""

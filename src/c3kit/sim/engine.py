@@ -36,8 +36,9 @@ class Resources:
     def from_gpu(cls, gpu: GPU, params: ContentionParams | None = None) -> "Resources":
         """The resources of a catalog GPU under a contention model."""
         p = params or ContentionParams()
+        links = 1 if gpu.scaleup.topology == "switch" else gpu.scaleup.links_per_gpu
         return cls(sms=gpu.sms, hbm_bw=gpu.hbm_bw * p.hbm_efficiency, dma_engines=gpu.dma.engines,
-                   link_bw=gpu.scaleup.bw, links=1 if gpu.scaleup.topology == "switch" else gpu.scaleup.links_per_gpu)
+                   link_bw=gpu.scaleup.bw * p.link_efficiency, links=links)
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ class Task(NamedTuple):
 
     kind "compute": work = s it takes alone on the whole GPU; sms = most SMs it may use (0: all);
     hbm = B/s of HBM it draws at full speed; phi = share of its time that scales with SMs (1 for
-    compute-bound, ~0 for memory-bound); tiles = output tiles (wave quantization; 0: linear in SMs).
+    compute-bound, ~0 for memory-bound); tiles = output tiles (wave quantization; 0: linear in SMs);
+    curve = ((sms, speed), ...) by falling sms: measured or cost-model speeds with that many SMs, which
+    replace the phi/tiles rule when given (a GEMM granted g SMs runs at the speed of the largest level <= g).
     kind "comm": work = bytes this GPU sends; sms = SMs it occupies (0: a DMA transfer, or free);
     engines = DMA engines it holds; bw = B/s its own SMs/engines can drive; links = bit mask of the
     GPU's links it sends over (bit l = link l; 0 = all), each link_bw / links, shared equally by the
@@ -77,6 +80,7 @@ class Task(NamedTuple):
     hbm: float = 0.0
     phi: float = 1.0
     tiles: int = 0
+    curve: tuple = ()
 
     @property
     def cat(self) -> str:
@@ -86,7 +90,7 @@ class Task(NamedTuple):
 
 def _check(cols) -> None:
     """Reject out-of-range task fields (columns of the task table, one min/max per field)."""
-    (names, _, works, kinds, cats, deps, pres, posts, smss, engs, bws, lfs, hbms, phis, tiless) = cols
+    (names, _, works, kinds, cats, deps, pres, posts, smss, engs, bws, lfs, hbms, phis, tiless, _) = cols
     bad_kind = set(kinds) - {"compute", "comm"}
     if bad_kind:
         raise SimError(f"task kind must be 'compute' or 'comm', got {sorted(bad_kind)}")
@@ -110,17 +114,17 @@ def alone_time(task: Task, res: Resources) -> float:
     cap = float(min(task.sms if 0 < task.sms < S else S, task.tiles if task.tiles else S))
     nl = bin(task.links & ((1 << res.links) - 1)).count("1") if task.links else res.links
     return task.pre + task.post + _alone_work(task.kind == "comm", task.work, cap, S, task.phi, task.tiles,
-                                              task.hbm, res.hbm_bw, nl * res.link_bw / res.links, task.bw)
+                                              task.hbm, res.hbm_bw, nl * res.link_bw / res.links, task.bw, task.curve)
 
 
 def _alone_work(is_comm: bool, work: float, cap: float, S: int, phi: float, tiles: int, hbm: float, H: float,
-                link: float, bw: float) -> float:
+                link: float, bw: float, curve: tuple = ()) -> float:
     if work == 0:
         return 0.0
     if is_comm:
         r = bw if bw < link else link
     else:
-        r = _compute_sm_rate(cap, S, phi, tiles)
+        r = _compute_sm_rate(cap, S, phi, tiles, curve)
     if hbm > 0 and r * hbm > H:
         r = H / hbm
     return work / r
@@ -130,12 +134,22 @@ def _waves(tiles: int, sms: float) -> int:
     return -(-tiles // max(1, int(sms + 1e-9)))
 
 
-def _compute_sm_rate(granted: float, total: int, phi: float, tiles: int) -> float:
+def _compute_sm_rate(granted: float, total: int, phi: float, tiles: int, curve: tuple = ()) -> float:
     """Speed (fraction of full-GPU speed) of a compute task granted `granted` of `total` SMs."""
     if granted >= total:
         return 1.0
     if granted <= 0:
         return 0.0
+    if curve:
+        if tiles and granted >= tiles:  # it cannot use more SMs than it has tiles: not SM-limited
+            return curve[0][1]
+        for lv, r in curve:
+            if granted >= lv - 1e-9:
+                return r
+        lv, r = curve[-1]
+        return r * granted / lv
+    if tiles and granted >= tiles:
+        return 1.0
     ratio = _waves(tiles, granted) / _waves(tiles, total) if tiles else total / granted
     slow = phi * ratio
     return 1.0 if slow <= 1.0 else 1.0 / slow
@@ -157,7 +171,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
         return Timeline((), (), (), ())
     cols = tuple(zip(*tasks))
     _check(cols)
-    (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles) = cols
+    (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles, curves) = cols
     index = {nm: i for i, nm in enumerate(names)}
     if len(index) != n:
         dup = next(nm for nm in names if names.count(nm) > 1)
@@ -262,8 +276,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             stuck = [names[i] for i in range(n) if state[i] == 0]
             raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
         if dirty or record:
-            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, masks, per_link, S, H,
-                          share, a_g, a_c, seg_out)
+            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link,
+                          S, H, share, a_g, a_c, seg_out)
             dirty = False
         dt = INF
         for k, i in enumerate(active):
@@ -348,7 +362,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             lat[:] = keep
 
     alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
-                                             comm_link[i], comm_bw[i]) for i in range(n)]
+                                             comm_link[i], comm_bw[i], curves[i]) for i in range(n)]
     cat = [c or ("comm" if ic else "comp") for c, ic in zip(cats, is_comm)]
     intervals = tuple(map(Interval, names, stream_of, cat, kinds, start, wstart, wend, end, alone))
     stream_prios = tuple((s, prio_of.get(s, 0)) for s in order)
@@ -356,8 +370,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     return Timeline(intervals, stream_prios, tuple(segments), res)
 
 
-def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw, masks, per_link, S, H, share, a_g,
-           a_c, segments):
+def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, H,
+           share, a_g, a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
     na = len(active)
     if na == 1 and segments is None:  # alone: no sharing to work out
@@ -367,7 +381,7 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
             if r > comm_link[i]:
                 r = comm_link[i]
         else:
-            r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i])
+            r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i], curves[i])
         if hbm[i] and r * hbm[i] > H:
             r = H / hbm[i]
         return [r]
@@ -422,16 +436,33 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
     #    each link split equally among the transfers that use it
     ncomm = na - ncomp
     shared = None
+    same = 1  # all transfers on the same links: each gets 1/ncomm of them
     if ncomm > 1:
-        count: dict[int, int] = {}
+        first = None
+        acc = 0
+        overlap = False
+        identical = True
         for i in active:
             if is_comm[i]:
                 m = masks[i]
-                while m:
-                    b = m & -m
-                    count[b] = count.get(b, 0) + 1
-                    m ^= b
-        if any(c > 1 for c in count.values()):
+                if first is None:
+                    first = m
+                elif m != first:
+                    identical = False
+                if acc & m:
+                    overlap = True
+                acc |= m
+        if identical:
+            same = ncomm
+        elif overlap:
+            count: dict[int, int] = {}
+            for i in active:
+                if is_comm[i]:
+                    m = masks[i]
+                    while m:
+                        b = m & -m
+                        count[b] = count.get(b, 0) + 1
+                        m ^= b
             shared = count
     for k, i in enumerate(active):
         if is_comm[i]:
@@ -439,7 +470,7 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
             if req[i] > 0:
                 w *= granted[k] / req[i]
             if shared is None:
-                lk = comm_link[i]
+                lk = comm_link[i] / same
             else:
                 lk = 0.0
                 m = masks[i]
@@ -449,7 +480,7 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, comm_link, comm_bw,
                     m ^= b
             rate[k] = w if w < lk else lk
         else:
-            rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i])
+            rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i], curves[i])
     # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
     #    transfers share what is left the same way. What copies cost a GEMM beyond that is the
     #    interference term below. Serving compute first keeps the model monotone: a faster link can

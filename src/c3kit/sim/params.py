@@ -35,6 +35,9 @@ class ContentionParams:
     its blocks are scheduled only as GEMM blocks retire. With higher priority it gets all k."""
     partition_sms: int | None = None
     """SMs withheld from GEMMs in '-part' schedules (green contexts / CU masking). None: comm_sms."""
+    link_efficiency: float = 0.8
+    """Achieved / peak scale-up bandwidth for any transfer (nccl-tests all-reduce busbw ~360 of 450 GB/s
+    on an H100 NVSwitch node; the same factor as the cost layer's comm_eff, assumed for every fabric)."""
     # --- HBM -------------------------------------------------------------------------------------
     hbm_efficiency: float = 0.9
     """Fraction of peak HBM bandwidth that all concurrent ops together can draw."""
@@ -76,8 +79,8 @@ class ContentionParams:
                 raise SimError(f"contention parameter {f.name} must be a non-negative number, got {v!r}")
         if not 0 < self.noprio_comm_sm_share <= 1:
             raise SimError("noprio_comm_sm_share must be in (0, 1]")
-        if not 0 < self.hbm_efficiency <= 1 or not 0 < self.fused_gemm_efficiency <= 1:
-            raise SimError("hbm_efficiency and fused_gemm_efficiency must be in (0, 1]")
+        if not all(0 < v <= 1 for v in (self.hbm_efficiency, self.fused_gemm_efficiency, self.link_efficiency)):
+            raise SimError("hbm_efficiency, link_efficiency and fused_gemm_efficiency must be in (0, 1]")
         if self.tile_m < 1 or self.tile_n < 1:
             raise SimError("tile_m and tile_n must be at least 1")
 
@@ -109,6 +112,7 @@ class ContentionParams:
     def ideal(cls) -> "ContentionParams":
         """No contention at all: comm takes no SMs or HBM share, no interference, no step latency."""
         return cls(comm_sms=0, partition_sms=0, sm_comm_bw=1e30, noprio_comm_sm_share=1.0, hbm_efficiency=1.0,
+                   link_efficiency=1.0,
                    gemm_hbm_traffic=0.0, copy_hbm_factor=0.0, reduce_hbm_factor=0.0, gemm_interference=0.0,
                    comm_interference=0.0, sm_launch=0.0, sm_sync=0.0, dma_launch=0.0, dma_sync=0.0,
                    trigger_latency=0.0, fused_gemm_efficiency=1.0)

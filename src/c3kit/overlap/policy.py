@@ -1,0 +1,3 @@
+"""The fitted policy trees of c3kit.overlap.heuristic (placeholder until fitted)."""
+
+TREES: dict = {}
