@@ -132,6 +132,7 @@ class _Shapes:
         self.act_bytes = self.T * H * self.b
         gpn = np.asarray(c["gpn"], dtype=np.int64)
         self.gpn = gpn
+        self._memo: dict = {}
         self.intra = {k: (blk <= gpn) & (gpn % blk == 0) for k, blk in
                       (("tp", tp), ("dp", tp * self.dp), ("pp", tp * self.dp * self.pp))}
 
@@ -150,9 +151,18 @@ class _Shapes:
         return (f * 2.5, by * 2.0) if backward else (f, by)
 
     def compute(self, name: str):
-        """(flops, bytes) of a compute node by op name."""
-        T, Tsp, H, b, g, Fl = self.T, self.Tsp, self.H, self.b, self.g, self.Fl
+        """(flops, bytes) of a compute node by op name (recomputed "re." ops have the forward's shape)."""
         base = name[3:] if name.startswith("re.") else name
+        hit = self._memo.get(base)
+        if hit is None:
+            self.dims = None
+            fb = self._compute(base)
+            hit = self._memo[base] = (fb, self.dims)
+        self.dims = hit[1]
+        return hit[0]
+
+    def _compute(self, base: str):
+        T, Tsp, H, b, g, Fl = self.T, self.Tsp, self.H, self.b, self.g, self.Fl
         table = {
             "attn_norm": lambda: self.mem(4 * Tsp * H * b, 5 * Tsp * H),
             "mlp_norm": lambda: self.mem(4 * Tsp * H * b, 5 * Tsp * H),
@@ -184,12 +194,12 @@ class _Shapes:
             "attn_norm.bwd": lambda: self.mem(8 * Tsp * H * b, 8 * Tsp * H),
             "embed.bwd": lambda: self.mem(2 * T * H * b + self.emb_w * 4),
         }
-        if name == "optimizer":
+        if base == "optimizer":
             shard = np.where(self.fsdp | self.zero1, self.dp, 1)
             p = (self.stage_layers * self.layer_w + self.emb_params) / shard
             return self.mem(30 * p, 12 * p)
         if base not in table:
-            raise C3kitError(f"vectorized sweep: no shape rule for node {name!r}")
+            raise C3kitError(f"vectorized sweep: no shape rule for node {base!r}")
         return table[base]()
 
     def collective(self, name: str, kind: str, group: str):
