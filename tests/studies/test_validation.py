@@ -10,7 +10,7 @@ def test_dataset_has_sources_and_consistent_layouts():
     runs = load_runs()
     assert len(runs) >= 15
     assert runs["source"].str.contains("arXiv").all()
-    assert set(runs["run"].str.split("-").str[0]) == {"korthikanti", "narayanan"}
+    assert {"korthikanti", "narayanan", "nemotron4"} <= set(runs["run"].str.split("-").str[0])
     for _, row in runs.iterrows():
         m, p = run_objects(row)
         assert p.gpus == row["gpus"] and row["global_batch"] % (row["dp"] * row["micro_batch"]) == 0

@@ -5,6 +5,8 @@ training on Selene (DGX A100 80GB, NVSwitch, 8 x 200 Gb/s HDR InfiniBand per nod
 - Korthikanti et al. 2022, Tables 3 and 5: 22B / 175B / 530B / 1T, TP 8, PP up to 64, iteration
   times with sequence parallelism + selective recomputation ("present work") and with full
   recomputation; and the 530B run scaled to 8-way data parallelism (2240 GPUs, Sec. 6.3).
+- NVIDIA 2024, Nemotron-4 340B technical report: 6144 H100, TP 8, PP 12 interleaved, DP 64, 8.0 s
+  per batch of 2304 sequences (an H100 run, projected without calibration).
 - Narayanan et al. 2021, Tables 1 and 2: TFLOP/s per GPU of PTD-P runs up to 3072 GPUs, turned into
   step times with the paper's own FLOP count (its eq. 3, which counts the recomputed forward):
   F = 96 B s l h^2 (1 + s / 6h + V / 16lh), step = F / (X n).
@@ -35,7 +37,8 @@ from c3kit.errors import StudyError
 
 GEMM_PEAK_FRACTION = {"A100-SXM-80G": 0.70}  # calibrated: see the module docstring and docs/scaling.md
 
-COLUMNS = ("run", "source", "table", "gpu", "hidden", "layers", "heads", "vocab", "seq", "gpus", "tp", "pp", "vpp",
+COLUMNS = ("run", "source", "table", "gpu", "hidden", "layers", "heads", "vocab", "kv_heads", "ffn_hidden",
+           "tied_embeddings", "bias", "dropout", "seq", "gpus", "tp", "pp", "vpp",
            "dp", "micro_batch", "global_batch", "sp", "recompute", "dp_overlap", "measured_s", "measured_what",
            "measured_value", "notes")
 
@@ -85,13 +88,15 @@ def narayanan_step_time(df: pd.DataFrame) -> np.ndarray:
 
 
 def run_objects(row):
-    """(ModelConfig, Parallelism) of one validation run: Megatron GPT (biases, tied embeddings, dropout)."""
+    """(ModelConfig, Parallelism) of one validation run (kv_heads / ffn_hidden 0: MHA / 4h, as ModelConfig)."""
     from c3kit.workload.model import ModelConfig
     from c3kit.workload.parallel import Parallelism
 
+    extra = {"dropout": bool(row["dropout"])} if "dropout" in ModelConfig.__dataclass_fields__ else {}
     m = ModelConfig(name=str(row["run"]), hidden=int(row["hidden"]), layers=int(row["layers"]),
-                    heads=int(row["heads"]), vocab=int(row["vocab"]), max_seq=int(row["seq"]), bias=True,
-                    tied_embeddings=True, **({"dropout": True} if "dropout" in ModelConfig.__dataclass_fields__ else {}))
+                    heads=int(row["heads"]), kv_heads=int(row["kv_heads"]), ffn_hidden=int(row["ffn_hidden"]),
+                    vocab=int(row["vocab"]), max_seq=int(row["seq"]), bias=bool(row["bias"]),
+                    tied_embeddings=bool(row["tied_embeddings"]), **extra)
     p = Parallelism(tp=int(row["tp"]), sp=bool(row["sp"]), dp=int(row["dp"]), pp=int(row["pp"]),
                     vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
                     recompute=str(row["recompute"]))
