@@ -84,3 +84,12 @@ def test_malformed_config_json(tmp_path, capsys, text):
     assert main(["analyze", "--model", str(cfg), "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
     assert not out.exists()
+
+
+def test_serial_policy_exposes_everything(tmp_path, capsys):
+    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "16", "--tp", "8", "--seq", "2048", "--policy", "serial",
+                 "--out", str(tmp_path / "s"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["totals"]["exposed"] == pytest.approx(doc["totals"]["comm"])
+    assert {s["stream"] for s in doc["streams"]} == {"tp", "dp"}
+    assert all(s["hidden_frac"] == pytest.approx(0, abs=1e-12) for s in doc["streams"])

@@ -98,7 +98,14 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
         ("pipeline bubble", fmt_time(t.bubble)), ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
         ("exposed share of step", f"{100 * t.exposed_share:.1f}%"), ("MFU", f"{100 * t.mfu:.1f}%"),
         ("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")]))
+    console.print(_stream_line(result))
     console.print(f"report: {out}/report.md")
+
+
+def _stream_line(result) -> str:
+    parts = [f"{r.stream.upper()} {fmt_time(r.comm_s)}: {100 * r.hidden_frac:.0f}% hidden, "
+             f"{fmt_time(r.exposed_s)} exposed" for r in result.by_stream().itertuples(index=False)]
+    return "communication by group: " + ("; ".join(parts) if parts else "none")
 
 
 def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
@@ -121,6 +128,10 @@ def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
                  f"{fmt_time(t.comm)} of which {fmt_time(t.exposed)} exposed and {fmt_time(t.hidden)} hidden, "
                  f"pipeline bubble {fmt_time(t.bubble)}; MFU {100 * t.mfu:.1f}%, {t.tokens_per_s:,.0f} tokens/s.")
+        rep.text(_stream_line(result) + ". TP collectives that the next op needs are exposed unless an "
+                 "independent GEMM (the weight gradient in the backward) covers them; DP gradient reductions hide "
+                 "behind the backward of the layers below; FSDP gathers are prefetched one layer ahead.")
+        rep.table("streams", result.by_stream(), "Communication by parallel group (seconds per GPU per step)")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")
         rep.table("by_role", roles, "Per operator role and phase (seconds per GPU per step)")
         rep.table("ops", result.frame(), "Every node of the step graph", show_rows=0)

@@ -78,12 +78,23 @@ class StepResult:
         g = df.groupby(["role", "phase"], sort=False)[cols].sum().reset_index()
         return g.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
 
+    def by_stream(self):
+        """Communication per stream (tp, dp, ep, pp): comm, exposed and hidden seconds, hidden fraction."""
+        import pandas as pd
+
+        df = self.frame()
+        df = df[df["comm_s"] > 0]
+        g = df.groupby("stream", sort=False)[["comm_s", "exposed_s", "hidden_s"]].sum().reset_index()
+        g["hidden_frac"] = g["hidden_s"] / g["comm_s"]
+        return pd.DataFrame(g)
+
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data."""
         return {
             "model": self.model, "hw": self.hw, "phase": self.phase, "seq": self.seq, "gpus": self.gpus,
             "global_batch": self.global_batch, "micro_batches": self.micro_batches, "policy": self.policy,
             "totals": asdict(self.totals), "rows": [asdict(r) for r in self.rows],
+            "streams": self.by_stream().to_dict(orient="records"),
         }
 
 
