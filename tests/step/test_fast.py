@@ -68,3 +68,10 @@ def test_columns_from_objects_and_bad_input():
         project_many(pd.DataFrame([{k: v for k, v in row.items() if k != "tp"}]), GPUS)
     with pytest.raises(C3kitError):
         project_many(pd.DataFrame([{**row, "gpu": "nope"}]), GPUS)
+
+
+def test_invalid_rows_are_rejected():
+    df = random_scenarios(3, 5)
+    df.loc[2, "global_batch"] = df.loc[2, "micro_batch"] * df.loc[2, "dp"] + 1 if df.loc[2, "dp"] > 1 else 0
+    with pytest.raises(C3kitError):
+        project_many(df, GPUS)

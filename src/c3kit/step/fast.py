@@ -362,6 +362,26 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
 _TEMPLATES: dict = {}
 
 
+def _check(a: dict) -> None:
+    """Reject rows that Parallelism.validate would reject (the sweep builds one graph per structure only)."""
+    sizes = ("hidden", "layers", "heads", "kv_heads", "ffn_hidden", "vocab", "seq", "micro_batch", "global_batch",
+             "tp", "dp", "pp")
+    bad = np.zeros(len(a["tp"]), dtype=bool)
+    for k in sizes:
+        bad |= a[k] <= 0
+    if bad.any():
+        raise C3kitError(f"{int(bad.sum())} scenario(s) have non-positive sizes (first row {int(np.argmax(bad))})")
+    rules = {"heads % tp": a["heads"] % a["tp"], "layers % pp": a["layers"] % a["pp"],
+             "ffn_hidden % tp": a["ffn_hidden"] % a["tp"], "hidden % heads": a["hidden"] % a["heads"],
+             "heads % kv_heads": a["heads"] % a["kv_heads"],
+             "kv_heads vs tp": np.minimum(a["kv_heads"] % a["tp"], a["tp"] % a["kv_heads"]),
+             "global_batch % (micro_batch x dp)": a["global_batch"] % (a["micro_batch"] * a["dp"]),
+             "recompute code": ~np.isin(a["recompute"], (0, 1, 2))}
+    for what, r in rules.items():
+        if np.any(r != 0):
+            raise C3kitError(f"{int(np.count_nonzero(r))} scenario(s) fail {what} (first row {int(np.argmax(r != 0))})")
+
+
 def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
     """Time every deferred GEMM with one curve_times call per GPU and write the rows back."""
     from c3kit.cost.efficiency import DEFAULT_CURVE, curve_times
@@ -403,6 +423,7 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     out = np.zeros((len(df), len(OUT_COLUMNS)))
     h_all = gpu_arrays(df["gpu"].to_numpy(), gpus)
     arrays = {k: df[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
+    _check(arrays)
     codes = _structure(df)
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
