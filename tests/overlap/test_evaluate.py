@@ -46,14 +46,14 @@ def test_serial_is_the_sum_and_results_are_ranked(gpu, pattern):
 def test_t_comp_is_the_cost_layer_time():
     p = prob("ag_gemm", m=8192, n=1024, k=8192)
     base = baseline(p, H200)
-    assert base.t_comp == pytest.approx(cost.time(Gemm("g", 8192, 1024, 8192), H200, "table"), rel=1e-12)
+    assert base.t_comp == pytest.approx(cost.time(Gemm("g", 8192, 1024, 8192), H200, "efficiency"), rel=1e-12)
 
 
 def test_dil_of_ring_is_the_sub_gemm_sum():
     p = prob("ag_gemm", m=8192, n=1024, k=8192)
     r = evaluate(p, H200, ["ring-sm"])[0]
-    whole = cost.time(Gemm("g", 8192, 1024, 8192), H200, "table")
-    sub = cost.time(Gemm("g", 1024, 1024, 8192), H200, "table")
+    whole = cost.time(Gemm("g", 8192, 1024, 8192), H200, "efficiency")
+    sub = cost.time(Gemm("g", 1024, 1024, 8192), H200, "efficiency")
     assert r.dil == pytest.approx(8 * sub / whole - 1, rel=1e-9)
 
 

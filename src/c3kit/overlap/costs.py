@@ -1,8 +1,11 @@
 """Isolated GEMM and reduction-kernel times for the schedules, priced through c3kit.cost.
 
-The default cost model is kind "table": the GPU's measured gemm calibration where shipped, else the
-size-dependent efficiency curve (wave/tile quantization over the SMs, K saturation, per-kernel
-overhead). That curve is what makes sub-GEMMs lose efficiency (the decomposition inefficiency loss).
+The default cost model is kind "efficiency": the size-dependent efficiency curve of c3kit.cost (fitted
+to the GPU's measured gemm calibration where one is shipped): wave/tile quantization over the SMs, K
+saturation, per-kernel overhead. That curve is what makes sub-GEMMs lose efficiency (the
+decomposition inefficiency loss). Kind "table" is not the default because schedules price many
+off-grid sub-shapes and a smooth, monotone curve ranks them more reliably than interpolation between
+measured points (on 2026-12-02 the H200 table gave 2048x8192x3072 slower than 2048x8192x4096).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import c3kit.cost as cost
 from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Gemm, MemOp
 
-DEFAULT_COST_MODEL = "table"
+DEFAULT_COST_MODEL = "efficiency"
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
 
     params: the contention model (default: the GPU's calibration file, else ContentionParams());
     trace: keep each schedule's Timeline with resource segments (for Perfetto export);
-    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "table": measured, else efficiency curve).
+    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve).
     """
     g, p = _resolve(gpu, params)
     if schedules is None:
