@@ -15,9 +15,12 @@ from typing import Callable, Sequence
 from c3kit.runtime._torch import require_torch, torch_dtype
 from c3kit.runtime.bench import copykernel
 
+# t_comp_s is always the GEMM alone on the whole GPU (the serial baseline); t_comp_part_s the GEMM
+# alone on the variant's SMs (equal to t_comp_s without a green context). comp_loss is against t_comp_s.
 COLUMNS = ["variant", "gemm", "m", "n", "k", "dtype", "gemm_reps", "gemm_sms", "comm", "comm_bytes", "blocks",
            "priority", "ratio_target", "t_comp_s", "t_comm_s", "t_comp_conc_s", "t_comm_conc_s", "t_concurrent_s",
-           "serial_s", "ideal_s", "s_ideal", "s_real", "fraction_of_ideal", "class", "comp_loss", "comm_loss"]
+           "serial_s", "ideal_s", "s_ideal", "s_real", "fraction_of_ideal", "class", "comp_loss", "comm_loss",
+           "t_comp_part_s"]
 
 # The published averages of the C3 paper (MI300X), for the table beside ours.
 PUBLISHED = {"plain": 0.21, "prioritized": 0.42, "cu-partitioned": 0.41, "dma": 0.66, "dma+fewer-cus": 0.72}
@@ -163,7 +166,7 @@ class Harness:
         return lambda: [one(p) for p in pieces]
 
     def measure(self, gemm: bool, comm: Callable[[], None] | None, priority: int = 0, green: _Green | None = None,
-                repeats: int = 7) -> tuple[float, float, float]:
+                repeats: int = 9) -> tuple[float, float, float]:
         """Median (t_gemm_end, t_comm_end, t_all) in seconds from a common start; 0 for an op not run."""
         torch = require_torch()
         cs = self.high if priority < 0 else self.low
@@ -244,19 +247,21 @@ def run_c3(device, variants: Sequence[Variant] | None = None, ratios: Sequence[f
                 key = (v.comm, v.blocks)
                 if key not in bw_cache:
                     bw_cache[key] = comm_bandwidth(h, v.comm, v.blocks)
-                if v.gemm_sms not in alone_cache:
-                    alone_cache[v.gemm_sms] = h.measure(True, None, green=green)[0]
-                t_comp = alone_cache[v.gemm_sms]
+                if 0 not in alone_cache:
+                    alone_cache[0] = h.measure(True, None)[0]
                 for r in ratios:
-                    nbytes = max(4, int(r * t_comp * bw_cache[key]) // 4 * 4)
+                    nbytes = max(4, int(r * alone_cache[0] * bw_cache[key]) // 4 * 4)
                     fn = h.comm_fn(v.comm, nbytes, v.blocks)
+                    # Isolated times next to the concurrent one, so that clock drift cancels.
+                    t_comp = h.measure(True, None)[0]
+                    t_part = h.measure(True, None, green=green)[0] if green is not None else t_comp
                     _, t_comm, _ = h.measure(False, fn, v.priority)
                     tg, tc, tall = h.measure(True, fn, v.priority, green)
                     s_i, s_r, frac = fraction_of_ideal(t_comp, t_comm, tall)
                     m, n, k = shape
                     row = [v.name, gname, m, n, k, dtype, h.reps, v.gemm_sms or sms, v.comm, nbytes, v.blocks,
                            v.priority, r, t_comp, t_comm, tg, tc, tall, t_comp + t_comm, max(t_comp, t_comm),
-                           s_i, s_r, frac, classify(t_comp, t_comm), tg / t_comp - 1.0, tc / t_comm - 1.0]
+                           s_i, s_r, frac, classify(t_comp, t_comm), tg / t_comp - 1.0, tc / t_comm - 1.0, t_part]
                     rows.append(row)
                     if on_row:
                         on_row(row)
@@ -296,17 +301,19 @@ def sm_scaling(device, sms_list: Sequence[int], gemms: dict | None = None, dtype
 def summarize(rows: Sequence[Sequence]) -> list[list]:
     """Mean fraction of ideal per variant family and class, beside the published figure."""
     idx = {c: i for i, c in enumerate(COLUMNS)}
-    fam_of = {v.name: v.family for v in default_variants(132)}
     groups: dict[tuple[str, str], list[float]] = {}
     for r in rows:
-        fam = fam_of.get(r[idx["variant"]]) or _family(r[idx["variant"]])
+        fam = _family(r[idx["variant"]])
+        if fam == "dma":
+            fam = "dma-d2d" if r[idx["comm"]] == "ce-d2d" else "dma-pcie"
         f = r[idx["fraction_of_ideal"]]
         if f == f:
             groups.setdefault((fam, r[idx["class"]]), []).append(f)
             groups.setdefault((fam, "all"), []).append(f)
     out = []
     for (fam, cls), fs in sorted(groups.items()):
-        out.append([fam, cls, len(fs), sum(fs) / len(fs), PUBLISHED.get(fam, float("nan"))])
+        out.append([fam, cls, len(fs), sum(fs) / len(fs), PUBLISHED.get(fam.split("-")[0] if fam.startswith("dma-") else fam,
+                                                                 float("nan"))])
     return out
 
 

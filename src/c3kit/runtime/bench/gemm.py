@@ -17,15 +17,23 @@ COLUMNS = ["m", "n", "k", "dtype", "split", "chunks", "time_s", "flop_rate", "ef
 ROTATE_BYTES = 256e6
 MAX_SETS = 8
 
-GRID_M = (128, 512, 1024, 2048, 4096, 8192, 16384)
-GRID_N = (1024, 2048, 4096, 8192, 16384)
-GRID_K = (1024, 4096, 8192)
+# bf16 (the dtype that matters most) on a dense grid, about 1.5x apart, so that the lookup table
+# interpolates between close neighbours; fp16 and fp32 on coarser grids.
+GRID = {
+    "bf16": ((64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768),
+             (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 28672),
+             (256, 512, 1024, 2048, 4096, 8192, 16384)),
+    "other": ((128, 512, 2048, 8192, 32768), (512, 2048, 8192, 28672), (512, 2048, 8192)),
+}
+QUICK_GRID = ((128, 2048, 16384), (1024, 8192), (1024, 8192))
 SPLIT_CHUNKS = (2, 4, 8, 16, 32, 64)
+SENTINEL = (8192, 8192, 8192, "bf16")  # timed every SENTINEL_EVERY shapes to show drift over the sweep
+SENTINEL_EVERY = 100
 
 
 @dataclass(frozen=True)
 class Shape:
-    """One GEMM of the sweep: C[m, n] = A[m, k] @ B[k, n]; `set` tags grid or random shapes."""
+    """One GEMM of the sweep: C[m, n] = A[m, k] @ B[k, n]; `set` is grid, random, odd or sentinel."""
 
     m: int
     n: int
@@ -34,25 +42,50 @@ class Shape:
     set: str = "grid"
 
 
-def sweep_shapes(dtypes: Sequence[str], n_random: int = 120, seed: int = 0, quick: bool = False) -> list[Shape]:
-    """A grid of M x N x K per dtype plus log-uniform random shapes (multiples of 8 and some odd sizes)."""
+def _logu(rng: random.Random, lo: int, hi: int) -> int:
+    return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def sweep_shapes(dtypes: Sequence[str], n_random: int = 240, n_odd: int = 24, seed: int = 0,
+                 quick: bool = False) -> list[Shape]:
+    """Grid shapes per dtype, log-uniform random shapes (multiples of 8) inside the grid's range, and
+    misaligned shapes (a dimension not a multiple of 8), in one fixed shuffled order."""
     rng = random.Random(seed)
-    grid_m, grid_n, grid_k = (GRID_M[::3], GRID_N[::2], GRID_K[::2]) if quick else (GRID_M, GRID_N, GRID_K)
     shapes = []
     for dt in dtypes:
-        shapes += [Shape(m, n, k, dt, "grid") for m in grid_m for n in grid_n for k in grid_k]
-    for i in range(n_random):
-        dims = []
-        for lo, hi in ((64, 32768), (256, 32768), (256, 16384)):
-            v = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-            dims.append(v if i % 10 == 9 else max(8, v // 8 * 8))
-        dt = "bf16" if i % 4 else dtypes[(i // 4) % len(dtypes)]
+        gm, gn, gk = QUICK_GRID if quick else GRID["bf16" if dt == "bf16" else "other"]
+        shapes += [Shape(m, n, k, dt, "grid") for m in gm for n in gn for k in gk]
+    lo_m, hi_m = min(GRID["bf16"][0]), max(GRID["bf16"][0])
+    lo_n, hi_n = min(GRID["bf16"][1]), max(GRID["bf16"][1])
+    lo_k, hi_k = min(GRID["bf16"][2]), max(GRID["bf16"][2])
+    for i in range(n_random + n_odd):
+        odd = i >= n_random
+        dims = [_logu(rng, lo_m, hi_m), _logu(rng, lo_n, hi_n), _logu(rng, lo_k, hi_k)]
+        dims = [max(8, d // 8 * 8) for d in dims]
+        if odd:
+            j = rng.randrange(3)
+            dims[j] += rng.randrange(1, 8)
+        r = rng.random()
+        dt = "bf16" if r < 0.7 or len(dtypes) == 1 else dtypes[1 + int((r - 0.7) / 0.3 * (len(dtypes) - 1))]
         if dt not in dtypes:
             dt = dtypes[0]
-        shapes.append(Shape(dims[0], dims[1], dims[2], dt, "random"))
+        shapes.append(Shape(*dims, dt, "odd" if odd else "random"))
     # A fixed shuffle: a sweep cut short by its time budget still covers every region and both sets.
     rng.shuffle(shapes)
     return shapes
+
+
+def warm_up(device, seconds: float = 2.0) -> None:
+    """Run large bf16 GEMMs for about `seconds`, so that clocks and temperature settle before timing."""
+    torch = require_torch()
+    if getattr(device, "type", str(device)) != "cuda":
+        return
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
+    t0 = _time.perf_counter()
+    while _time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            torch.mm(a, a)
+        torch.cuda.synchronize(device)
 
 
 def _inputs(torch, m, n, k, dtype, device, gen):
@@ -100,13 +133,24 @@ def time_split(m: int, n: int, k: int, dtype: str, split: str, chunks: int, devi
 
 
 def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], target_s: float = 0.02,
-              seed: int = 0, on_row=None, budget_s: float = 0.0, errors: list | None = None) -> list[list]:
-    """Rows (COLUMNS) for every shape (until budget_s seconds, if > 0); efficiency = FLOP/s over peak[dtype]."""
+              seed: int = 0, on_row=None, budget_s: float = 0.0, errors: list | None = None,
+              sentinel_every: int = 0) -> list[list]:
+    """Rows (COLUMNS) for every shape (until budget_s seconds, if > 0); efficiency = FLOP/s over peak[dtype].
+
+    With sentinel_every > 0 the SENTINEL shape is timed before every sentinel_every-th shape (set "sentinel")."""
     torch = require_torch()
     gen = torch.Generator(device=device).manual_seed(seed)
     errors = errors if errors is not None else []
     rows = []
     t_start = _time.perf_counter()
+    if sentinel_every:
+        m, n, k, dt = SENTINEL
+        with_sentinels = []
+        for i, sh in enumerate(shapes):
+            if i % sentinel_every == 0 and dt in peak:
+                with_sentinels.append(Shape(m, n, k, dt, "sentinel"))
+            with_sentinels.append(sh)
+        shapes = with_sentinels
     for i, sh in enumerate(shapes):
         if budget_s > 0 and _time.perf_counter() - t_start > budget_s:
             errors.append(f"time budget of {budget_s:.0f} s reached: {len(shapes) - i} shapes not run")
