@@ -102,6 +102,7 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
              cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None) -> Baseline:
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
+    check_fits(problem, g)
     ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
@@ -116,6 +117,13 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
     t_dma = comm_time("dma") if g.dma.engines > 0 else None
     eng = "dma" if t_dma is not None and t_dma < t_sm else "sm"
     return Baseline(t_comp, t_dma if eng == "dma" else t_sm, eng, t_sm, t_dma)
+
+
+def check_fits(problem: OverlapProblem, gpu: GPU) -> None:
+    """Raise OverlapError when the group does not fit in one node of this GPU."""
+    if problem.gpus > gpu.gpus_per_node:
+        raise OverlapError(f"{problem.gpus} GPUs do not fit in one {gpu.name} node ({gpu.gpus_per_node} GPUs per node); "
+                           f"use --gpus {gpu.gpus_per_node} or fewer")
 
 
 def applicable(problem: OverlapProblem, gpu: GPU | str) -> list[str]:
@@ -134,6 +142,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
     cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve).
     """
     g, p = _resolve(gpu, params)
+    check_fits(problem, g)
     if schedules is None:
         names = applicable(problem, g)
     else:

@@ -127,7 +127,10 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
 
 def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None) -> list[Estimate]:
     """Estimates of every applicable, realizable schedule, fastest first."""
+    from c3kit.overlap.evaluate import check_fits
+
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    check_fits(problem, g)
     p = params if params is not None else ContentionParams.from_calibration(g.name)
     ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
     whole = ctx.gemm("gemm", "compute", problem.m, grouped=problem.pattern == "moe").work

@@ -201,6 +201,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     prio = [prio_of.get(st, 0) for st in stream_of]
     work = [float(w) for w in works]
     rem = list(work)
+    tol = [1e-9 * w for w in work]
     req = smss
     # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
     cap = [float(min(c if 0 < c < S else S, tl if tl else S)) for c, tl in zip(smss, tiles)]
@@ -208,6 +209,12 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     masks = [(m & all_links) or all_links for m in lfs]
     per_link = L / resources.links
     comm_link = [bin(m).count("1") * per_link for m in masks]
+    # tasks that the contention model cannot tell apart share a signature, so the rates of an active
+    # set recur across the steps of a pipeline and are computed once
+    sig_ids: dict[tuple, int] = {}
+    sig = [sig_ids.setdefault(key, len(sig_ids)) for key in
+           zip(is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks)]
+    rate_memo: dict[tuple, list[float]] = {}
     start = [0.0] * n
     wstart = [0.0] * n
     wend = [0.0] * n
@@ -275,20 +282,28 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
         if not active and not lat:
             stuck = [names[i] for i in range(n) if state[i] == 0]
             raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
-        if dirty or record:
+        if record:
             rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link,
                           S, H, share, a_g, a_c, seg_out)
+        elif dirty:
+            key = tuple([sig[i] for i in active])
+            rate = rate_memo.get(key)
+            if rate is None:
+                rate = rate_memo[key] = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link,
+                                               comm_bw, masks, per_link, S, H, share, a_g, a_c, None)
             dirty = False
         dt = INF
-        for k, i in enumerate(active):
-            r = rate[k]
-            if r > 0:
+        for i, r in zip(active, rate):
+            if r > 0.0:
                 d = rem[i] / r
                 if d < dt:
                     dt = d
-        for te, _ in lat:
-            if te - t_now < dt:
-                dt = te - t_now
+        if lat:
+            lat_next = min(lat)[0]
+            if lat_next - t_now < dt:
+                dt = lat_next - t_now
+        else:
+            lat_next = INF
         if dt == INF:
             raise SimError("simulation stalled: running tasks get no resources (check SM, engine and link settings)")
         if dt < 0:
@@ -299,14 +314,16 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             segments.append(Segment(t_now, t_new, s0.sms, s0.hbm, resources.dma_engines - free_eng, s0.link))
         t_now = t_new
         finished = None
-        for k, i in enumerate(active):
-            rem[i] -= rate[k] * dt
-            if rem[i] <= 1e-9 * work[i]:
+        for i, r in zip(active, rate):
+            x = rem[i] - r * dt
+            if x <= tol[i]:
                 rem[i] = 0.0
                 if finished is None:
                     finished = [i]
                 else:
                     finished.append(i)
+            else:
+                rem[i] = x
         if finished is not None:
             active[:] = [i for i in active if rem[i] > 0.0]
             dirty = True
@@ -328,7 +345,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                     for d in dependents[i]:
                         deps_left[d] -= 1
                     can_start = True
-        if lat:
+        if lat_next <= t_now + 1e-15 + 1e-12 * t_now:
             eps = 1e-15 + 1e-12 * t_now
             keep: list[tuple[float, int]] = []
             for te, i in lat:
