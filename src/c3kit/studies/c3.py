@@ -86,6 +86,7 @@ def contention_params(gpu_name: str, calib_dir: Path | None = None):
 
     slug = gpu_name.lower()
     calib_dir = calib_dir or _calib_dir()
+    skipped = ""
     for suffix in ("contention", "c3"):
         path = calib_dir / f"{slug}-{suffix}.json"
         if not path.is_file():
@@ -95,12 +96,15 @@ def contention_params(gpu_name: str, calib_dir: Path | None = None):
         except (OSError, ValueError, AttributeError):
             kind = None
         if kind == "c3":
-            continue  # a measured C3 table, not contention parameters: shown beside ours by measured_c3
+            # a measured C3 table, not contention parameters: shown beside ours by measured_c3
+            skipped = f"; {path.name} is a measured C3 table (kind c3), shown beside ours, not read as parameters"
+            continue
         try:
             return ContentionParams.from_calibration(gpu_name, path), f"calibrated ({path.name})"
         except C3kitError as e:
             return ContentionParams(), f"defaults ({path.name} present but unusable: {e})"
-    return ContentionParams(), "defaults (no calibration file; sim.ContentionParams documented values)"
+    return ContentionParams(), ("defaults (no contention calibration file; sim.ContentionParams documented values"
+                                + skipped + ")")
 
 
 # the runtime's C3 benchmark variant families (c3kit bench c3) and our strategy names
@@ -135,6 +139,8 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
         return pd.DataFrame(), f"{path.name} present but unreadable ({e})"
     if raw.empty:
         return pd.DataFrame(), f"{path.name} has no measured rows"
+    # host copies (ce-d2h, ce-h2d) cross PCIe, not a peer link: only device-to-device copies stand for DMA offload
+    raw = raw[~raw.variant.astype(str).str.match(r"ce-(d2h|h2d)")]
     raw["strategy"] = raw.variant.map(lambda v: _MEASURED_FAMILY[_family_of(str(v))])
     raw["fraction_of_ideal"] = raw.fraction_of_ideal.astype(float)
     tab = raw.groupby(["strategy", "class"]).fraction_of_ideal.mean().unstack("class")
@@ -143,8 +149,9 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
     tab.insert(0, "gpu", gpu_name)
     tab["published_average"] = tab.strategy.map(PUBLISHED)
     meta = doc.get("meta", {})
-    return tab, (f"measured ({path.name}: {meta.get('machine', '?')}, {meta.get('date', '?')}; a copy stands in "
-                 "for the collective, single GPU)")
+    return tab, (f"measured ({path.name}: {meta.get('gpu', '?')}, {meta.get('date', '?')}; one GPU, a local copy "
+                 "stands in for the collective; device-to-device copy-engine rows stand for DMA offload, host "
+                 "copies left out)")
 
 
 def _comm_bytes_for(case: GemmCase, kind: str, ratio: float, gpu, params) -> float:
