@@ -165,6 +165,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     L = resources.link_bw
     share = p.noprio_comm_sm_share
     a_g = p.gemm_interference
+    a_gm = p.gemm_mem_interference
     a_c = p.comm_interference
     prio_of = {s.name: s.priority for s in streams}
     if n == 0:
@@ -284,13 +285,13 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
         if record:
             rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link,
-                          S, H, share, a_g, a_c, seg_out)
+                          S, H, share, a_g, a_gm, a_c, seg_out)
         elif dirty:
             key = tuple([sig[i] for i in active])
             rate = rate_memo.get(key)
             if rate is None:
                 rate = rate_memo[key] = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link,
-                                               comm_bw, masks, per_link, S, H, share, a_g, a_c, None)
+                                               comm_bw, masks, per_link, S, H, share, a_g, a_gm, a_c, None)
             dirty = False
         dt = INF
         for i, r in zip(active, rate):
@@ -388,7 +389,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
 
 
 def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, H,
-           share, a_g, a_c, segments):
+           share, a_g, a_gm, a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
     na = len(active)
     if na == 1 and segments is None:  # alone: no sharing to work out
@@ -499,46 +500,55 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
         else:
             rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i], curves[i])
     # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
-    #    transfers share what is left the same way. What copies cost a GEMM beyond that is the
-    #    interference term below. Serving compute first keeps the model monotone: a faster link can
-    #    never take bandwidth from a GEMM (stream priorities steer the SM scheduler, not HBM).
-    dem = [rate[k] * hbm[i] for k, i in enumerate(active)]
-    tot = 0.0
-    for d in dem:
-        tot += d
-    if tot > H:
-        left = H
-        for c in sorted({(not is_comm[i], prio[i]) for i in active}, reverse=True):
-            ctot = 0.0
-            for k, i in enumerate(active):
-                if (not is_comm[i], prio[i]) == c:
-                    ctot += dem[k]
-            f = 1.0 if ctot <= left else (left / ctot if ctot > 0 else 1.0)
-            if f < 1.0:
-                for k, i in enumerate(active):
-                    if (not is_comm[i], prio[i]) == c:
-                        rate[k] *= f
-                        dem[k] *= f
-            left = max(0.0, left - ctot * f)
-    # 4. interference beyond bandwidth shares (caches, memory-controller queues)
-    if a_g or a_c:
-        u_comm = u_comp = 0.0
+    #    transfers share what is left the same way. Serving compute first keeps the model monotone: a
+    #    faster link never takes bandwidth from a GEMM (stream priorities steer the SM scheduler, not
+    #    HBM). What concurrent copies cost a GEMM is the interference term of step 4.
+    pre = rate[:] if (a_g or a_gm or a_c) else rate
+    _hbm_alloc(active, is_comm, prio, hbm, rate, H)
+    # 4. interference beyond bandwidth shares: a GEMM slows with the HBM traffic of the copies
+    #    (u_comm, its memory-bound share much more than its compute-bound share); a transfer slows with
+    #    the share of SMs running compute (L2 and memory-pipeline pressure). Then HBM is shared again,
+    #    so what a slowed GEMM no longer draws goes to the copies.
+    if a_g or a_gm or a_c:
+        u_comm = 0.0
+        busy = 0.0
         for k, i in enumerate(active):
             if is_comm[i]:
-                u_comm += dem[k]
+                u_comm += rate[k] * hbm[i]
             else:
-                u_comp += dem[k]
+                busy += granted[k]
         u_comm /= H
-        u_comp /= H
+        busy /= S
         for k, i in enumerate(active):
             if is_comm[i]:
-                if u_comp:
-                    rate[k] /= 1.0 + a_c * u_comp
+                rate[k] = pre[k] / (1.0 + a_c * busy)
             elif u_comm:
-                rate[k] /= 1.0 + a_g * u_comm
+                rate[k] /= 1.0 + (a_g * phi[i] + a_gm * (1.0 - phi[i])) * u_comm
+        _hbm_alloc(active, is_comm, prio, hbm, rate, H)
     if segments is not None:
         sms_used = sum(granted)
         link_used = sum(rate[k] for k, i in enumerate(active) if is_comm[i])
         hbm_used = sum(rate[k] * hbm[i] for k, i in enumerate(active))
         segments.append(Segment(-1.0, -1.0, sms_used, hbm_used, 0, link_used))
     return rate
+
+
+def _hbm_alloc(active, is_comm, prio, hbm, rate, H) -> None:
+    """Scale rates so HBM demand fits: compute classes first, then comm, by priority, proportional within."""
+    tot = 0.0
+    for k, i in enumerate(active):
+        tot += rate[k] * hbm[i]
+    if tot <= H:
+        return
+    left = H
+    for c in sorted({(not is_comm[i], prio[i]) for i in active}, reverse=True):
+        ctot = 0.0
+        for k, i in enumerate(active):
+            if (not is_comm[i], prio[i]) == c:
+                ctot += rate[k] * hbm[i]
+        f = 1.0 if ctot <= left else (left / ctot if ctot > 0 else 1.0)
+        if f < 1.0:
+            for k, i in enumerate(active):
+                if (not is_comm[i], prio[i]) == c:
+                    rate[k] *= f
+        left = max(0.0, left - ctot * f)

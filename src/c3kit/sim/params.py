@@ -30,9 +30,10 @@ class ContentionParams:
     collective saturates the fabric with that many SMs (C3: no gain beyond ~32 of 304 CUs)."""
     comm_sat_sm_frac: float = 0.10
     """SMs (fraction) an SM collective needs to reach full scale-up bandwidth (used when sm_comm_bw is None)."""
-    noprio_comm_sm_share: float = 0.5
+    noprio_comm_sm_share: float = 0.3
     """Share of its k SMs a comm kernel gets while a GEMM of the same or higher stream priority runs:
-    its blocks are scheduled only as GEMM blocks retire. With higher priority it gets all k."""
+    its blocks are scheduled only as GEMM blocks retire. With higher priority it gets all k. (H200: an
+    8- or 32-block copy kernel beside an 8192^3 GEMM ran ~3.3x slower without priority; c3kit bench c3.)"""
     partition_sms: int | None = None
     """SMs withheld from GEMMs in '-part' schedules (green contexts / CU masking). None: comm_sms."""
     link_efficiency: float = 0.8
@@ -48,10 +49,17 @@ class ContentionParams:
     reduce_hbm_factor: float = 3.0
     """HBM bytes per byte sent by a reducing transfer: read outgoing, read local operand, write result."""
     # --- interference beyond the bandwidth share (caches, L2, memory-controller queues) ------------
-    gemm_interference: float = 0.3
-    """GEMM rate is divided by (1 + gemm_interference x u_comm), u_comm = comm HBM traffic / usable HBM bw."""
-    comm_interference: float = 0.2
-    """Comm rate is divided by (1 + comm_interference x u_gemm), u_gemm = GEMM HBM traffic / usable HBM bw."""
+    gemm_interference: float = 0.1
+    """A GEMM's compute-bound share runs 1 / (1 + gemm_interference x u_comm) fast while copies use
+    u_comm = their HBM traffic / usable HBM bandwidth (H200 local copy-engine copy beside an 8192^3
+    bf16 GEMM: the GEMM lost 8% at u_comm ~ 0.8; c3kit bench c3, 2026-12-02)."""
+    gemm_mem_interference: float = 0.8
+    """The same for a GEMM's memory-bound share (H200: a 262144x512x128 GEMM lost 62% beside the same
+    copy). A GEMM's factor is phi x gemm_interference + (1 - phi) x gemm_mem_interference."""
+    comm_interference: float = 0.3
+    """A transfer runs 1 / (1 + comm_interference x b) fast while compute holds a share b of the SMs
+    (L2 and memory-pipeline pressure). Local HBM-bound copies on H200 slowed ~3x beside a compute-bound
+    GEMM (c3kit bench c3); link-bound peer transfers read HBM far slower, so the default is lower."""
     # --- latencies per transfer step ---------------------------------------------------------------
     sm_launch: float = 2e-6
     """s before an SM comm kernel moves data (launch + peer handshake) per step."""
@@ -112,10 +120,9 @@ class ContentionParams:
     def ideal(cls) -> "ContentionParams":
         """No contention at all: comm takes no SMs or HBM share, no interference, no step latency."""
         return cls(comm_sms=0, partition_sms=0, sm_comm_bw=1e30, noprio_comm_sm_share=1.0, hbm_efficiency=1.0,
-                   link_efficiency=1.0,
-                   gemm_hbm_traffic=0.0, copy_hbm_factor=0.0, reduce_hbm_factor=0.0, gemm_interference=0.0,
-                   comm_interference=0.0, sm_launch=0.0, sm_sync=0.0, dma_launch=0.0, dma_sync=0.0,
-                   trigger_latency=0.0, fused_gemm_efficiency=1.0)
+                   link_efficiency=1.0, gemm_hbm_traffic=0.0, copy_hbm_factor=0.0, reduce_hbm_factor=0.0,
+                   gemm_interference=0.0, gemm_mem_interference=0.0, comm_interference=0.0, sm_launch=0.0,
+                   sm_sync=0.0, dma_launch=0.0, dma_sync=0.0, trigger_latency=0.0, fused_gemm_efficiency=1.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Every parameter by name (None where derived from the GPU)."""
