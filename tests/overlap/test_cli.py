@@ -96,3 +96,20 @@ def test_dma_schedule_without_dma_engines_is_exit_2(no_dma_gpu, capsys):
     assert main([*args, "--json"]) == 0  # without naming one, the DMA schedules are simply not candidates
     doc = json.loads(capsys.readouterr().out)
     assert all(r["engine"] != "dma" for r in doc["results"])
+
+
+def test_eval_on_a_small_scenario_set(capsys):
+    args = ["overlap", "eval", "--models", "Llama-3-8B,Mixtral-8x7B", "--tokens", "4096", "--hw", "H200", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    for split in ("design", "held-out"):
+        s = rep[split]
+        assert s["scenarios"] > 0 and 0 <= s["optimal_share"] <= s["within_1pct_share"] <= 1
+        assert 0 < s["worst_ratio"] <= s["mean_ratio"] <= 1
+    assert rep["held_out_models"] and rep["ms_per_operator"] > 0
+
+
+def test_eval_bad_options():
+    assert main(["overlap", "eval", "--models", "Nope-1B"]) == 2
+    assert main(["overlap", "eval", "--held-out", "1.5"]) == 2
+    assert main(["overlap", "eval", "--tokens", "x"]) == 2

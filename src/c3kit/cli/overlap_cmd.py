@@ -154,6 +154,8 @@ def register(app: typer.Typer) -> None:
     def eval_cmd(hw: str = typer.Option("MI300X,H200", help="comma-separated GPUs"),
                  held_out: float = typer.Option(0.5, help="share of models held out"),
                  seed: int = typer.Option(0, help="split seed"),
+                 models: Optional[str] = typer.Option(None, help="comma-separated model presets (default: nine)"),
+                 tokens: Optional[str] = typer.Option(None, help="comma-separated token counts (default 1K..16K)"),
                  json_: bool = JSON_OPT) -> None:
         """Score the heuristic on held-out scenarios: optimal picks, mean and worst speedup ratio to the optimum."""
         from c3kit.overlap.heuristic import evaluate_heuristic
@@ -161,7 +163,12 @@ def register(app: typer.Typer) -> None:
         hws = tuple(h.strip() for h in hw.split(",") if h.strip())
         if not 0 < held_out < 1:
             raise OverlapError("--held-out must be between 0 and 1")
-        rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed)
+        ms = tuple(x.strip() for x in models.split(",") if x.strip()) if models else None
+        try:
+            ts = tuple(int(x) for x in tokens.split(",") if x.strip()) if tokens else None
+        except ValueError:
+            raise OverlapError(f"--tokens must be comma-separated integers, got {tokens!r}") from None
+        rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed, models=ms, tokens=ts)
         if json_:
             emit_json(rep)
             return

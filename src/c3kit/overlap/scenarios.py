@@ -145,21 +145,26 @@ class Scenario:
 EVAL_MODELS = ("Llama-3-8B", "Llama-3-70B", "Llama-3-405B", "GPT-3-175B", "Mixtral-8x7B", "Mega-GPT-2-8.3B",
                "T-NLG-17B", "MT-NLG-530B", "PaLM-540B")
 EVAL_HW = ("MI300X", "H200")
+EVAL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 
 
 def scenarios(hw: tuple[str, ...] = EVAL_HW, models: tuple[str, ...] = EVAL_MODELS,
-              tps: tuple[int, ...] = (2, 4, 8), tokens: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384),
+              tps: tuple[int, ...] = (2, 4, 8), tokens: tuple[int, ...] = EVAL_TOKENS,
               dtypes: tuple[str, ...] = ("bf16", "fp8"), held_out: float = 0.5, seed: int = 0) -> list[Scenario]:
     """The eval scenario set: model pairs x TP/EP x tokens x dtype x hardware, deduplicated, split by model.
 
     The split holds out whole models (so held-out shapes are unseen families, not neighbours of design
     shapes): a seeded shuffle of the model list, `held_out` of them held out.
     """
-    avail = [m for m in models if m in set(model_names()) or m in _LOCAL_MODELS]
+    known = set(model_names()) | set(_LOCAL_MODELS)
+    unknown = [m for m in models if m not in known]
+    if unknown:
+        raise OverlapError(f"unknown model {unknown[0]!r}: use one of {', '.join(sorted(known))}")
+    avail = list(models)
     rng = random.Random(seed)
     order = sorted(avail)
     rng.shuffle(order)
-    n_held = max(1, round(held_out * len(order)))
+    n_held = min(len(order) - 1, max(1, round(held_out * len(order)))) if len(order) > 1 else 0
     held = set(order[:n_held])
     out: list[Scenario] = []
     seen: set = set()

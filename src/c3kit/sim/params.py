@@ -52,9 +52,9 @@ class ContentionParams:
     gemm_interference: float = 0.1
     """A GEMM's compute-bound share runs 1 / (1 + gemm_interference x u_comm) fast while copies use
     u_comm = their HBM traffic / usable HBM bandwidth (H200 local copy-engine copy beside an 8192^3
-    bf16 GEMM: the GEMM lost 8% at u_comm ~ 0.8; c3kit bench c3, 2026-12-02)."""
+    bf16 GEMM: the GEMM lost 1-8% at u_comm ~ 0.8; c3kit bench c3 runs 1 and 2, 2026-12-02)."""
     gemm_mem_interference: float = 0.8
-    """The same for a GEMM's memory-bound share (H200: a 262144x512x128 GEMM lost 62% beside the same
+    """The same for a GEMM's memory-bound share (H200: a 262144x512x128 GEMM lost 63% beside the same
     copy). A GEMM's factor is phi x gemm_interference + (1 - phi) x gemm_mem_interference."""
     comm_interference: float = 0.3
     """A transfer runs 1 / (1 + comm_interference x b) fast while compute holds a share b of the SMs
