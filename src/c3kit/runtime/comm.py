@@ -13,7 +13,7 @@ from c3kit.errors import RuntimeSetupError
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.schedules import check_backend
 
-TIMEOUT_WORDS = ("timed out", "timeout", "Timeout", "deadline", "Connection closed", "Connection reset")
+TIMEOUT_WORDS = ("timed out", "timeout", "deadline", "connection closed", "connection reset", "pair closure")
 
 
 class CommTimeoutError(RuntimeSetupError):
@@ -22,7 +22,7 @@ class CommTimeoutError(RuntimeSetupError):
 
 def _wrap(e: Exception, what: str) -> Exception:
     text = str(e)
-    if any(w in text for w in TIMEOUT_WORDS):
+    if any(w in text.lower() for w in TIMEOUT_WORDS):
         return CommTimeoutError(f"{what}: a peer did not answer within the process group's timeout ({text[:300]}); "
                                 "check that every rank calls the same ops in the same order")
     return RuntimeSetupError(f"{what} failed: {type(e).__name__}: {text[:300]}")
@@ -88,14 +88,14 @@ class Comm:
     def all_gather(self, out, x):
         """Async all-gather of x (dim 0) into out [world * rows, ...]; returns the work handle."""
         dist = require_torch().distributed
-        return guarded(lambda: dist.all_gather_into_tensor(out, x.contiguous(), group=self.group, async_op=True),
-                       "all_gather")
+        fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+        return guarded(lambda: fn(out, x.contiguous(), group=self.group, async_op=True), "all_gather")
 
     def reduce_scatter(self, out, x):
         """Async sum reduce-scatter of x (dim 0) into out [rows / world, ...]; returns the work handle."""
         dist = require_torch().distributed
-        return guarded(lambda: dist.reduce_scatter_tensor(out, x.contiguous(), group=self.group, async_op=True),
-                       "reduce_scatter")
+        fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed in torch 2.13
+        return guarded(lambda: fn(out, x.contiguous(), group=self.group, async_op=True), "reduce_scatter")
 
     def all_to_all(self, out, x, out_splits=None, in_splits=None):
         """Async all-to-all of rows of x into out with the given row splits; returns the work handle."""
@@ -103,10 +103,11 @@ class Comm:
         return guarded(lambda: dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=self.group,
                                                       async_op=True), "all_to_all")
 
-    def all_reduce(self, x):
-        """Async sum all-reduce of x in place; returns the work handle."""
+    def all_reduce(self, x, op: str = "sum"):
+        """Async all-reduce of x in place (op "sum" or "max"); returns the work handle."""
         dist = require_torch().distributed
-        return guarded(lambda: dist.all_reduce(x, group=self.group, async_op=True), "all_reduce")
+        rop = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
+        return guarded(lambda: dist.all_reduce(x, op=rop, group=self.group, async_op=True), "all_reduce")
 
     def exchange(self, send, send_to: int, recv, recv_from: int):
         """Async P2P: send `send` to group rank send_to and receive into `recv` from recv_from; list of works."""

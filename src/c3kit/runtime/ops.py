@@ -355,7 +355,13 @@ def moe_all_to_all_gemm(x, w, counts=None, group=None, schedule: str = "serial",
     t_rows, k = x.shape
     experts, n = w.shape[0], w.shape[2]
     cnt = _counts(torch, counts, world, experts, t_rows)
-    sched = resolve_schedule(schedule, "moe", t_rows * world, n, k, world, x.element_size(), c.backend,
+    total_rows = t_rows * world
+    if schedule == "auto" and world > 1:
+        # Ranks route different token counts: agree on one size so that every rank picks the same schedule.
+        t_max = torch.tensor([t_rows], dtype=torch.int64, device=x.device)
+        wait(c.all_reduce(t_max, "max"), "moe auto size")
+        total_rows = int(t_max.item()) * world
+    sched = resolve_schedule(schedule, "moe", total_rows, n, k, world, x.element_size(), c.backend,
                              experts=experts * world)
     x = x.contiguous()
     if world == 1:
