@@ -151,7 +151,8 @@ EVAL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 def scenarios(hw: tuple[str, ...] = EVAL_HW, models: tuple[str, ...] = EVAL_MODELS,
               tps: tuple[int, ...] = (2, 4, 8), tokens: tuple[int, ...] = EVAL_TOKENS,
               dtypes: tuple[str, ...] = ("bf16", "fp8"), held_out: float = 0.5, seed: int = 0) -> list[Scenario]:
-    """The eval scenario set: model pairs x TP/EP x tokens x dtype x hardware, deduplicated, split by model.
+    """The eval scenario set: model pairs (with and without sequence parallelism) x TP/EP x tokens x dtype x
+    hardware, deduplicated, split by model.
 
     The split holds out whole models (so held-out shapes are unseen families, not neighbours of design
     shapes): a seeded shuffle of the model list, `held_out` of them held out.
@@ -174,6 +175,9 @@ def scenarios(hw: tuple[str, ...] = EVAL_HW, models: tuple[str, ...] = EVAL_MODE
                 for dt in dtypes:
                     try:
                         pairs = model_pairs(model, tp=tp, ep=tp, tokens=t, dtype=dt)
+                        # without sequence parallelism the same layer's outputs are all-reduced
+                        pairs += [pr for pr in model_pairs(model, tp=tp, ep=tp, tokens=t, dtype=dt, sp=False)
+                                  if pr.problem.pattern == "gemm_ar"]
                     except (OverlapError, WorkloadError):
                         continue
                     for pr in pairs:
