@@ -130,6 +130,7 @@ class Ctx:
         self.lat = gpu.scaleup.latency
         self.dma_launch = gpu.dma.launch if params.dma_launch is None else params.dma_launch
         self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
+        self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -144,6 +145,13 @@ class Ctx:
     def comm(self, name: str, stream: str, nbytes: float, width: int, engine: str, *, reduce: bool = False,
              hops: int = 1, trigger: bool = False, deps: tuple[str, ...] = (), peer: int = 0) -> Task:
         """A transfer of nbytes (sent by this GPU) to `width` peers at once (from peer link `peer` on)."""
+        key = ("c", name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
+        hit = self._tasks.get(key)
+        if hit is None:
+            hit = self._tasks[key] = self._comm(name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
+        return hit
+
+    def _comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
         pr = self.params
         lf = self.link_mask(width, peer)
         if engine == "sm":
@@ -163,6 +171,13 @@ class Ctx:
     def gemm(self, name: str, stream: str, rows: int, *, deps: tuple[str, ...] = (), cap: float = 0.0,
              grouped: bool = False, n_out: int | None = None) -> Task:
         """A (sub-)GEMM over `rows` rows of A (for moe: rows spread over the local experts)."""
+        key = ("g", name, stream, rows, deps, cap, grouped, n_out)
+        hit = self._tasks.get(key)
+        if hit is None:
+            hit = self._tasks[key] = self._gemm(name, stream, rows, deps, cap, grouped, n_out)
+        return hit
+
+    def _gemm(self, name, stream, rows, deps, cap, grouped, n_out) -> Task:
         p = self.p
         n_cols = p.n if n_out is None else n_out
         if grouped:

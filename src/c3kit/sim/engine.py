@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import NamedTuple
 
 from c3kit.errors import SimError
@@ -205,7 +206,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     tol = [1e-9 * w for w in work]
     req = smss
     # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
-    cap = [float(min(c if 0 < c < S else S, tl if tl else S)) for c, tl in zip(smss, tiles)]
+    cap = [float(c if 0 < c < S else S) for c in smss]
+    cap = [c if not tl or c <= tl else float(tl) for c, tl in zip(cap, tiles)]
     all_links = (1 << resources.links) - 1
     masks = [(m & all_links) or all_links for m in lfs]
     per_link = L / resources.links
@@ -256,7 +258,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                 start[i] = t_now
                 if pre[i] > 0:
                     state[i] = 1
-                    lat.append((t_now + pre[i], i))
+                    heappush(lat, (t_now + pre[i], i))
                     continue
                 wstart[i] = t_now
                 if work[i] > 0:
@@ -268,7 +270,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                 free_eng += eng[i]
                 if post[i] > 0:
                     state[i] = 3
-                    lat.append((t_now + post[i], i))
+                    heappush(lat, (t_now + post[i], i))
                     continue
                 state[i] = 4
                 end[i] = t_now
@@ -300,7 +302,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                 if d < dt:
                     dt = d
         if lat:
-            lat_next = min(lat)[0]
+            lat_next = lat[0][0]
             if lat_next - t_now < dt:
                 dt = lat_next - t_now
         else:
@@ -335,7 +337,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                     can_start = True
                 if post[i] > 0:
                     state[i] = 3
-                    lat.append((t_now + post[i], i))
+                    heappush(lat, (t_now + post[i], i))
                 else:
                     state[i] = 4
                     end[i] = t_now
@@ -346,38 +348,33 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                     for d in dependents[i]:
                         deps_left[d] -= 1
                     can_start = True
-        if lat_next <= t_now + 1e-15 + 1e-12 * t_now:
-            eps = 1e-15 + 1e-12 * t_now
-            keep: list[tuple[float, int]] = []
-            for te, i in lat:
-                if te > t_now + eps:
-                    keep.append((te, i))
+        eps = t_now + 1e-15 + 1e-12 * t_now
+        while lat and lat[0][0] <= eps:
+            i = heappop(lat)[1]
+            if state[i] == 1:
+                wstart[i] = t_now
+                if work[i] > 0:
+                    state[i] = 2
+                    active.append(i)
+                    dirty = True
                     continue
-                if state[i] == 1:
-                    wstart[i] = t_now
-                    if work[i] > 0:
-                        state[i] = 2
-                        active.append(i)
-                        dirty = True
-                        continue
-                    wend[i] = t_now
-                    if eng[i]:
-                        free_eng += eng[i]
-                        can_start = True
-                    if post[i] > 0:
-                        state[i] = 3
-                        keep.append((t_now + post[i], i))
-                        continue
-                state[i] = 4
-                end[i] = t_now
-                done += 1
-                j = stream_ix[i]
-                sbusy[j] = False
-                head[j] += 1
-                for d in dependents[i]:
-                    deps_left[d] -= 1
-                can_start = True
-            lat[:] = keep
+                wend[i] = t_now
+                if eng[i]:
+                    free_eng += eng[i]
+                    can_start = True
+                if post[i] > 0:
+                    state[i] = 3
+                    heappush(lat, (t_now + post[i], i))
+                    continue
+            state[i] = 4
+            end[i] = t_now
+            done += 1
+            j = stream_ix[i]
+            sbusy[j] = False
+            head[j] += 1
+            for d in dependents[i]:
+                deps_left[d] -= 1
+            can_start = True
 
     alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
                                              comm_link[i], comm_bw[i], curves[i]) for i in range(n)]
