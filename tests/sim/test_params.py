@@ -52,3 +52,10 @@ def test_resolved_values():
     assert ContentionParams(comm_sms=40).resolve_comm_sms(132) == 40
     with pytest.raises(SimError):
         ContentionParams(noprio_comm_sm_share=0.0)
+
+
+def test_aliases_find_the_same_calibration_file():
+    from c3kit.sim import calibration_path
+
+    assert calibration_path("h200") == calibration_path("H200-SXM")
+    assert calibration_path("not-a-gpu") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -169,7 +170,8 @@ _INT_FIELDS = {"comm_sms", "partition_sms", "tile_m", "tile_n"}
 
 
 def _slug(gpu_name: str) -> str:
-    return gpu_name.strip().lower().replace(" ", "-").replace("_", "-")
+    # the same file-name form as the cost layer's calibration files ('H200-SXM' -> 'h200-sxm')
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
 
 
 def calibration_path(gpu_name: str) -> Path | None:
@@ -178,11 +180,14 @@ def calibration_path(gpu_name: str) -> Path | None:
         calib = resources.files("c3kit.cost").joinpath("data").joinpath("calib")
     except ModuleNotFoundError:  # pragma: no cover - cost is always installed with c3kit
         return None
-    slug = _slug(gpu_name)
-    candidates = [f"{slug}-contention.json"]
-    if "-" in slug:
-        candidates.append(f"{slug.split('-')[0]}-contention.json")
-    for name in candidates:
+    names = [gpu_name]
+    try:  # an alias ('h200') names the catalog GPU ('H200-SXM') whose file this is
+        from c3kit.hw.catalog import get_gpu
+
+        names.append(get_gpu(gpu_name).name)
+    except Exception:  # not a catalog name: only the name itself
+        pass
+    for name in (f"{_slug(n)}-contention.json" for n in names):
         p = calib.joinpath(name)
         if p.is_file():
             return Path(str(p))
