@@ -167,3 +167,14 @@ def test_select_returns_an_applicable_schedule_with_reasons(pattern, hw):
     p = prob(pattern)
     name, reasons = select(p, hw)
     assert name in applicable(p, hw) and reasons and all(isinstance(r, str) for r in reasons)
+
+
+def test_partition_overhead_slows_only_partitioned_schedules():
+    p = prob("gemm_rs", m=8192, n=8192, k=4096)
+    base = {r.schedule: r.time for r in evaluate(p, MI300X, None, ContentionParams())}
+    slow = {r.schedule: r.time for r in evaluate(p, MI300X, None, ContentionParams(partition_overhead=0.5))}
+    for name, t in base.items():
+        if SCHEDULES[name].part:
+            assert slow[name] > t * 1.05, name
+        else:
+            assert slow[name] == pytest.approx(t, rel=1e-12), name

@@ -187,9 +187,9 @@ class Ctx:
             shape = (rows, n_cols, p.k, p.dtype, 1)
         c = self.cache.gemm(*shape)
         return Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
-                    phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap))
+                    phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
 
-    def curve(self, shape: tuple, cap: float, scale: float = 1.0) -> tuple:
+    def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
         """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
         without priority); speeds from the cost model on that many SMs."""
         top = int(cap) if cap else self.S
@@ -197,6 +197,7 @@ class Ctx:
         if not cap and self.k_sms:
             levels.add(self.S - self.k_sms)
             levels.add(self.S - int(math.ceil(self.k_sms * self.params.noprio_comm_sm_share)))
+        scale = 1.0 / (1.0 + self.params.partition_overhead) if partitioned else 1.0
         return tuple((lv, self.cache.speed(*shape, lv) * scale) for lv in sorted(levels, reverse=True))
 
     def stage(self, name: str, stream: str, whole: Task, frac: float, *, deps: tuple[str, ...] = (),

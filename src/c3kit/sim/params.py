@@ -40,6 +40,10 @@ class ContentionParams:
     link_efficiency: float = 0.8
     """Achieved / peak scale-up bandwidth for any transfer (nccl-tests all-reduce busbw ~360 of 450 GB/s
     on an H100 NVSwitch node; the same factor as the cost layer's comm_eff, assumed for every fabric)."""
+    partition_overhead: float = 0.0
+    """Extra slowdown of a GEMM confined to an SM partition beyond the cost model's price for that many
+    SMs (the partitioning mechanism's own cost). H200, c3kit bench c3 run 2: a 8192^3 GEMM limited to 128
+    of 132 SMs ran 26% slower, more than the 3% the SM count explains; left at 0 until calibrated."""
     # --- HBM -------------------------------------------------------------------------------------
     hbm_efficiency: float = 0.9
     """Fraction of peak HBM bandwidth that all concurrent ops together can draw."""
