@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -279,6 +280,143 @@ def c3_cmd(
     for e in errors:
         _echo(f"# not run: {e}", quiet)
     _echo(f"# wrote {len(rows)} rows to {path}", quiet)
+
+
+def _run_ranks(fn, world: int, backend: str, args: tuple, timeout_s: float):
+    """Run fn on `world` local ranks and return rank 0's value (errors of any rank raise)."""
+    from c3kit.runtime.launch import run_local
+
+    torch = _torch()
+    if backend == "nccl" and torch.cuda.device_count() < world:
+        raise RuntimeSetupError(f"--world {world} over NCCL needs {world} GPUs; torch sees {torch.cuda.device_count()} "
+                                "(use --backend gloo on the CPU)")
+    res = run_local(fn, world, backend, args=args, timeout_s=timeout_s, join_timeout_s=max(600.0, 20 * timeout_s))
+    bad = [r for r in res if not r["ok"]]
+    if bad:
+        raise RuntimeSetupError(f"rank failed: {bad[0]['type']}: {bad[0]['error'][:400]}")
+    return res[0]["value"]
+
+
+def _sizes(text: str) -> list[int]:
+    from c3kit.units import parse_bytes
+
+    if ":" in text:
+        lo, _, rest = text.partition(":")
+        hi, _, fac = rest.partition(":")
+        from c3kit.runtime.bench.comm import default_sizes
+
+        return default_sizes(parse_bytes(lo), parse_bytes(hi), int(fac or 4))
+    return [int(parse_bytes(x)) for x in text.split(",") if x.strip()]
+
+
+@bench_app.command("comm")
+def comm_cmd(
+    world: int = typer.Option(0, "--world", help="Ranks (default: every GPU, or 2 on the CPU)."),
+    backend: str = typer.Option("", "--backend", help="Process-group backend: nccl (GPUs) or gloo (CPU)."),
+    backends: str = typer.Option("", "--backends",
+                                 help="Comma list: nccl, nccl-ctas<k>, copy-engine, gloo (default by device)."),
+    sizes: str = typer.Option("1KB:1GB:4", "--sizes", help="lo:hi:factor or a comma list (bytes, units allowed)."),
+    collectives: str = typer.Option("all_gather,reduce_scatter,all_reduce,all_to_all", "--collectives"),
+    iters: int = typer.Option(10, "--iters"),
+    with_gemm: bool = typer.Option(False, "--with-gemm", help="Also each collective beside a GEMM (multi-GPU C3)."),
+    timeout_s: float = typer.Option(120.0, "--timeout-s", help="Process-group timeout (a hung rank errors out)."),
+    out: Path = OUT_OPT, script: str = SCRIPT_OPT, as_json: bool = JSON_OPT,
+) -> None:
+    """All-gather, reduce-scatter, all-reduce, all-to-all over NCCL, NCCL with few CTAs, copy engines: algbw, busbw."""
+    from c3kit.runtime.bench import comm as cb
+
+    torch = _torch()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = backend or ("nccl" if gpus >= 2 else "gloo")
+    world = world or (gpus if backend == "nccl" else 2)
+    bl = [b.strip() for b in backends.split(",") if b.strip()] or (
+        ["nccl", "nccl-ctas4", "nccl-ctas16", "copy-engine"] if backend == "nccl" else ["gloo"])
+    kinds = [c.strip() for c in collectives.split(",") if c.strip()]
+    bad = [k for k in kinds if k not in cb.COLLECTIVES]
+    if bad:
+        raise RuntimeSetupError(f"unknown collectives {bad}: use {', '.join(cb.COLLECTIVES)}")
+    szs = _sizes(sizes)
+    dtype = "bf16" if backend == "nccl" else "fp32"
+    val = _run_ranks(cb.comm_sweep, world, backend, (tuple(bl), szs, tuple(kinds), dtype, iters, with_gemm), timeout_s)
+    rows = val["rows"]
+    from c3kit.runtime.calib import write_calibration
+
+    gname = torch.cuda.get_device_name(0).replace("NVIDIA ", "") if backend == "nccl" else "cpu"
+    _, slug = _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")
+    extra = {"errors": json.dumps(val["errors"]), "ranks": str(world), "gpu_name": gname,
+             "env": json.dumps({k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                                                "NVSHMEM_DISABLE_NVLS")})}
+    path = write_calibration(_out_path(out, slug, "comm"), "comm", cb.COLUMNS, rows, _meta(script, extra))
+    c3_path = None
+    if val["c3_rows"]:
+        c3_path = write_calibration(path.with_name(path.stem.replace("-comm", "") + "-c3-multi.json"), "c3",
+                                    cb.C3_COLUMNS, val["c3_rows"], _meta(script, extra))
+    if as_json:
+        emit_json({"path": str(path), "columns": cb.COLUMNS, "rows": rows, "c3_rows": val["c3_rows"],
+                   "errors": val["errors"]})
+        return
+    _echo(f"# c3kit bench comm: {world} ranks, {backend}; S = nccl-tests size; time = slowest rank's median", False)
+    for line in _table(["collective", "backend", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"],
+                       [[r[0], r[1], r[3], r[4], r[5], r[6] * 1e6, r[7] / 1e9, r[8] / 1e9] for r in rows]):
+        _echo(line, False)
+    if val["c3_rows"]:
+        _echo("# collective beside a GEMM (fraction of ideal speedup realized)", False)
+        for line in _table(["collective", "backend", "size(B)", "t_comp(us)", "t_comm(us)", "t_conc(us)", "frac",
+                            "class"], [[r[0], r[1], r[3], r[8] * 1e6, r[9] * 1e6, r[10] * 1e6, r[15], r[16]]
+                                       for r in val["c3_rows"]]):
+            _echo(line, False)
+    for e in val["errors"]:
+        _echo(f"# not run: {e}", False)
+    _echo(f"# wrote {len(rows)} rows to {path}" + (f" and {c3_path}" if c3_path else ""), False)
+
+
+@bench_app.command("overlap")
+def overlap_cmd(
+    world: int = typer.Option(0, "--world", help="Ranks = TP size (default: every GPU, or 2 on the CPU)."),
+    backend: str = typer.Option("", "--backend", help="nccl (GPUs) or gloo (CPU)."),
+    models: str = typer.Option("llama3-70b,llama3-405b,mixtral-8x7b", "--models"),
+    tokens: int = typer.Option(8192, "--tokens", help="Tokens (rows) of the layer's input."),
+    comms: str = typer.Option("", "--comms", help="Comm backends of the ops (default nccl,copy-engine on GPUs)."),
+    iters: int = typer.Option(5, "--iters"),
+    timeout_s: float = typer.Option(120.0, "--timeout-s"),
+    out: Path = OUT_OPT, script: str = SCRIPT_OPT, as_json: bool = JSON_OPT,
+) -> None:
+    """Every schedule x backend of the runtime ops vs serial NCCL + cuBLAS, PyTorch's fused ops and ideal."""
+    from c3kit.runtime.bench import overlap as ob
+
+    torch = _torch()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = backend or ("nccl" if gpus >= 2 else "gloo")
+    world = world or (gpus if backend == "nccl" else 2)
+    ms = [m.strip() for m in models.split(",") if m.strip()]
+    bad = [m for m in ms if m not in ob.MODELS]
+    if bad:
+        raise RuntimeSetupError(f"unknown models {bad}: use {', '.join(ob.MODELS)}")
+    cl = tuple(c.strip() for c in comms.split(",") if c.strip()) or None
+    dtype = "bf16" if backend == "nccl" else "fp32"
+    val = _run_ranks(ob.overlap_sweep, world, backend, (tuple(ms), tokens, dtype, ("serial", "ring", "ficco", "auto"),
+                                                        cl, iters), timeout_s)
+    rows = val["rows"]
+    from c3kit.runtime.calib import write_calibration
+
+    _, slug = _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")
+    extra = {"errors": json.dumps(val["errors"]), "ranks": str(world)}
+    path = write_calibration(_out_path(out, slug, "overlap"), "overlap", ob.COLUMNS, rows, _meta(script, extra))
+    summary = ob.summarize(rows)
+    if as_json:
+        emit_json({"path": str(path), "columns": ob.COLUMNS, "rows": rows, "summary": summary, "errors": val["errors"]})
+        return
+    _echo(f"# c3kit bench overlap: TP {world}, {backend}, {tokens} tokens", False)
+    for line in _table(["op", "model", "impl", "schedule", "comm", "time(us)", "serial(us)", "ideal(us)", "speedup",
+                        "frac"], [[r[0], r[1], r[8], r[9], r[10], r[11] * 1e6, r[14] * 1e6, r[15] * 1e6, r[16], r[17]]
+                                  for r in rows]):
+        _echo(line, False)
+    _echo("# auto / best of (serial, torch fused); best c3kit / that; auto's fraction of ideal", False)
+    for line in _table(["op", "model", "tp", "comm_share", "auto/base", "best/base", "auto_frac"], summary):
+        _echo(line, False)
+    for e in val["errors"]:
+        _echo(f"# not run: {e}", False)
+    _echo(f"# wrote {len(rows)} rows to {path}", False)
 
 
 @bench_app.command("props")

@@ -11,6 +11,8 @@ auto:   asks the overlap heuristic (c3kit.overlap.select) when that exists; else
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from c3kit.errors import RuntimeSetupError
 
 SCHEDULES = ("serial", "ring", "ficco", "auto")
@@ -40,6 +42,7 @@ _PATTERN = {"all_gather_matmul": "ag_gemm", "matmul_reduce_scatter": "gemm_rs", 
 _DTYPE = {1: "fp8", 2: "bf16", 4: "fp32"}
 
 
+@lru_cache(maxsize=4096)
 def heuristic_schedule(op: str, m: int, n: int, k: int, world: int, elem_bytes: int, gpu: str = "H200-SXM",
                        experts: int = 0) -> str | None:
     """The overlap engine's pick (c3kit.overlap.select) mapped to a runtime schedule; None if unavailable."""
