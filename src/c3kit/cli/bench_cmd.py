@@ -315,7 +315,7 @@ def comm_cmd(
     backend: str = typer.Option("", "--backend", help="Process-group backend: nccl (GPUs) or gloo (CPU)."),
     backends: str = typer.Option("", "--backends",
                                  help="Comma list: nccl, nccl-ctas<k>, copy-engine, gloo (default by device)."),
-    sizes: str = typer.Option("1KB:1GB:4", "--sizes", help="lo:hi:factor or a comma list (bytes, units allowed)."),
+    sizes: str = typer.Option("1KiB:1GiB:4", "--sizes", help="lo:hi:factor or a comma list (bytes, units allowed)."),
     collectives: str = typer.Option("all_gather,reduce_scatter,all_reduce,all_to_all", "--collectives"),
     iters: int = typer.Option(10, "--iters"),
     with_gemm: bool = typer.Option(False, "--with-gemm", help="Also each collective beside a GEMM (multi-GPU C3)."),

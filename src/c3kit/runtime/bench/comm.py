@@ -33,8 +33,8 @@ def busbw_factor(kind: str, n: int) -> float:
     return 2.0 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
 
 
-def default_sizes(lo: float = 1e3, hi: float = 1e9, factor: int = 4) -> list[int]:
-    """1 KB .. 1 GB in steps of `factor` (bytes)."""
+def default_sizes(lo: float = 1024, hi: float = 2**30, factor: int = 4) -> list[int]:
+    """1 KiB .. 1 GiB in steps of `factor` (bytes)."""
     out, s = [], int(lo)
     while s <= hi * 1.0001:
         out.append(s)
