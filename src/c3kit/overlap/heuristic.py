@@ -84,6 +84,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent)
     hbm_use = [(t.work / work[i] * t.hbm if t.kind == "comm" else t.hbm) if work[i] > 0 else 0.0
                for i, t in enumerate(tasks)]
+    rate = [t.work / work[i] if work[i] > 0 else 0.0 for i, t in enumerate(tasks)]  # comm: B/s alone
     all_links = (1 << res.links) - 1
     link_cap = [bin((t.links & all_links) or all_links).count("1") * res.link_bw / res.links for t in tasks]
     costs: dict[tuple[int, int], float] = {}
@@ -102,7 +103,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                         c = costs.get((x, y))
                         if c is None:
                             c = costs[(x, y)] = _pair_cost(tasks[x], tasks[y], prio, S, H, share, params, hbm_use[y],
-                                                           link_cap[x])
+                                                           link_cap[x], rate[x], rate[y], res)
                         # slowed to 1/(1+c) over the overlap: if y leaves first, x only loses the work it did
                         # not do in the window (c/(1+c) of it); if x ends inside y, all of x stretches by c
                         if end[y] <= end[x]:
@@ -114,7 +115,8 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
 
 
 def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: ContentionParams,
-               u_hbm: float, t_link: float) -> float:
+               u_hbm: float, t_link: float, t_rate: float = 0.0, u_rate: float = 0.0,
+               res: Resources | None = None) -> float:
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
@@ -130,7 +132,7 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
         return extra
     if t.kind == "comm":
         if u.kind == "comm":
-            return 1.0 if (t.links & u.links) or not t.links or not u.links else 0.0
+            return _link_cost(t, u, t_rate, u_rate, res)
         busy = min(u.sms if 0 < u.sms < S else S, u.tiles if u.tiles else S)
         extra = p.comm_interference * busy / S
         if t.sms > 0 and u.category == "comp" and prio.get(t.stream, 0) <= prio.get(u.stream, 0):
@@ -139,6 +141,26 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
             extra += full / min(t.bw * got / t.sms, t_link) - 1.0
         return extra
     return 0.0
+
+
+def _link_cost(t: Task, u: Task, t_rate: float, u_rate: float, res: Resources | None) -> float:
+    """Slowdown of transfer t beside transfer u: waiting for DMA engines u holds, or sharing common links."""
+    if res is None:
+        return 1.0
+    if t.engines and u.engines and t.engines + u.engines > res.dma_engines:
+        return 1.0  # u holds engines t needs: they run one after the other, as if at half speed each
+    every = (1 << res.links) - 1
+    mt, mu = (t.links & every) or every, (u.links & every) or every
+    common = bin(mt & mu).count("1")
+    if not common:
+        return 0.0
+    per_link = res.link_bw / res.links
+    nt, nu = bin(mt).count("1"), bin(mu).count("1")
+    rt, ru = t_rate / nt, u_rate / nu  # B/s each puts on one of its links
+    if rt + ru <= per_link or rt <= 0:
+        return 0.0
+    got = min(rt, max(per_link / 2.0, per_link - ru))
+    return common / nt * (rt / got - 1.0)
 
 
 def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None) -> list[Estimate]:
