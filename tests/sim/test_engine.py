@@ -162,11 +162,11 @@ def test_perfetto_json_has_the_events():
     tl = simulate(tasks, RES, [Stream("comm", 1)], params=QUIET, record=True)
     doc = json.loads(tl.perfetto_json())
     ev = doc["traceEvents"]
-    xs = {e["name"]: e for e in ev if e["ph"] == "X"}
+    xs = {e["name"]: e for e in ev if e["ph"] == "X" and e["pid"] == 1}
     assert set(xs) == {"g", "c"}
     assert xs["g"]["dur"] == pytest.approx(11.0)
     assert xs["c"]["ts"] == 0.0 and xs["c"]["dur"] == pytest.approx(10.0)
-    names = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1}
     assert names == {"compute (priority 0)", "comm (priority 1)"}
     counters = [e for e in ev if e["ph"] == "C"]
     assert counters and counters[0]["args"]["sms"] == pytest.approx(100.0)
@@ -216,3 +216,14 @@ def test_contention_never_beats_the_critical_path(spec):
     for t in tasks:
         per_stream[t.stream] = per_stream.get(t.stream, 0.0) + alone_time(t, RES)
     assert tl.makespan >= max(per_stream.values()) * (1 - 1e-9)
+
+
+def test_intervals_per_resource_and_in_the_trace():
+    tasks = [comp("g", 10 * US), comm("c", 1e6, sms=10, bw=1e11), comm("d", 1e6, stream="copy", engines=1)]
+    tl = simulate(tasks, RES, params=QUIET)
+    assert [i.name for i in tl.by_resource("sms")] == ["g", "c"]
+    assert [i.name for i in tl.by_resource("dma")] == ["d"]
+    assert {i.name for i in tl.by_resource("links")} == {"c", "d"}
+    ev = json.loads(tl.perfetto_json())["traceEvents"]
+    held = {(e["tid"], e["name"]) for e in ev if e["ph"] == "X" and e["pid"] == 2}
+    assert held == {(1, "g"), (1, "c"), (2, "d"), (3, "c"), (3, "d")}

@@ -109,6 +109,11 @@ def _check(cols) -> None:
             raise SimError("task deps must be a tuple of task names")
 
 
+_USES = {(False, False, False): ("sms",), (False, False, True): ("sms",), (False, True, False): ("sms", "dma"),
+         (False, True, True): ("sms", "dma"), (True, False, False): ("links",), (True, False, True): ("sms", "links"),
+         (True, True, False): ("dma", "links"), (True, True, True): ("sms", "dma", "links")}
+
+
 def alone_time(task: Task, res: Resources) -> float:
     """Seconds a task takes with the GPU to itself (latencies included)."""
     S = res.sms
@@ -379,7 +384,8 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
                                              comm_link[i], comm_bw[i], curves[i]) for i in range(n)]
     cat = [c or ("comm" if ic else "comp") for c, ic in zip(cats, is_comm)]
-    intervals = tuple(map(Interval, names, stream_of, cat, kinds, start, wstart, wend, end, alone))
+    uses = [_USES[(ic, e > 0, r > 0)] for ic, e, r in zip(is_comm, eng, req)]
+    intervals = tuple(map(Interval, names, stream_of, cat, kinds, start, wstart, wend, end, alone, uses))
     stream_prios = tuple((s, prio_of.get(s, 0)) for s in order)
     res = (("sms", float(S)), ("hbm", H), ("engines", float(resources.dma_engines)), ("link", L))
     return Timeline(intervals, stream_prios, tuple(segments), res)

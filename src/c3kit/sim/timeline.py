@@ -19,6 +19,7 @@ class Interval(NamedTuple):
     work_end: float
     end: float
     alone: float  # s the task takes alone on the GPU (latencies included)
+    uses: tuple[str, ...] = ()  # resources held while moving work: "sms", "dma", "links" (HBM: all)
 
     @property
     def duration(self) -> float:
@@ -76,6 +77,10 @@ class Timeline:
                 return i
         raise KeyError(name)
 
+    def by_resource(self, resource: str) -> tuple[Interval, ...]:
+        """Intervals of the tasks that hold a resource ("sms", "dma" or "links") while they move work."""
+        return tuple(sorted((i for i in self.intervals if resource in i.uses), key=lambda i: i.work_start))
+
     def busy(self, category: str) -> float:
         """Seconds during which at least one task of a category ('comp' or 'comm') moved work."""
         return _union_length([(i.work_start, i.work_end) for i in self.intervals if i.category == category])
@@ -130,6 +135,16 @@ class Timeline:
                            "ts": iv.start * 1e6, "dur": max(0.0, iv.end - iv.start) * 1e6,
                            "args": {"work_start_us": iv.work_start * 1e6, "work_end_us": iv.work_end * 1e6,
                                     "alone_us": iv.alone * 1e6, "kind": iv.kind}})
+        # a second process shows which tasks hold each resource (work phases only)
+        events.append({"ph": "M", "pid": 2, "tid": 0, "name": "process_name", "args": {"name": "resources"}})
+        for k, (res, label) in enumerate((("sms", "SMs"), ("dma", "DMA engines"), ("links", "scale-up links"))):
+            held = self.by_resource(res)
+            if not held:
+                continue
+            events.append({"ph": "M", "pid": 2, "tid": k + 1, "name": "thread_name", "args": {"name": label}})
+            for iv in held:
+                events.append({"ph": "X", "pid": 2, "tid": k + 1, "name": iv.name, "cat": iv.category,
+                               "ts": iv.work_start * 1e6, "dur": max(0.0, iv.work_end - iv.work_start) * 1e6})
         caps = dict(self.resources)
         for seg in self.segments:
             args = {"sms": seg.sms, "engines": seg.engines}
