@@ -238,11 +238,13 @@ class Ctx:
             # the reduced shard back out; pipelined over n row chunks as a copy-engine library would
             out: list[Task] = []
             for c in range(n):
-                cp = self.comm(f"{prefix}rs-copy-{c}", stream, nbytes * w / n / n, w, "dma", deps=deps if c == 0 else ())
-                red = self.reduce(f"{prefix}rs-reduce-{c}", red_stream or "reduce", nbytes * (1 + 1 / n) / n, (cp.name,))
+                piece = nbytes * w / n / n
+                cp = self.comm(f"{prefix}rs-copy-{c}", stream, piece, w, "dma", deps=deps if c == 0 else ())
+                red = self.reduce(f"{prefix}rs-reduce-{c}", red_stream or "reduce", nbytes * (1 + 1 / n) / n,
+                                  (cp.name,))
                 out += [cp, red]
                 if ar:
-                    out.append(self.comm(f"{prefix}ag-copy-{c}", "comm2", nbytes * w / n / n, w, "dma", deps=(red.name,)))
+                    out.append(self.comm(f"{prefix}ag-copy-{c}", "comm2", piece, w, "dma", deps=(red.name,)))
             return out
         raise OverlapError(f"unknown collective {kind!r}")
 
@@ -314,19 +316,20 @@ def _serial(ctx: Ctx, engine: str) -> list[Task]:
     return [g, *ctx.collective(colls[0][0], colls[0][1], engine, stream="comm", deps=(g.name,))]
 
 
-def _steps(spec: ScheduleSpec, ctx: Ctx) -> tuple[int, int, int, bool]:
-    """(number of comm steps, peers per step, rows of A per step, steps contain own rows) for a family."""
+def _steps(spec: ScheduleSpec, ctx: Ctx) -> tuple[int, int, int]:
+    """(comm steps, peers per step, rows per step) of the input side: ring = one remote shard per step
+    from one peer; ficco/fused = 1/gpus of every remote shard per step, from all peers at once."""
     n, m = ctx.n, ctx.p.m
     if spec.family == "ring":
-        return n - 1, 1, m // n, False
-    return n, n - 1, (n - 1) * m // (n * n), False
+        return n - 1, 1, m // n
+    return n, n - 1, (n - 1) * m // (n * n)
 
 
 def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     n, m, k, b = ctx.n, ctx.p.m, ctx.p.k, ctx.b
     eng = spec.engine
     fused = spec.family == "fused"
-    nsteps, width, rows, _ = _steps(spec, ctx)
+    nsteps, width, rows = _steps(spec, ctx)
     if fused and eng == "sm":
         cap = float(ctx.S - ctx.k_sms)
     whole = whole_gemm(ctx) if fused else None
@@ -401,7 +404,7 @@ def _moe(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     n, m, k, nn, b = ctx.n, ctx.p.m, ctx.p.k, ctx.p.n, ctx.b
     eng = spec.engine
     fused = spec.family == "fused"
-    nsteps, width, rows, _ = _steps(spec, ctx)
+    nsteps, width, rows = _steps(spec, ctx)
     if fused and eng == "sm":
         cap = float(ctx.S - ctx.k_sms)
     whole = whole_gemm(ctx) if fused else None
