@@ -107,6 +107,7 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
+        """The whole collective(s) alone on one engine."""
         total = 0.0
         for kind, nbytes in comm_of(problem):
             tasks = ctx.collective(kind, nbytes, engine)
