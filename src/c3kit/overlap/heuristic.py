@@ -48,6 +48,8 @@ class Estimate:
     time: float  # s, estimated
     dil: float  # sum of its sub-GEMMs alone / whole GEMM alone - 1
     stretch: float  # estimated time / the same graph with no contention - 1
+    comm: float = 0.0  # s, serial only: the whole collective(s) alone (T_comm)
+    comp: float = 0.0  # s, serial only: the whole GEMM alone (T_comp)
 
 
 def _walk(tasks: list[Task], dur: list[float], index: dict[str, int]) -> tuple[list[float], list[float]]:
@@ -180,7 +182,9 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
         tasks, streams = build(spec, ctx, engine)
         t, free = estimate_time(tasks, streams, ctx.res, p)
         sub = sum(x.work for x in tasks if x.category == "comp")
-        out.append(Estimate(name, t, sub / whole - 1.0 if whole > 0 else 0.0, t / free - 1.0 if free > 0 else 0.0))
+        ser = spec.family == "serial"
+        out.append(Estimate(name, t, sub / whole - 1.0 if whole > 0 else 0.0, t / free - 1.0 if free > 0 else 0.0,
+                            free - sub if ser else 0.0, sub if ser else 0.0))
     out.sort(key=lambda e: e.time)
     return out
 
@@ -211,6 +215,11 @@ def select(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | N
     serial = next((e for e in est if e.schedule == "serial"), None)
     reasons = [f"{problem.pattern} on {g.name} ({g.scaleup.topology}, {g.dma.engines} DMA engines): "
                f"lowest critical-path estimate among {len(est)} schedules"]
+    if serial is not None:
+        t_comp, t_comm = serial.comp, serial.comm
+        cls = "G-long" if t_comp > 1.15 * t_comm else "C-long" if t_comm > 1.15 * t_comp else "GC-equal"
+        reasons.append(f"T_comp {t_comp * 1e6:.1f} us, T_comm {t_comm * 1e6:.1f} us: {cls}, "
+                       f"ideal speedup {(t_comp + t_comm) / max(t_comp, t_comm):.3f}x")
     for e in est[:3]:
         reasons.append(f"{e.schedule}: est. {e.time * 1e6:.1f} us (DIL {e.dil:+.1%}, contention stretch {e.stretch:+.1%})")
     if serial is not None and top.schedule != "serial":
