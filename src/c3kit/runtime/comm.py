@@ -7,6 +7,9 @@ peer ends in an error rather than a hang.
 
 from __future__ import annotations
 
+import os
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 
 from c3kit.errors import RuntimeSetupError
@@ -14,6 +17,14 @@ from c3kit.runtime._torch import require_torch
 from c3kit.runtime.schedules import check_backend
 
 TIMEOUT_WORDS = ("timed out", "timeout", "deadline", "connection closed", "connection reset", "pair closure")
+
+
+EMULATE_ENV = "C3KIT_EMULATE_SYMM_MEM"
+
+
+def host_emulation() -> bool:
+    """True when copy-engine may run on CPU ranks over shared host memory (C3KIT_EMULATE_SYMM_MEM=1; tests only)."""
+    return os.environ.get(EMULATE_ENV, "") == "1"
 
 
 class CommTimeoutError(RuntimeSetupError):
@@ -74,6 +85,8 @@ class Comm:
         pg_backend = str(dist.get_backend(self.group)).lower()
         if self.backend == "gloo" and "gloo" not in pg_backend:
             raise RuntimeSetupError(f"comm='gloo' needs a gloo process group, this one is {pg_backend!r}")
+        if self.backend == "copy-engine" and "gloo" in pg_backend and host_emulation():
+            return
         if self.backend in ("nccl", "copy-engine") and "nccl" not in pg_backend:
             raise RuntimeSetupError(f"comm={self.backend!r} needs an NCCL process group on CUDA, this one is "
                                     f"{pg_backend!r}: use comm='gloo' on the CPU")
@@ -161,7 +174,8 @@ class SymmBuffer:
         if have is None or have.nbytes < nbytes:
             # Grow to the next power of two so that a sweep of sizes rendezvouses only a few times.
             size = 1 << max(20, int(nbytes - 1).bit_length())
-            have = cls(comm, size, device)
+            cpu = getattr(device, "type", str(device)) == "cpu"
+            have = HostSymmBuffer(comm, size) if cpu and host_emulation() else cls(comm, size, device)
             cls._cache[key] = have
         return have
 
@@ -172,3 +186,43 @@ class SymmBuffer:
     def barrier(self) -> None:
         """A device-side barrier on the current stream over every rank's buffer."""
         guarded(lambda: self.handle.barrier(channel=0), "symm_mem barrier")
+
+
+class HostSymmBuffer:
+    """Host emulation of SymmBuffer for CPU tests: one shared-memory file per rank, mapped by every peer.
+
+    Same view() and barrier() as SymmBuffer (the barrier is a gloo barrier), so the copy-engine
+    schedules' offsets and step order run on CPU ranks.
+    """
+
+    def __init__(self, comm: Comm, nbytes: int) -> None:
+        torch = require_torch()
+        dist = torch.distributed
+        self.comm, self.nbytes = comm, int(nbytes)
+        tag = [uuid.uuid4().hex if comm.rank == 0 else None]
+        guarded(lambda: dist.broadcast_object_list(tag, src=comm.global_rank(0), group=comm.group), "emulation setup")
+        root = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        self.paths = [os.path.join(root, f"c3kit-symm-{tag[0]}-{r}") for r in range(comm.world)]
+        with open(self.paths[comm.rank], "wb") as f:
+            f.truncate(self.nbytes)
+        comm.barrier()
+        self.maps = [torch.from_file(p, shared=True, size=self.nbytes, dtype=torch.uint8) for p in self.paths]
+        comm.barrier()
+        if comm.rank == 0:
+            for p in self.paths:  # mapped by everyone: the names can go
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+    def view(self, rank: int, shape, dtype, offset_elems: int = 0):
+        """rank's buffer at offset_elems (elements of dtype) as a tensor of shape."""
+        numel = 1
+        for s in shape:
+            numel *= int(s)
+        flat = self.maps[rank].view(dtype)
+        return flat[int(offset_elems):int(offset_elems) + numel].view(*[int(s) for s in shape])
+
+    def barrier(self) -> None:
+        """A gloo barrier (the host copies before it are complete)."""
+        self.comm.barrier()

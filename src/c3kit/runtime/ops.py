@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from c3kit.errors import RuntimeSetupError
 from c3kit.runtime._torch import dtype_name, require_torch
-from c3kit.runtime.comm import Comm, SymmBuffer, wait
+from c3kit.runtime.comm import Comm, SymmBuffer, host_emulation, wait
 from c3kit.runtime.schedules import check_backend, resolve_schedule
 
 SIDE_STREAMS = 2  # copy-engine pulls alternate over this many streams, so that several engines work at once
@@ -46,6 +46,8 @@ def _comm(group, comm: str | None, x) -> Comm:
     check_backend(comm)
     if comm == "gloo" and x.device.type != "cpu":
         raise RuntimeSetupError("comm='gloo' runs on CPU tensors; use comm='nccl' or 'copy-engine' on CUDA")
+    if comm == "copy-engine" and x.device.type == "cpu" and host_emulation():
+        return Comm(group, comm)
     if comm in ("nccl", "copy-engine") and x.device.type != "cuda":
         raise RuntimeSetupError(f"comm={comm!r} needs CUDA tensors; on the CPU use comm='gloo'")
     return Comm(group, comm)
@@ -60,15 +62,33 @@ def _pieces(op: str, rows: int, splits: int, what: str) -> int:
     return rows // splits
 
 
+class _HostStream:
+    """Stands in for a CUDA stream in the host emulation of copy-engine (tests): work runs in order."""
+
+    def wait_stream(self, other) -> None:
+        """Nothing to wait for: host work is already ordered."""
+
+    def wait_event(self, event) -> None:
+        """Nothing to wait for: host work is already ordered."""
+
+
+def _current_stream(torch, device):
+    return torch.cuda.current_stream(device) if device.type == "cuda" else _HostStream()
+
+
 def _side_streams(torch, device):
     key = str(device)
     if key not in _streams:
-        _streams[key] = [torch.cuda.Stream(device) for _ in range(SIDE_STREAMS)]
+        make = (lambda: torch.cuda.Stream(device)) if device.type == "cuda" else _HostStream
+        _streams[key] = [make() for _ in range(SIDE_STREAMS)]
     return _streams[key]
 
 
 def _pull(torch, stream, main, dst, src):
     """Copy src (a peer's buffer) into dst on a side stream after main's pending work; return the event."""
+    if isinstance(stream, _HostStream):
+        dst.copy_(src)
+        return None
     stream.wait_stream(main)
     with torch.cuda.stream(stream):
         dst.copy_(src, non_blocking=True)
@@ -140,7 +160,7 @@ def _ag_copy_engine(torch, c: Comm, x, w, out, sched: str, nsplit: int):
     world, r = c.world, c.rank
     buf = SymmBuffer.get(c, m * k * x.element_size(), x.device)
     buf.view(r, (m, k), x.dtype).copy_(x)
-    main = torch.cuda.current_stream(x.device)
+    main = _current_stream(torch, x.device)
     buf.barrier()  # every rank's shard is in its buffer
     side = _side_streams(torch, x.device)
     if sched == "serial":
@@ -239,7 +259,7 @@ def _rs_copy_engine(torch, c: Comm, x, w, out, sched: str, nsplit: int):
     mloc = big_m // world
     acc = _acc_dtype(torch, x.dtype)
     buf = SymmBuffer.get(c, big_m * n * x.element_size(), x.device)
-    main = torch.cuda.current_stream(x.device)
+    main = _current_stream(torch, x.device)
     side = _side_streams(torch, x.device)
     recv = torch.empty(world, mloc, n, dtype=x.dtype, device=x.device)
     evs = []

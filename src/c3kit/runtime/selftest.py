@@ -132,3 +132,20 @@ def hung_peer(rank: int, world: int, hang_s: float = 6.0) -> dict:
     except Exception as e:  # noqa: BLE001
         outcome = f"{type(e).__name__}: {str(e)[:200]}"
     return {"rank": rank, "outcome": outcome, "elapsed_s": _time.perf_counter() - t0}
+
+
+def check_ce_collectives(rank: int, world: int, nbytes: int = 6000) -> list[str]:
+    """`bench comm`'s copy-engine all-gather and all-to-all give the same bytes as gloo's (host emulation)."""
+    torch = require_torch()
+    from c3kit.runtime.bench import comm
+    from c3kit.runtime.comm import Comm
+
+    bad = []
+    for kind in comm.CE_COLLECTIVES:
+        ce = comm._Op(kind, "copy-engine", nbytes, torch.float32, torch.device("cpu"), Comm(None, "copy-engine"), None)
+        ref = comm._Op(kind, "gloo", nbytes, torch.float32, torch.device("cpu"), Comm(None, "gloo"), None)
+        ce.launch()
+        ref.launch()
+        if not torch.equal(ce.out, ref.out):
+            bad.append(kind)
+    return bad

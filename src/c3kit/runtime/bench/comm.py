@@ -77,8 +77,11 @@ class _Op:
         if backend == "copy-engine":
             from c3kit.runtime.comm import SymmBuffer
 
+            from c3kit.runtime.ops import _HostStream
+
             self.buf = SymmBuffer.get(comm, self.inp.numel() * esize, device)
-            self.streams = [torch.cuda.Stream(device) for _ in range(max(1, n - 1))]
+            cuda = getattr(device, "type", str(device)) == "cuda"
+            self.streams = [torch.cuda.Stream(device) if cuda else _HostStream() for _ in range(max(1, n - 1))]
 
     def launch(self) -> None:
         """Issue the collective on the current stream (nccl/gloo) or as peer pulls (copy-engine)."""
@@ -99,22 +102,19 @@ class _Op:
 
     def _pull(self) -> None:
         torch = require_torch()
+        from c3kit.runtime.ops import _current_stream, _pull
+
         n, r = self.comm.world, self.comm.rank
         per = self.out.numel() // n
-        main = torch.cuda.current_stream()
+        main = _current_stream(torch, self.out.device)
         self.buf.view(r, (self.inp.numel(),), self.inp.dtype).copy_(self.inp)
         self.buf.barrier()
         evs = []
         for s in range(1, n):
             p = (r + s) % n
-            st = self.streams[s - 1]
-            st.wait_stream(main)
-            with torch.cuda.stream(st):
-                off = 0 if self.kind == "all_gather" else r * per  # all-to-all: my chunk of p's buffer
-                self.out[p * per:(p + 1) * per].copy_(self.buf.view(p, (per,), self.inp.dtype, off), non_blocking=True)
-                ev = torch.cuda.Event()
-                ev.record(st)
-            evs.append(ev)
+            off = 0 if self.kind == "all_gather" else r * per  # all-to-all: my chunk of p's buffer
+            evs.append(_pull(torch, self.streams[s - 1], main, self.out[p * per:(p + 1) * per],
+                             self.buf.view(p, (per,), self.inp.dtype, off)))
         own = self.inp if self.kind == "all_gather" else self.inp[r * per:(r + 1) * per]
         self.out[r * per:(r + 1) * per].copy_(own)
         for ev in evs:
