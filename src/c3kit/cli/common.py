@@ -10,7 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Piped output (not a terminal) would otherwise be cut to 80 columns and truncate schedule names.
+_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON document to stdout instead of tables.")
