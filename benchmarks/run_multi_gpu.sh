@@ -3,7 +3,8 @@
 # correctness of the runtime ops over NCCL and copy engines, `c3kit bench comm` (NCCL default, NCCL
 # with few CTAs, copy engines; with a GEMM beside each collective: the multi-GPU C3 table),
 # `c3kit bench overlap` at TP = all GPUs, 4 and 2, and the held-out checks that exist.
-# Results go under $OUT (the device tool's folder; c3kit-out/multi when run by hand): at most 8 files.
+# Results go under $OUT (c3kit-out/multi by hand), 8 files: log.txt (with props), runtime-selftest.json,
+# <gpu>-comm.json, <gpu>-c3-multi.json, <gpu>-dma.json, <gpu>-overlap-tp{N,4,2}.json.
 # Usage (device tool, from the repo root):  bash benchmarks/run_multi_gpu.sh
 # CPU check of the plumbing:  OUT=/tmp/multi BACKEND=gloo WORLD=2 bash benchmarks/run_multi_gpu.sh
 set -uo pipefail
@@ -48,7 +49,7 @@ step() {
   date -u
   echo "world=$WORLD backend=$BACKEND NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
   command -v nvidia-smi >/dev/null && step topology nvidia-smi topo -m
-  step props $PY -m c3kit.cli.bench_cmd props --out "$OUT/props.json"
+  step props $PY -m c3kit.cli.bench_cmd props
   step selftest $PY benchmarks/runtime_selftest.py --world "$WORLD" --backend "$BACKEND" --comms "$COMMS" \
     --out "$OUT/runtime-selftest.json"
   step comm $PY -m c3kit.cli.bench_cmd comm --world "$WORLD" --backend "$BACKEND" --backends "$BACKENDS" \

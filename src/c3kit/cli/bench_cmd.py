@@ -347,6 +347,10 @@ def comm_cmd(
              "env": json.dumps({k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                                                                 "NVSHMEM_DISABLE_NVLS")})}
     path = write_calibration(_out_path(out, slug, "comm"), "comm", cb.COLUMNS, rows, _meta(script, extra))
+    if val.get("dma_rows"):
+        write_calibration(path.with_name(path.stem.replace("-comm", "") + "-dma.json"), "dma", cb.DMA_COLUMNS,
+                          val["dma_rows"], _meta(script, {**extra, "note": "single copy_ pulls from the next rank's "
+                                                          "symmetric buffer (one copy-engine command each)"}))
     c3_path = None
     if val["c3_rows"]:
         c3_path = write_calibration(path.with_name(path.stem.replace("-comm", "") + "-c3-multi.json"), "c3",

@@ -193,7 +193,46 @@ def comm_sweep(rank: int, world: int, backends: Sequence[str] = ("nccl",), sizes
                                          classify, fraction_of_ideal)
                 except Exception as e:  # noqa: BLE001
                     errors.append(f"{backend} {kind} with GEMM: {type(e).__name__}: {str(e)[:200]}")
-    return {"rank": rank, "rows": rows, "c3_rows": c3rows, "errors": errors}
+    dma_rows = []
+    if "copy-engine" in backends:
+        try:
+            dma_rows = single_copies(Comm(None, "copy-engine"), device, sizes, iters)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"single copies: {type(e).__name__}: {str(e)[:200]}")
+    return {"rank": rank, "rows": rows, "c3_rows": c3rows, "dma_rows": dma_rows, "errors": errors}
+
+
+DMA_COLUMNS = ["bytes", "seconds", "ranks"]
+
+
+def single_copies(comm, device, sizes: Sequence[int], iters: int) -> list[list]:
+    """Seconds of one contiguous copy_ of S bytes pulled from the next rank's symmetric buffer (one copy
+    engine command), slowest rank's median; rows (bytes, seconds, ranks) for cost.dma's fit."""
+    torch = require_torch()
+    from c3kit.runtime.comm import SymmBuffer
+    from c3kit.runtime.ops import _current_stream, _pull, _side_streams
+
+    world, r = comm.world, comm.rank
+    top = max(sizes)
+    buf = SymmBuffer.get(comm, top, device)
+    dst = torch.empty(top, dtype=torch.uint8, device=device)
+    buf.view(r, (top,), torch.uint8).fill_(r + 1)
+    buf.barrier()
+    side = _side_streams(torch, device)[0]
+    rows = []
+    for s in sizes:
+        peer = (r + 1) % world
+
+        def one():
+            main = _current_stream(torch, device)
+            ev = _pull(torch, side, main, dst[:s], buf.view(peer, (s,), torch.uint8))
+            if ev is not None:
+                main.wait_event(ev)
+
+        t = _slowest(_timed(one, device, iters), device)
+        rows.append([int(s), t, world])
+    buf.barrier()
+    return rows
 
 
 def _with_gemm(kind, backend, world, comm, group, device, dtype, gemm, iters, classify, fraction_of_ideal):
