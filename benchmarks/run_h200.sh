@@ -29,7 +29,7 @@ step() {
   step nvidia-smi nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
   step props $PY -m c3kit.cli.bench_cmd props --out "$OUT/props.json"
   # shellcheck disable=SC2086 # GEMM_ARGS / C3_ARGS are word lists on purpose
-  step gemm $PY -m c3kit.cli.bench_cmd gemm --budget-s 300 --target-ms 15 --out "$OUT/h200-sxm-gemm.json" --script "$SCRIPT" ${GEMM_ARGS:-}
+  step gemm $PY -m c3kit.cli.bench_cmd gemm --budget-s 300 --target-ms 15 --passes 2 --graph-below-us 60 --out "$OUT/h200-sxm-gemm.json" --script "$SCRIPT" ${GEMM_ARGS:-}
   # shellcheck disable=SC2086
   step c3 $PY -m c3kit.cli.bench_cmd c3 --ratios 0.25,0.5,1,2,4 --out "$OUT/h200-sxm-c3.json" --script "$SCRIPT" ${C3_ARGS:-}
   if [ -f benchmarks/runtime_smoke.py ]; then

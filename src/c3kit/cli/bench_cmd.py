@@ -134,6 +134,9 @@ def gemm_cmd(
     max_chunks: int = typer.Option(64, "--max-chunks", help="Largest split (2, 4, .. up to this)."),
     target_ms: float = typer.Option(20.0, "--target-ms", help="Milliseconds per timed loop."),
     budget_s: float = typer.Option(0.0, "--budget-s", help="Stop the sweep (and the splits) after this many seconds."),
+    passes: int = typer.Option(1, "--passes", help="Sweep passes in different orders; time = median over passes."),
+    graph_below_us: float = typer.Option(0.0, "--graph-below-us",
+                                         help="Time GEMMs shorter than this as CUDA-graph replays (0: never)."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
@@ -160,8 +163,19 @@ def gemm_cmd(
         shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick)
     errors: list[str] = []
     g.warm_up(dev, warmup_s)
-    rows = g.run_sweep(shapes, dev, peak, target_s=target_ms / 1e3, seed=seed, on_row=show, budget_s=budget_s,
-                       errors=errors, sentinel_every=sentinel_every if dev.type == "cuda" else 0)
+    per_pass = []
+    for p in range(max(1, passes)):
+        order = list(shapes)
+        if p:
+            import random
+
+            random.Random(seed + p).shuffle(order)  # each pass in another order, so drift averages out
+        per_pass.append(g.run_sweep(order, dev, peak, target_s=target_ms / 1e3, seed=seed + p, on_row=show,
+                                    budget_s=budget_s / max(1, passes) if budget_s else 0.0, errors=errors,
+                                    sentinel_every=sentinel_every if dev.type == "cuda" else 0,
+                                    graph_below_s=graph_below_us * 1e-6))
+    rows = per_pass[0] if passes <= 1 else g.merge_passes(per_pass)
+    columns = g.COLUMNS if passes <= 1 else g.COLUMNS + g.PASS_COLUMNS
     # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
     odd_rows = [r for r in rows if r[10] == "odd"]
     rows = [r for r in rows if r[10] != "odd"]
@@ -173,9 +187,9 @@ def gemm_cmd(
 
     extra = {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
              "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors)}
-    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", g.COLUMNS, rows, _meta(script, extra))
+    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows, _meta(script, extra))
     if odd_rows:
-        write_calibration(path.with_name(path.stem + "-odd.json"), "gemm", g.COLUMNS, odd_rows, _meta(script, extra))
+        write_calibration(path.with_name(path.stem + "-odd.json"), "gemm", columns, odd_rows, _meta(script, extra))
     split_rows, split_path = [], None
     if splits:
         # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
@@ -190,7 +204,7 @@ def gemm_cmd(
         split_path = write_calibration(path.with_name(path.stem + "-split.json"), "gemm", g.COLUMNS, split_rows,
                                        _meta(script, extra))
     if as_json:
-        emit_json({"path": str(path), "columns": g.COLUMNS, "rows": rows,
+        emit_json({"path": str(path), "columns": columns, "rows": rows,
                    "split_path": str(split_path) if split_path else None, "split_rows": split_rows})
     else:
         tail = f", {len(odd_rows)} misaligned to {path.stem}-odd.json" if odd_rows else ""

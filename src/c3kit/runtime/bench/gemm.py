@@ -12,6 +12,33 @@ from c3kit.runtime._torch import require_torch, torch_dtype
 from c3kit.runtime.bench.timing import time_loop
 
 COLUMNS = ["m", "n", "k", "dtype", "split", "chunks", "time_s", "flop_rate", "efficiency", "dil", "set"]
+PASS_COLUMNS = ["passes", "spread"]  # with --passes > 1: time_s is the median over passes, spread = max/min - 1
+
+
+def merge_passes(passes: Sequence[Sequence[list]]) -> list[list]:
+    """One row per (m, n, k, dtype, set) with the median time over sweep passes and the spread (max / min - 1)."""
+    import statistics
+
+    by: dict[tuple, list[list]] = {}
+    order: list[tuple] = []
+    for rows in passes:
+        for r in rows:
+            key = (r[0], r[1], r[2], r[3], r[10])
+            if key not in by:
+                by[key] = []
+                order.append(key)
+            by[key].append(r)
+    out = []
+    for key in order:
+        rs = by[key]
+        ts = [r[6] for r in rs]
+        t = statistics.median(ts)
+        r0 = list(rs[0])
+        flops = 2.0 * r0[0] * r0[1] * r0[2]
+        eff = r0[8] * r0[6] / t if r0[8] == r0[8] and r0[8] is not None else r0[8]
+        r0[6], r0[7], r0[8] = t, flops / t, eff
+        out.append(r0 + [len(ts), max(ts) / min(ts) - 1.0])
+    return out
 # Rotate inputs until the working set is a few times the L2 (60 MB on H200), so that repeats do
 # not measure the cache.
 ROTATE_BYTES = 256e6
@@ -96,12 +123,13 @@ def _inputs(torch, m, n, k, dtype, device, gen):
     return a, b
 
 
-def time_gemm(m: int, n: int, k: int, dtype: str, device, target_s: float = 0.02, gen=None) -> float:
+def time_gemm(m: int, n: int, k: int, dtype: str, device, target_s: float = 0.02, gen=None,
+              graph_below_s: float = 0.0) -> float:
     """Median seconds of one m x n x k GEMM on device (random inputs, rotated past the L2)."""
     torch = require_torch()
     a, b = _inputs(torch, m, n, k, torch_dtype(dtype), device, gen)
     s = len(a)
-    return time_loop(lambda i: torch.mm(a[i % s], b[i % s]), device, target_s=target_s)
+    return time_loop(lambda i: torch.mm(a[i % s], b[i % s]), device, target_s=target_s, graph_below_s=graph_below_s)
 
 
 def time_split(m: int, n: int, k: int, dtype: str, split: str, chunks: int, device, target_s: float = 0.02,
@@ -134,7 +162,7 @@ def time_split(m: int, n: int, k: int, dtype: str, split: str, chunks: int, devi
 
 def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], target_s: float = 0.02,
               seed: int = 0, on_row=None, budget_s: float = 0.0, errors: list | None = None,
-              sentinel_every: int = 0) -> list[list]:
+              sentinel_every: int = 0, graph_below_s: float = 0.0) -> list[list]:
     """Rows (COLUMNS) for every shape (until budget_s seconds, if > 0); efficiency = FLOP/s over peak[dtype].
 
     With sentinel_every > 0 the SENTINEL shape is timed before every sentinel_every-th shape (set "sentinel")."""
@@ -156,7 +184,7 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], target_s:
             errors.append(f"time budget of {budget_s:.0f} s reached: {len(shapes) - i} shapes not run")
             break
         try:
-            t = time_gemm(sh.m, sh.n, sh.k, sh.dtype, device, target_s, gen)
+            t = time_gemm(sh.m, sh.n, sh.k, sh.dtype, device, target_s, gen, graph_below_s)
         except Exception as e:  # noqa: BLE001 - one failing shape (memory, library) must not lose the sweep
             errors.append(f"{sh}: {type(e).__name__}: {str(e)[:200]}")
             _free(torch, device)
