@@ -45,3 +45,16 @@ def test_h200_parameters_can_be_set_from_measurements():
 def test_bad_ranks():
     with pytest.raises(StudyError):
         run(ranks=1)
+
+
+def test_h200_from_a_runtime_dma_file(tmp_path):
+    import json
+
+    # the runtime's bench comm file: kind dma, columns bytes, seconds, ranks (single copy-engine pulls)
+    rows = [[s, 8e-6 + s / 120e9, 8] for s in (2**12, 2**20, 2**26)]
+    f = tmp_path / "h200-sxm-dma.json"
+    f.write_text(json.dumps({"meta": {}, "kind": "dma", "columns": ["bytes", "seconds", "ranks"], "rows": rows}))
+    p, origin = h200_params(calib=f)
+    assert p.bw_per_engine == pytest.approx(120e9, rel=1e-6) and "calibration" in origin
+    r = run(quick=True, h200_calib=f)
+    assert r.headline["h200_origin"].startswith("calibration")
