@@ -32,7 +32,7 @@ import pandas as pd
 from c3kit import cost
 from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.model import GPU, DMAEngines, ScaleUp, dtype_bytes
-from c3kit.studies.all_studies import StudyResult, gap, gpu_or
+from c3kit.studies.all_studies import StudyResult, gpu_or
 from c3kit.workload import Parallelism, build_step, get_model
 from c3kit.workload.ops import Collective, Gemm
 
