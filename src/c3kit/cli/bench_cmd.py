@@ -123,73 +123,98 @@ def _dtypes(text: str) -> list[str]:
 @bench_app.command("gemm")
 def gemm_cmd(
     dtypes: str = typer.Option("bf16,fp16,fp32", "--dtypes", help="Comma list of bf16, fp16, fp32."),
-    random_shapes: int = typer.Option(240, "--random", help="Random (log-uniform, multiples of 8) shapes beside the grid."),
-    odd_shapes: int = typer.Option(24, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file."),
-    warmup_s: float = typer.Option(2.0, "--warmup-s", help="Seconds of large GEMMs before timing (GPU only)."),
-    sentinel_every: int = typer.Option(100, "--sentinel-every", help="Time 8192^3 bf16 every N shapes (0: never)."),
+    random_shapes: int = typer.Option(None, "--random", help="Random fit shapes (multiples of 8) of the first dtype "
+                                      "(others: a fifth); default 360 bf16, 60 fp16 / fp32."),
+    holdout_shapes: int = typer.Option(None, "--holdout", help="Held-out random shapes (never fitted), own file; "
+                                       "default 300 bf16, 60 fp16 / fp32."),
+    align_shapes: int = typer.Option(None, "--align", help="Grid points with dimensions moved by -8/-16/-32 (fit); "
+                                     "default 360 bf16, 60 fp16 / fp32."),
+    odd_shapes: int = typer.Option(40, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file."),
+    warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds of large GEMMs before timing (GPU only)."),
+    sentinel_every: int = typer.Option(12, "--sentinel-every", help="Time 8192^3 bf16 between blocks of N shapes (0: never)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid (tests, CPU)."),
+    plan: bool = typer.Option(False, "--plan", help="Print the shape counts and exit (no timing)."),
     shapes_opt: str = typer.Option("", "--shapes", help="MxNxK list replacing the sweep (tagged set=given)."),
     splits: bool = typer.Option(True, "--splits/--no-splits", help="Also time 2..64-way splits along M, N, K."),
     split_shapes: str = typer.Option("", "--split-shapes", help="MxNxK list for splits, e.g. 512x512x512,256x1024x512."),
     max_chunks: int = typer.Option(64, "--max-chunks", help="Largest split (2, 4, .. up to this)."),
-    target_ms: float = typer.Option(20.0, "--target-ms", help="Milliseconds per timed loop."),
-    budget_s: float = typer.Option(0.0, "--budget-s", help="Stop the sweep (and the splits) after this many seconds."),
-    passes: int = typer.Option(1, "--passes", help="Sweep passes in different orders; time = median over passes."),
-    graph_below_us: float = typer.Option(0.0, "--graph-below-us",
+    target_ms: float = typer.Option(20.0, "--target-ms", help="Milliseconds per timed loop of the splits."),
+    sample_ms: float = typer.Option(0.5, "--sample-ms", help="GPU milliseconds per timed sample of the sweep."),
+    budget_s: float = typer.Option(0.0, "--budget-s", help="Stop the sweep after this many seconds (splits: the same again)."),
+    passes: int = typer.Option(3, "--passes", help="Interleaved sweep passes, each in its own order; time = median."),
+    graph_below_us: float = typer.Option(200.0, "--graph-below-us",
                                          help="Time GEMMs shorter than this as CUDA-graph replays (0: never)."),
+    correct: bool = typer.Option(True, "--correct/--no-correct", help="time_s drift-corrected by the sentinel (else raw)."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """GEMM efficiency over M, N, K, dtype, and decomposition inefficiency (DIL) of 2..64-way splits."""
+    from collections import Counter
+
     from c3kit.runtime.bench import gemm as g
 
     dts = _dtypes(dtypes)
+    if shapes_opt:
+        shapes = [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
+    else:
+        shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick,
+                                n_holdout=holdout_shapes, n_align=align_shapes)
+    counts = Counter((s.dtype, s.set) for s in shapes)
+    ranges = {dt: g.dtype_range(dt, quick) for dt in dts}
+    if plan:
+        for (dt, st), c in sorted(counts.items()):
+            typer.echo(f"{dt:>5} {st:>8} {c:>6}")
+        typer.echo(f"total {len(shapes)} shapes x {passes} passes; ranges (M, N, K) {ranges}")
+        return
     dev = _device(device)
     hw, slug = _gpu(dev, gpu)
     peak = _peak(hw, dts)
     quiet = as_json
-    _echo(f"# c3kit bench gemm on {dev} ({hw.name if hw else slug}); efficiency = FLOP/s / catalog peak", quiet)
+    _echo(f"# c3kit bench gemm on {dev} ({hw.name if hw else slug}); efficiency = FLOP/s / catalog peak; "
+          f"{len(shapes)} shapes x {passes} passes", quiet)
     cols = ["m", "n", "k", "dtype", "split", "chunks", "time(us)", "TFLOP/s", "eff", "dil", "set"]
     widths = [6, 6, 6, 5, 5, 6, 10, 8, 6, 7, 10]
-    _echo(_table(cols, [], widths)[0], quiet)
 
     def show(r):
         _echo(_table(cols, [[*r[:6], r[6] * 1e6, r[7] / 1e12, r[8], r[9], r[10]]], widths)[1], quiet)
 
-    if shapes_opt:
-        shapes = [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
-    else:
-        shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick)
     errors: list[str] = []
     g.warm_up(dev, warmup_s)
-    per_pass = []
-    for p in range(max(1, passes)):
-        order = list(shapes)
-        if p:
-            import random
-
-            random.Random(seed + p).shuffle(order)  # each pass in another order, so drift averages out
-        per_pass.append(g.run_sweep(order, dev, peak, target_s=target_ms / 1e3, seed=seed + p, on_row=show,
-                                    budget_s=budget_s / max(1, passes) if budget_s else 0.0, errors=errors,
-                                    sentinel_every=sentinel_every if dev.type == "cuda" else 0,
-                                    graph_below_s=graph_below_us * 1e-6))
-    rows = per_pass[0] if passes <= 1 else g.merge_passes(per_pass)
-    columns = g.COLUMNS if passes <= 1 else g.COLUMNS + g.PASS_COLUMNS
+    _echo(_table(cols, [], widths)[0], quiet)
+    rows, srows, stats = g.run_sweep(shapes, dev, peak, passes=passes, seed=seed, on_row=show, budget_s=budget_s,
+                                     errors=errors, sentinel_every=sentinel_every if dev.type == "cuda" else 0,
+                                     graph_below_s=graph_below_us * 1e-6, sample_s=sample_ms * 1e-3,
+                                     correct=correct, log=lambda x: _echo(x, quiet))
+    columns = g.SWEEP_COLUMNS
+    held_rows = [r for r in rows if r[10] == "holdout"]
     # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
     odd_rows = [r for r in rows if r[10] == "odd"]
-    rows = [r for r in rows if r[10] != "odd"]
-    for e in errors:
+    rows = [r for r in rows if r[10] not in ("odd", "holdout")]
+    for e in errors[:50]:
         _echo(f"# not run: {e}", quiet)
     if not rows:
         raise RuntimeSetupError(f"bench gemm measured nothing: {'; '.join(errors[:3])}")
     from c3kit.runtime.calib import write_calibration
 
     extra = {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
-             "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors)}
-    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows, _meta(script, extra))
-    if odd_rows:
-        write_calibration(path.with_name(path.stem + "-odd.json"), "gemm", columns, odd_rows, _meta(script, extra))
+             "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors[:200]),
+             "protocol": json.dumps({"passes": passes, "sentinel": list(g.SENTINEL), "sentinel_every": sentinel_every,
+                                     "graph_below_us": graph_below_us, "sample_ms": sample_ms,
+                                     "rotate_bytes": g.ROTATE_BYTES, "warmup_s": warmup_s, **stats}),
+             "time_s": f"{stats['time_s']} (median over passes); time_raw_s: median of raw timings",
+             "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
+    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows,
+                             _meta(script, {**extra, "note": "grid, align and random rows: the fit set"}))
+    for suffix, rs, note in (("-holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
+                             ("-odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)")):
+        if rs:
+            write_calibration(path.with_name(path.stem + suffix + ".json"), "gemm", columns, rs,
+                              _meta(script, {**extra, "note": note}))
+    if srows:
+        write_calibration(path.with_name(path.stem + "-sentinel.json"), "gemm", g.SENTINEL_COLUMNS, srows,
+                          _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
+    _echo(f"# sweep: {stats}", quiet)
     split_rows, split_path = [], None
     if splits:
         # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
@@ -207,7 +232,7 @@ def gemm_cmd(
         emit_json({"path": str(path), "columns": columns, "rows": rows,
                    "split_path": str(split_path) if split_path else None, "split_rows": split_rows})
     else:
-        tail = f", {len(odd_rows)} misaligned to {path.stem}-odd.json" if odd_rows else ""
+        tail = f", {len(held_rows)} held out, {len(odd_rows)} misaligned" if (held_rows or odd_rows) else ""
         tail += f" and {len(split_rows)} to {split_path}" if split_path else ""
         _echo(f"# wrote {len(rows)} rows to {path}{tail}", quiet)
 
