@@ -8,6 +8,13 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == "0.1.0"
 
 
+def test_version_json(capsys):
+    import json
+
+    assert main(["version", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"version": "0.1.0"}
+
+
 def test_unknown_command_exits_2(capsys):
     assert main(["no-such-command"]) == 2
 

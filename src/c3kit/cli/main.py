@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from c3kit.cli.common import JSON_OPT, emit_json
 from c3kit.errors import C3kitError
 
 app = typer.Typer(
@@ -23,11 +24,14 @@ def _root() -> None:
 
 
 @app.command()
-def version() -> None:
+def version(as_json: bool = JSON_OPT) -> None:
     """Print the c3kit version."""
     from c3kit import __version__
 
-    print(__version__)
+    if as_json:
+        emit_json({"version": __version__})
+    else:
+        print(__version__)
 
 
 def _register() -> None:
