@@ -325,7 +325,10 @@ def _steps(spec: ScheduleSpec, ctx: Ctx) -> tuple[int, int, int]:
     return n, n - 1, (n - 1) * m // (n * n)
 
 
-def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+def _input_side(spec: ScheduleSpec, ctx: Ctx, cap: float, step: str, grouped: bool) -> list[Task]:
+    """The gathered-input side shared by all-gather -> GEMM and MoE dispatch -> grouped GEMM: the local
+    shard's GEMM, the comm steps `step-j` that bring the remote rows, and after each group of steps the
+    GEMM of the rows it brought (named gemm-c, depending on its last step)."""
     n, m, k, b = ctx.n, ctx.p.m, ctx.p.k, ctx.b
     eng = spec.engine
     fused = spec.family == "fused"
@@ -333,20 +336,23 @@ def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     if fused and eng == "sm":
         cap = float(ctx.S - ctx.k_sms)
     whole = whole_gemm(ctx) if fused else None
-    out: list[Task] = []
-    local = m // n
-    out.append(ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
-               else ctx.gemm("gemm-local", "compute", local, cap=cap))
+
+    def part(name: str, r: int, deps: tuple[str, ...] = ()) -> Task:
+        return (ctx.stage(name, "compute", whole, r / m, deps=deps, cap=cap) if fused
+                else ctx.gemm(name, "compute", r, deps=deps, cap=cap, grouped=grouped))
+
+    out: list[Task] = [part("gemm-local", m // n)]
     for j in range(nsteps):
-        out.append(ctx.comm(f"ag-{j}", "comm", rows * k * b, width, eng, trigger=fused,
+        out.append(ctx.comm(f"{step}-{j}", "comm", rows * k * b, width, eng, trigger=fused,
                             peer=j if spec.family == "ring" else 0))
     group = spec.group if spec.family == "ficco" else 1
     for c in range(nsteps // group):
-        last = f"ag-{(c + 1) * group - 1}"
-        r = rows * group
-        out.append(ctx.stage(f"gemm-{c}", "compute", whole, r / m, deps=(last,), cap=cap) if fused
-                   else ctx.gemm(f"gemm-{c}", "compute", r, deps=(last,), cap=cap))
+        out.append(part(f"gemm-{c}", rows * group, deps=(f"{step}-{(c + 1) * group - 1}",)))
     return out
+
+
+def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+    return _input_side(spec, ctx, cap, "ag", grouped=False)
 
 
 def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
@@ -401,26 +407,16 @@ def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
 
 
 def _moe(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
-    n, m, k, nn, b = ctx.n, ctx.p.m, ctx.p.k, ctx.p.n, ctx.b
-    eng = spec.engine
-    fused = spec.family == "fused"
-    nsteps, width, rows = _steps(spec, ctx)
-    if fused and eng == "sm":
-        cap = float(ctx.S - ctx.k_sms)
-    whole = whole_gemm(ctx) if fused else None
-    local = m // n
-    out: list[Task] = [ctx.stage("gemm-local", "compute", whole, local / m, cap=cap) if fused
-                       else ctx.gemm("gemm-local", "compute", local, cap=cap, grouped=True)]
-    for j in range(nsteps):
-        out.append(ctx.comm(f"dispatch-{j}", "comm", rows * k * b, width, eng, trigger=fused,
-                            peer=j if spec.family == "ring" else 0))
-    group = spec.group if spec.family == "ficco" else 1
-    for c in range(nsteps // group):
-        r = rows * group
-        last = f"dispatch-{(c + 1) * group - 1}"
-        g = (ctx.stage(f"gemm-{c}", "compute", whole, r / m, deps=(last,), cap=cap) if fused
-             else ctx.gemm(f"gemm-{c}", "compute", r, deps=(last,), cap=cap, grouped=True))
-        out.append(g)
-        out.append(ctx.comm(f"combine-{c}", "comm2", r * nn * b, width, eng, trigger=fused, deps=(g.name,),
-                            peer=c if spec.family == "ring" else 0))
+    """Dispatch steps -> grouped GEMM chunks, each chunk's output combined back as soon as it is computed."""
+    _, width, rows = _steps(spec, ctx)
+    rows *= spec.group if spec.family == "ficco" else 1
+    out: list[Task] = []
+    c = 0
+    for t in _input_side(spec, ctx, cap, "dispatch", grouped=True):
+        out.append(t)
+        if t.name == f"gemm-{c}":
+            out.append(ctx.comm(f"combine-{c}", "comm2", rows * ctx.p.n * ctx.b, width, spec.engine,
+                                trigger=spec.family == "fused", deps=(t.name,),
+                                peer=c if spec.family == "ring" else 0))
+            c += 1
     return out

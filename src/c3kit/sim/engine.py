@@ -245,6 +245,32 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     can_start = True  # something completed or freed engines: try to start tasks
     rate: list[float] = []
 
+    def finish(i: int) -> None:
+        """Task i is done: its stream moves on and its dependents lose one dependency."""
+        nonlocal done, can_start
+        state[i] = 4
+        end[i] = t_now
+        done += 1
+        j = stream_ix[i]
+        sbusy[j] = False
+        head[j] += 1
+        for d in dependents[i]:
+            deps_left[d] -= 1
+        can_start = True
+
+    def work_done(i: int) -> None:
+        """Task i's work ended: free its engines, then its completion sync (post) or done."""
+        nonlocal free_eng, can_start
+        wend[i] = t_now
+        if eng[i]:
+            free_eng += eng[i]
+            can_start = True
+        if post[i] > 0:
+            state[i] = 3
+            heappush(lat, (t_now + post[i], i))
+        else:
+            finish(i)
+
     while True:
         while can_start:  # start every task that can start now (zero-time tasks may unblock more)
             can_start = False
@@ -271,20 +297,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
                     active.append(i)
                     dirty = True
                     continue
-                wend[i] = t_now
-                free_eng += eng[i]
-                if post[i] > 0:
-                    state[i] = 3
-                    heappush(lat, (t_now + post[i], i))
-                    continue
-                state[i] = 4
-                end[i] = t_now
-                done += 1
-                sbusy[j] = False
-                head[j] += 1
-                for d in dependents[i]:
-                    deps_left[d] -= 1
-                can_start = True
+                work_done(i)
         if done == n:
             break
         if not active and not lat:
@@ -336,50 +349,20 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             active[:] = [i for i in active if rem[i] > 0.0]
             dirty = True
             for i in finished:
-                wend[i] = t_now
-                if eng[i]:
-                    free_eng += eng[i]
-                    can_start = True
-                if post[i] > 0:
-                    state[i] = 3
-                    heappush(lat, (t_now + post[i], i))
-                else:
-                    state[i] = 4
-                    end[i] = t_now
-                    done += 1
-                    j = stream_ix[i]
-                    sbusy[j] = False
-                    head[j] += 1
-                    for d in dependents[i]:
-                        deps_left[d] -= 1
-                    can_start = True
+                work_done(i)
         eps = t_now + 1e-15 + 1e-12 * t_now
         while lat and lat[0][0] <= eps:
             i = heappop(lat)[1]
-            if state[i] == 1:
+            if state[i] == 1:  # launch latency over
                 wstart[i] = t_now
                 if work[i] > 0:
                     state[i] = 2
                     active.append(i)
                     dirty = True
-                    continue
-                wend[i] = t_now
-                if eng[i]:
-                    free_eng += eng[i]
-                    can_start = True
-                if post[i] > 0:
-                    state[i] = 3
-                    heappush(lat, (t_now + post[i], i))
-                    continue
-            state[i] = 4
-            end[i] = t_now
-            done += 1
-            j = stream_ix[i]
-            sbusy[j] = False
-            head[j] += 1
-            for d in dependents[i]:
-                deps_left[d] -= 1
-            can_start = True
+                else:
+                    work_done(i)
+            else:  # completion sync over
+                finish(i)
 
     alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
                                              comm_link[i], comm_bw[i], curves[i]) for i in range(n)]
