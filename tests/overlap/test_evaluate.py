@@ -172,7 +172,8 @@ def test_select_returns_an_applicable_schedule_with_reasons(pattern, hw):
 
 
 def test_partition_overhead_slows_only_partitioned_schedules():
-    p = prob("gemm_rs", m=8192, n=8192, k=4096)
+    # chunks of 4096 rows have more output tiles than the partition has SMs, so every -part GEMM is SM-limited
+    p = prob("gemm_rs", m=32768, n=8192, k=4096)
     base = {r.schedule: r.time for r in evaluate(p, MI300X, None, ContentionParams())}
     slow = {r.schedule: r.time for r in evaluate(p, MI300X, None, ContentionParams(partition_overhead=0.5))}
     for name, t in base.items():

@@ -59,3 +59,21 @@ def test_aliases_find_the_same_calibration_file():
 
     assert calibration_path("h200") == calibration_path("H200-SXM")
     assert calibration_path("not-a-gpu") is None
+
+
+def test_partition_speed_defaults_follow_the_c3_paper():
+    # C3 paper (MI300X, 304 CUs): a compute-bound GEMM loses 17% with 32 CUs removed, 27% with 64
+    p = ContentionParams()
+    assert 1 / p.partition_speed(1.0, 272, 304) - 1 == pytest.approx(0.17, abs=0.005)
+    assert 1 / p.partition_speed(1.0, 240, 304) - 1 == pytest.approx(0.27, abs=0.005)
+    # memory-bound GEMMs tolerate losing CUs; a GEMM whose tiles fit in the partition loses nothing
+    assert p.partition_speed(0.0, 240, 304) == 1.0
+    assert p.partition_speed(1.0, 240, 304, tiles=200) == 1.0
+    assert p.partition_speed(1.0, 240, 304, tiles=10_000) < p.partition_speed(1.0, 272, 304, tiles=10_000) < 1.0
+
+
+def test_partition_speed_h200_calibration_follows_green_context_measurements():
+    # docs/measurements.md run 2: 8192^3 bf16 alone in green contexts (slowdown vs 132 SMs)
+    p = ContentionParams.from_calibration("H200-SXM")
+    for sms, slow in ((128, 0.265), (120, 0.299), (112, 0.354), (96, 0.514), (64, 1.12), (32, 2.71)):
+        assert 1 / p.partition_speed(1.0, sms, 132) == pytest.approx(1 + slow, rel=0.025)

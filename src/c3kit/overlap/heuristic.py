@@ -14,7 +14,8 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
-  The schedule with the smallest estimate wins; ties go to the earlier name in SCHEDULES.
+  The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
+  name in SCHEDULES.
 
 The features shown with each choice are the estimate's parts: T_comm / T_comp, the candidate's
 decomposition loss (DIL) and its estimated stretch from contention.
@@ -185,7 +186,10 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
         ser = spec.family == "serial"
         out.append(Estimate(name, t, sub / whole - 1.0 if whole > 0 else 0.0, t / free - 1.0 if free > 0 else 0.0,
                             free - sub if ser else 0.0, sub if ser else 0.0))
-    out.sort(key=lambda e: e.time)
+    # exact ties (the walks saw no SM conflict, so priority changed nothing in the estimate) go to the
+    # -prio variant: in the simulator a higher-priority transfer is never slower, and it is first in HBM
+    # arbitration among transfers; then to the earlier name
+    out.sort(key=lambda e: (e.time, not SCHEDULES[e.schedule].prio))
     return out
 
 

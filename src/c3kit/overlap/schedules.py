@@ -191,14 +191,18 @@ class Ctx:
 
     def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
         """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
-        without priority); speeds from the cost model on that many SMs."""
+        without priority); speeds from the cost model on that many SMs. A GEMM confined to an SM
+        partition is priced by the contention model's measured partition rule instead
+        (ContentionParams.partition_speed: overhead plus a term in the SMs it lost)."""
         top = int(cap) if cap else self.S
+        if partitioned and top < self.S:
+            c = self.cache.gemm(*shape)
+            return ((top, self.params.partition_speed(c.phi, top, self.S, c.tiles)),)
         levels = {top}
         if not cap and self.k_sms:
             levels.add(self.S - self.k_sms)
             levels.add(self.S - int(math.ceil(self.k_sms * self.params.noprio_comm_sm_share)))
-        scale = 1.0 / (1.0 + self.params.partition_overhead) if partitioned else 1.0
-        return tuple((lv, self.cache.speed(*shape, lv) * scale) for lv in sorted(levels, reverse=True))
+        return tuple((lv, self.cache.speed(*shape, lv)) for lv in sorted(levels, reverse=True))
 
     def stage(self, name: str, stream: str, whole: Task, frac: float, *, deps: tuple[str, ...] = (),
               cap: float = 0.0) -> Task:

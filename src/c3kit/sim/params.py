@@ -40,10 +40,27 @@ class ContentionParams:
     link_efficiency: float = 0.8
     """Achieved / peak scale-up bandwidth for any transfer (nccl-tests all-reduce busbw ~360 of 450 GB/s
     on an H100 NVSwitch node; the same factor as the cost layer's comm_eff, assumed for every fabric)."""
-    partition_overhead: float = 0.0
-    """Extra slowdown of a GEMM confined to an SM partition beyond the cost model's price for that many
-    SMs (the partitioning mechanism's own cost). H200, c3kit bench c3 run 2: a 8192^3 GEMM limited to 128
-    of 132 SMs ran 26% slower, more than the 3% the SM count explains; left at 0 until calibrated."""
+    partition_overhead: float = 0.09
+    """Fixed extra slowdown of a compute-bound GEMM confined to an SM partition (green context / CU
+    mask): the library sizes its grid for the whole GPU, so even a few SMs fewer cost this much. A
+    partitioned GEMM on s of S SMs runs (1 + o) x (1 + slope x (S/s - 1)) slower than on the whole GPU,
+    with o and slope mixed by the GEMM's SM-bound share phi:
+    o = phi x partition_overhead + (1 - phi) x partition_mem_overhead, and the same for the slopes.
+    This replaces the cost model's re-pricing on s SMs for partitioned GEMMs (the measurements include
+    the wave quantization). Default 0.09 with partition_sm_slope 0.62: the C3 paper's MI300X figures
+    (a compute-bound GEMM loses 17% with 32 of 304 CUs removed, 27% with 64), fitted exactly.
+    H200 (c3kit bench c3 run 2, 8192^3 bf16 in green contexts of 128..32 SMs: +26.5% .. +271%):
+    0.225 / 0.655, within 2% at every point (calib/h200-sxm-contention.json)."""
+    partition_sm_slope: float = 0.62
+    """How a partitioned compute-bound GEMM's time grows with S/s - 1 (see partition_overhead); 1 would
+    be perfectly proportional to the SMs it lost."""
+    partition_mem_overhead: float = 0.0
+    """partition_overhead for the memory-bound share (1 - phi). Default 0: the C3 paper reports that
+    memory-bound GEMMs tolerate losing CUs on MI300X (no figure given; 0 is the reading of that
+    remark). H200 run 2: a 262144x512x128 GEMM (phi ~0.5) lost 34% at 128 SMs, 104% at 64, 264% at 32,
+    fitted 0.28 with slope 0.58 and used for the whole memory share (the H200 does not tolerate it)."""
+    partition_mem_sm_slope: float = 0.0
+    """partition_sm_slope for the memory-bound share (see partition_mem_overhead)."""
     # --- HBM -------------------------------------------------------------------------------------
     hbm_efficiency: float = 0.9
     """Fraction of peak HBM bandwidth that all concurrent ops together can draw."""
@@ -114,6 +131,20 @@ class ContentionParams:
             return self.sm_comm_bw
         return fabric_bw / max(1.0, self.comm_sat_sm_frac * sms)
 
+    def partition_speed(self, phi: float, sms: float, total: int, tiles: int = 0) -> float:
+        """Speed (fraction of whole-GPU speed) of a GEMM confined to an SM partition of `sms` of `total`
+        SMs. A GEMM whose output tiles fit in the partition loses nothing (the SMs taken away are ones it
+        would not use); one with fewer tiles than the GPU has SMs counts only the SMs it can use."""
+        if sms >= total or (tiles and tiles <= sms):
+            return 1.0
+        if sms <= 0:
+            return 0.0
+        full = min(total, tiles) if tiles else total
+        part = min(sms, tiles) if tiles else sms
+        o = phi * self.partition_overhead + (1.0 - phi) * self.partition_mem_overhead
+        b = phi * self.partition_sm_slope + (1.0 - phi) * self.partition_mem_sm_slope
+        return 1.0 / ((1.0 + o) * (1.0 + b * (full / part - 1.0)))
+
     def with_(self, **changes: Any) -> "ContentionParams":
         """A copy with some fields replaced."""
         try:
@@ -127,7 +158,8 @@ class ContentionParams:
         return cls(comm_sms=0, partition_sms=0, sm_comm_bw=1e30, noprio_comm_sm_share=1.0, hbm_efficiency=1.0,
                    link_efficiency=1.0, gemm_hbm_traffic=0.0, copy_hbm_factor=0.0, reduce_hbm_factor=0.0,
                    gemm_interference=0.0, gemm_mem_interference=0.0, comm_interference=0.0, sm_launch=0.0,
-                   sm_sync=0.0, dma_launch=0.0, dma_sync=0.0, trigger_latency=0.0, fused_gemm_efficiency=1.0)
+                   sm_sync=0.0, dma_launch=0.0, dma_sync=0.0, trigger_latency=0.0, fused_gemm_efficiency=1.0,
+                   partition_overhead=0.0, partition_mem_overhead=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Every parameter by name (None where derived from the GPU)."""
