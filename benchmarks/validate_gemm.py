@@ -9,7 +9,14 @@ remaining random rows are held out. Printed: the median and 90th-percentile |pre
 for the calibrated model and for the fitted curve alone, by dtype and by measured GEMM time, beside
 the targets (<= 5% and <= 10%), and the spread of the repeated sentinel GEMM (measurement noise).
 
-Usage: PYTHONPATH=src python benchmarks/validate_gemm.py [--file gemm.json] [--holdout holdout.json] [--json]
+Run 3 files (bench gemm since run 3) also carry: sets grid / align / random in --file (all fitted by
+default; --fit-sets picks some), time_raw_s beside the drift-corrected time_s (--time-col picks the
+one both fit and check use), a -sentinel.json file (drift before and after correction) and a -odd.json
+file (misaligned shapes, reported apart: the targets are for aligned shapes). An ablation prints the
+held-out errors for other fit sets and time columns too (the held-out rows are never fitted).
+
+Usage: PYTHONPATH=src python benchmarks/validate_gemm.py [--file gemm.json] [--holdout holdout.json]
+       [--time-col time_s|time_raw_s] [--fit-sets grid,align,random] [--json]
 Exit code 0 when the calibrated model meets both targets, 1 otherwise.
 """
 
@@ -52,15 +59,52 @@ def _stats(e) -> dict:
 
 
 def sentinel_spread(doc: dict) -> dict | None:
-    """Spread of the repeated sentinel GEMM in one run (max / min - 1, and |t / median - 1| median)."""
+    """Spread of the repeated sentinel GEMM in one run (max / min - 1, and |t / median - 1| median);
+    with a dev_from_neighbours column (run 3 on) also what the drift correction leaves: each timing
+    over the geometric mean of the two around it."""
     cols = doc["columns"]
     if "set" not in cols:
         return None
-    t = np.array([r[cols.index("time_s")] for r in doc["rows"] if r[cols.index("set")] == "sentinel"])
+    sel = [r for r in doc["rows"] if r[cols.index("set")] == "sentinel"]
+    t = np.array([r[cols.index("time_s")] for r in sel])
     if len(t) < 2:
         return None
-    return {"n": int(len(t)), "min_s": float(t.min()), "max_s": float(t.max()), "max_over_min": float(t.max() / t.min()),
-            "median_abs_dev": float(np.median(np.abs(t / np.median(t) - 1)))}
+    out = {"n": int(len(t)), "min_s": float(t.min()), "max_s": float(t.max()), "max_over_min": float(t.max() / t.min()),
+           "median_abs_dev": float(np.median(np.abs(t / np.median(t) - 1))),
+           "p90_abs_dev": float(np.percentile(np.abs(t / np.median(t) - 1), 90))}
+    if "dev_from_neighbours" in cols:
+        d = np.abs(np.array([r[cols.index("dev_from_neighbours")] for r in sel]))
+        out.update(corrected_median_abs_dev=float(np.median(d)), corrected_p90_abs_dev=float(np.percentile(d, 90)))
+    return out
+
+
+def pass_spread(doc: dict) -> dict | None:
+    """Median and p90 over shapes of the pass-to-pass spread (max / min - 1), raw and as time_s."""
+    cols = doc["columns"]
+    if "spread_raw" not in cols:
+        return None
+    rows = [r for r in doc["rows"] if r[cols.index("passes")] > 1]
+    if not rows:
+        return None
+    raw = np.array([r[cols.index("spread_raw")] for r in rows])
+    cor = np.array([r[cols.index("spread")] for r in rows])
+    return {"n": len(rows), "raw_median": float(np.median(raw)), "raw_p90": float(np.percentile(raw, 90)),
+            "used_median": float(np.median(cor)), "used_p90": float(np.percentile(cor, 90))}
+
+
+def with_time(doc: dict, time_col: str, sets: set | None = None) -> dict:
+    """A copy of doc whose time_s is time_col, keeping only rows of `sets` (all when None)."""
+    cols = doc["columns"]
+    it, ic = cols.index("time_s"), cols.index(time_col) if time_col in cols else cols.index("time_s")
+    iset = cols.index("set") if "set" in cols else None
+    rows = []
+    for r in doc["rows"]:
+        if sets is not None and iset is not None and r[iset] not in sets:
+            continue
+        r = list(r)
+        r[it] = r[ic]
+        rows.append(r)
+    return {**doc, "rows": rows}
 
 
 def errors(doc_fit: dict, doc_held: dict, gpu_name: str) -> dict:
@@ -99,11 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--holdout", default=str(calib / "h200-sxm-gemm-holdout.json"),
                     help="held-out shapes ('' or a missing file: split --file by its set column)")
     ap.add_argument("--gpu", default="H200-SXM", help="catalog GPU the table was measured on")
+    ap.add_argument("--time-col", default="time_s", help="time column fitted and checked (time_s or time_raw_s)")
+    ap.add_argument("--fit-sets", default="", help="comma list of sets of --file to fit (default: all rows)")
+    ap.add_argument("--no-ablation", action="store_true", help="skip the other fit sets / time columns")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     a = ap.parse_args(argv)
     doc = json.loads(Path(a.file).read_text())
+    fit_sets = set(a.fit_sets.split(",")) if a.fit_sets else None
     if a.holdout and Path(a.holdout).is_file():
         doc_fit, doc_held = doc, json.loads(Path(a.holdout).read_text())
+        doc_fit = with_time(doc_fit, a.time_col, fit_sets)
+        doc_held = with_time(doc_held, a.time_col)
     else:
         doc_fit, doc_held = split_rows(doc)
     if not doc_held["rows"]:
@@ -111,10 +161,32 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     res = errors(doc_fit, doc_held, a.gpu)
-    res["sentinel"] = sentinel_spread(doc)
+    res["time_col"], res["fit_sets"] = a.time_col, sorted(fit_sets) if fit_sets else "all"
+    sent_path = Path(a.file).with_name(Path(a.file).stem + "-sentinel.json")
+    res["sentinel"] = sentinel_spread(json.loads(sent_path.read_text()) if sent_path.is_file() else doc)
+    res["pass_spread"] = pass_spread(doc)
+    odd_path = Path(a.file).with_name(Path(a.file).stem + "-odd.json")
+    if odd_path.is_file():
+        odd = errors(doc_fit, with_time(json.loads(odd_path.read_text()), a.time_col), a.gpu)
+        res["odd"] = {k: odd["calibrated"][k] for k in ("n", "median", "p90", "max")}
+    cols = doc["columns"]
+    if a.holdout and Path(a.holdout).is_file() and "set" in cols and not a.no_ablation:
+        present = sorted({r[cols.index("set")] for r in doc["rows"]})
+        variants = [("grid",), ("grid", "align"), tuple(present)]
+        abl = []
+        for tc in ("time_s", "time_raw_s") if "time_raw_s" in cols else ("time_s",):
+            for v in dict.fromkeys(variants):
+                if not set(v) <= set(present):
+                    continue
+                r = errors(with_time(doc, tc, set(v)), with_time(json.loads(Path(a.holdout).read_text()), tc), a.gpu)
+                abl.append({"time_col": tc, "fit_sets": list(v), "fit_rows": r["fit_rows"],
+                            "median": r["calibrated"]["median"], "p90": r["calibrated"]["p90"],
+                            "curve_median": r["curve"]["median"], "curve_p90": r["curve"]["p90"]})
+        res["ablation"] = abl
     if a.json:
         print(json.dumps(res, indent=1))
         return 0 if res["pass"] else 1
+    print(f"# fit sets: {res['fit_sets']}; time column: {res['time_col']}")
     print(f"# {a.file}: measured {doc['meta'].get('date')} on {doc['meta'].get('gpu')} ({doc['meta'].get('command')})")
     print(f"# fit on {res['fit_rows']} rows, held out {res['held_out_rows']} random shapes (never fitted); "
           "error = |pred/meas - 1|")
@@ -129,11 +201,26 @@ def main(argv: list[str] | None = None) -> int:
         for lab, v in res[name]["by_time"].items():
             if v["n"]:
                 print(f" {name:>12} {lab:>10} {v['n']:>4} {v['median']:>8.2%} {v['p90']:>8.2%}")
+    if res.get("odd"):
+        o = res["odd"]
+        print(f"# misaligned shapes (not in the target), calibrated model: n {o['n']}, median {o['median']:.2%}, "
+              f"p90 {o['p90']:.2%}, max {o['max']:.2%}")
+    for ab in res.get("ablation", []):
+        print(f"# ablation: fit {'+'.join(ab['fit_sets']):>18} ({ab['fit_rows']:>5} rows) on {ab['time_col']:>10}: "
+              f"calibrated median {ab['median']:.2%} p90 {ab['p90']:.2%}; curve alone {ab['curve_median']:.2%} "
+              f"{ab['curve_p90']:.2%}")
     if res["sentinel"]:
         sp = res["sentinel"]
         print(f"# noise: the sentinel 8192^3 bf16 GEMM, timed {sp['n']} times through the sweep, ranged "
               f"{sp['min_s'] * 1e6:.0f}-{sp['max_s'] * 1e6:.0f} us (max/min {sp['max_over_min']:.3f}, "
-              f"median |t/median - 1| {sp['median_abs_dev']:.2%})")
+              f"median |t/median - 1| {sp['median_abs_dev']:.2%}, p90 {sp['p90_abs_dev']:.2%})")
+        if "corrected_median_abs_dev" in sp:
+            print(f"# after correction (each sentinel over the geometric mean of its two neighbours): median "
+                  f"{sp['corrected_median_abs_dev']:.2%}, p90 {sp['corrected_p90_abs_dev']:.2%}")
+    if res.get("pass_spread"):
+        ps = res["pass_spread"]
+        print(f"# pass-to-pass spread (max/min - 1) over {ps['n']} fit shapes: raw median {ps['raw_median']:.2%} "
+              f"p90 {ps['raw_p90']:.2%}; time_s median {ps['used_median']:.2%} p90 {ps['used_p90']:.2%}")
     c = res["calibrated"]
     verdict = "PASS" if res["pass"] else "FAIL"
     print(f"# calibrated model: median {c['median']:.2%} (target <= {TARGET_MEDIAN:.0%}), "

@@ -6,8 +6,14 @@ File: src/c3kit/cost/data/calib/<gpu>-<kind>.json =
      "columns": [...], "rows": [[...], ...]}
 A gemm table has at least the columns m, n, k, dtype, time_s (optional: batch).
 
-Lookup (GemmTable.lookup): per dtype, when the measured shapes form a full grid over M x N x K,
-trilinear interpolation of log(time) in (log M, log N, log K); otherwise inverse-distance weighting,
+Lookup (GemmTable.lookup): per dtype, when the measured shapes hold a full grid over M x N x K (the
+axis values that occur in many rows; other rows may lie between them), trilinear interpolation of
+log(time) in (log M, log N, log K), times an alignment correction fitted to the off-grid rows: for each
+of M, N and K, a factor for sizes that are multiples of 8, 16 or 32 but not of the next power of two
+(cuBLAS picks other kernels and pads tiles for such sizes; grid sizes are multiples of 64), plus one
+overall factor (the mean bias of interpolating between grid points), fitted by robust least squares on
+log(time / trilinear); none with fewer than MIN_CORRECTION_ROWS off-grid rows. Otherwise (no full
+grid) inverse-distance weighting,
 in the same log space, of the 8 nearest measured log(time / curve time) ratios, applied to the
 efficiency curve's time at the query. Outside the measured range of any dimension (or for a dtype
 not measured) the lookup says so and the caller falls back to the efficiency model.
@@ -146,12 +152,29 @@ def cached_gemm_table(gpu_name: str) -> "GemmTable | None":
     return t if isinstance(t, GemmTable) else None
 
 
+MIN_CORRECTION_ROWS = 12
+ALIGN_CLASSES = (8, 16, 32)  # sizes with this largest power-of-two divisor (< 8 counts as 8); 64+ is the base
+
+
+def align_features(m: float, n: float, k: float) -> np.ndarray:
+    """[1, m is class 8, 16, 32, n ..., k ...]: the alignment correction's features of one GEMM."""
+    out = [1.0]
+    for v in (m, n, k):
+        v = int(v)
+        a = min(64, v & -v) if v > 0 else 64
+        a = 8 if a < 8 else a
+        out += [1.0 if a == c else 0.0 for c in ALIGN_CLASSES]
+    return np.array(out)
+
+
 @dataclass(frozen=True)
 class _Grid:
     lm: tuple[float, ...]
     ln: tuple[float, ...]
     lk: tuple[float, ...]
     logt: np.ndarray  # shape (len(lm), len(ln), len(lk))
+    corr: np.ndarray | None = None  # alignment correction coefficients (align_features), log time
+    corr_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,18 +213,27 @@ class GemmTable:
     @staticmethod
     def _build(m, n, k, t) -> "_Grid | _Scatter":
         lm, ln, lk, lt = np.log(m), np.log(n), np.log(k), np.log(t)
-        um, un, uk = np.unique(lm), np.unique(ln), np.unique(lk)
-        cells: dict[tuple[int, int, int], list[float]] = {}
-        im, in_, ik = np.searchsorted(um, lm), np.searchsorted(un, ln), np.searchsorted(uk, lk)
-        for a, b, c, v in zip(im, in_, ik, lt):
-            cells.setdefault((int(a), int(b), int(c)), []).append(float(v))
-        if len(cells) == len(um) * len(un) * len(uk):
-            grid = np.empty((len(um), len(un), len(uk)))
-            for (a, b, c), vs in cells.items():
-                grid[a, b, c] = float(np.median(vs))
-            return _Grid(tuple(um.tolist()), tuple(un.tolist()), tuple(uk.tolist()), grid)
+        grid = _full_grid(lm, ln, lk, lt)
+        if grid is not None:
+            axes, cube, on = grid
+            g = _Grid(*axes, cube)
+            off = ~on
+            if off.sum() >= MIN_CORRECTION_ROWS:
+                x = np.stack([align_features(a, b, c) for a, b, c in zip(m[off], n[off], k[off])])
+                r = lt[off] - np.array([_trilinear(g, q) for q in zip(lm[off], ln[off], lk[off])])
+                g = _Grid(*axes, cube, _robust_lstsq(x, r), int(off.sum()))
+            return g
         pts = np.stack([lm, ln, lk], axis=1)
+        um, un, uk = np.unique(lm), np.unique(ln), np.unique(lk)
         return _Scatter(pts, lt, (um[0], un[0], uk[0]), (um[-1], un[-1], uk[-1]))
+
+    def correction(self, dtype: str) -> dict | None:
+        """The alignment correction of a dtype's grid as factors ({'all': f, 'm8': f, ...}), or None."""
+        part = self._by_dtype.get(dtype)
+        if not isinstance(part, _Grid) or part.corr is None:
+            return None
+        names = ["all"] + [f"{d}{c}" for d in "mnk" for c in ALIGN_CLASSES]
+        return {**{nm: float(math.exp(v)) for nm, v in zip(names, part.corr)}, "rows": part.corr_rows}
 
     @classmethod
     def from_doc(cls, doc: Mapping, origin: str = "<calibration>") -> "GemmTable":
@@ -245,7 +277,10 @@ class GemmTable:
         part = self._by_dtype[dtype]
         q = (math.log(m * batch), math.log(n), math.log(k))
         if isinstance(part, _Grid):
-            return math.exp(_trilinear(part, q))
+            v = _trilinear(part, q)
+            if part.corr is not None:
+                v += float(align_features(m * batch, n, k) @ part.corr)
+            return math.exp(v)
         if curve is None or gpu is None:
             from c3kit.cost.efficiency import DEFAULT_CURVE
 
@@ -253,6 +288,48 @@ class GemmTable:
                 raise CostError("scattered gemm tables interpolate against the efficiency curve: pass gpu")
             curve = curve or DEFAULT_CURVE
         return _idw_ratio(part, q, m * batch, n, k, dtype, curve, gpu)
+
+
+def _full_grid(lm, ln, lk, lt):
+    """((lm, ln, lk) axes, log-time cube, on-grid mask) when the rows hold a full grid, else None.
+
+    Axis values are those that occur in at least half as many rows as the most frequent value of the
+    axis (and in more than one row); every cell of their product must be measured (repeats: median)."""
+    axes, idx = [], []
+    for col in (lm, ln, lk):
+        u, inv, cnt = np.unique(col, return_inverse=True, return_counts=True)
+        keep = (cnt >= 0.5 * cnt.max()) & (cnt >= 2) if len(u) > 1 else np.ones(1, bool)
+        if len(u) > 1 and keep.sum() < 2:
+            return None
+        pos = np.full(len(u), -1)
+        pos[keep] = np.arange(int(keep.sum()))
+        axes.append(tuple(u[keep].tolist()))
+        idx.append(pos[inv])
+    on = (idx[0] >= 0) & (idx[1] >= 0) & (idx[2] >= 0)
+    shape = tuple(len(a) for a in axes)
+    cells: dict[tuple[int, int, int], list[float]] = {}
+    for a, b, c, v in zip(idx[0][on], idx[1][on], idx[2][on], lt[on]):
+        cells.setdefault((int(a), int(b), int(c)), []).append(float(v))
+    if len(cells) != shape[0] * shape[1] * shape[2]:
+        return None
+    cube = np.empty(shape)
+    for (a, b, c), vs in cells.items():
+        cube[a, b, c] = float(np.median(vs))
+    return tuple(axes), cube, on
+
+
+def _robust_lstsq(x: np.ndarray, r: np.ndarray, delta: float = 0.05, ridge: float = 1.0) -> np.ndarray:
+    """Huber (delta, in log time) least squares with a small ridge toward 0 (features seen rarely stay ~0)."""
+    w = np.ones(len(r))
+    beta = np.zeros(x.shape[1])
+    reg = ridge * np.eye(x.shape[1])
+    reg[0, 0] = 1e-6
+    for _ in range(8):
+        xw = x * w[:, None]
+        beta = np.linalg.solve(x.T @ xw + reg, xw.T @ r)
+        a = np.abs(r - x @ beta)
+        w = np.minimum(1.0, delta / np.maximum(a, 1e-12))
+    return beta
 
 
 def _bracket(axis: tuple[float, ...], v: float) -> tuple[int, int, float]:
