@@ -14,7 +14,7 @@ from __future__ import annotations
 from c3kit.errors import RuntimeSetupError
 from c3kit.runtime._torch import dtype_name, require_torch
 from c3kit.runtime.comm import Comm, SymmBuffer, host_emulation, wait
-from c3kit.runtime.schedules import check_backend, resolve_schedule
+from c3kit.runtime.schedules import check_backend, check_schedule, resolve_schedule
 
 SIDE_STREAMS = 2  # copy-engine pulls alternate over this many streams, so that several engines work at once
 _streams: dict = {}
@@ -321,10 +321,14 @@ def _counts(torch, counts, world: int, experts: int, rows: int):
     return [[int(v) for v in row] for row in cl]
 
 
-def grouped_gemm(rows, w, seg_counts):
-    """Rows ordered as blocks, each block ordered by local expert with seg_counts[b][e] rows, times w[e]."""
+def grouped_gemm(rows, w, seg_counts, out=None):
+    """Rows ordered as blocks, each block ordered by local expert with seg_counts[b][e] rows, times w[e].
+
+    Writes into `out` ([rows, n]; e.g. a view of a symmetric buffer) when given; returns it.
+    """
     torch = require_torch()
-    out = torch.empty(rows.shape[0], w.shape[2], dtype=rows.dtype, device=rows.device)
+    if out is None:
+        out = torch.empty(rows.shape[0], w.shape[2], dtype=rows.dtype, device=rows.device)
     experts = w.shape[0]
     if len(seg_counts) == 1:
         start = 0
@@ -375,20 +379,27 @@ def moe_all_to_all_gemm(x, w, counts=None, group=None, schedule: str = "serial",
     t_rows, k = x.shape
     experts, n = w.shape[0], w.shape[2]
     cnt = _counts(torch, counts, world, experts, t_rows)
+    check_schedule(schedule)
+    nsplit = splits or world
+    if schedule in ("ficco", "auto") and nsplit < 1:
+        raise RuntimeSetupError(f"moe_all_to_all_gemm: splits must be >= 1, got {nsplit}")
+    x = x.contiguous()
     total_rows = t_rows * world
-    if schedule == "auto" and world > 1:
+    if world > 1 and c.backend == "copy-engine":
+        # every rank learns every rank's counts (and so every buffer's layout) from the symmetric buffers
+        allc, buf = _moe_exchange_counts(torch, c, cnt, x.device)
+        total_rows = max(sum(map(sum, allc[p])) for p in range(world)) * world
+    elif schedule == "auto" and world > 1:
         # Ranks route different token counts: agree on one size so that every rank picks the same schedule.
         t_max = torch.tensor([t_rows], dtype=torch.int64, device=x.device)
         wait(c.all_reduce(t_max, "max"), "moe auto size")
         total_rows = int(t_max.item()) * world
     sched = resolve_schedule(schedule, "moe", total_rows, n, k, world, x.element_size(), c.backend,
                              experts=experts * world)
-    x = x.contiguous()
     if world == 1:
         return grouped_gemm(x, w, cnt)
     if c.backend == "copy-engine":
-        raise RuntimeSetupError("moe_all_to_all_gemm: comm='copy-engine' is not implemented for MoE yet; "
-                                "use comm='nccl' (its all-to-all is NCCL's)")
+        return _moe_copy_engine(torch, c, x, w, cnt, allc, buf, sched, nsplit)
     # every rank learns how many rows of each expert it receives from each source
     dev = x.device
     send_c = torch.tensor(cnt, dtype=torch.int64, device=dev)
@@ -429,9 +440,6 @@ def moe_all_to_all_gemm(x, w, counts=None, group=None, schedule: str = "serial",
         wait(combines, "moe ring combine")
         return y
     # ficco: step j moves piece j of every (source, destination) block in one all-to-all, then its GEMM
-    nsplit = splits or world
-    if nsplit < 1:
-        raise RuntimeSetupError(f"moe_all_to_all_gemm: splits must be >= 1, got {nsplit}")
     steps = []
     for j in range(nsplit):
         sb = [_piece_bounds(send_rows[d], j, nsplit) for d in range(world)]
@@ -457,6 +465,167 @@ def moe_all_to_all_gemm(x, w, counts=None, group=None, schedule: str = "serial",
         for d, (a, b) in enumerate(sb):
             y[send_off[d] + a:send_off[d] + b] = back[start:start + b - a]
             start += b - a
+    return y
+
+
+def _moe_exchange_counts(torch, c: Comm, cnt: list[list[int]], device):
+    """Every rank's counts [world][E] through the symmetric buffers: allc[src][dst][e], and the buffer.
+
+    Each rank writes its counts at the start of its buffer; after a barrier every rank copies every
+    peer's, so that each knows where its rows sit in every peer's buffer.
+    """
+    world, experts = c.world, len(cnt[0])
+    buf = SymmBuffer.get(c, world * experts * 8, device)
+    buf.view(c.rank, (world, experts), torch.int64).copy_(torch.tensor(cnt, dtype=torch.int64))
+    buf.barrier()  # every rank's counts are in its buffer
+    allc = torch.empty(world, world, experts, dtype=torch.int64, device=device)
+    for p in range(world):
+        allc[p].copy_(buf.view(p, (world, experts), torch.int64))
+    return allc.tolist(), buf  # tolist waits for the copies: no rank moves on before it has read the headers
+
+
+class _MoELayout:
+    """Where every rank's rows sit in every rank's symmetric buffer, from the counts of all ranks.
+
+    The buffer of rank p, in elements of the data dtype: the counts header, then the dispatch region
+    (p's x as it is: rows by destination, then by expert), then the combine region (p's grouped-GEMM
+    results: by source for serial and ring; by FiCCO step, then source, for ficco). Every rank
+    computes the same sizes, so every rank asks SymmBuffer for the same number of bytes.
+    """
+
+    def __init__(self, allc, k: int, n: int, esize: int, nsplit: int) -> None:
+        world, experts = len(allc), len(allc[0][0])
+        self.world, self.nsplit = world, nsplit
+        self.rows = [[sum(allc[s][d]) for d in range(world)] for s in range(world)]  # rows[src][dst]
+        sent = [sum(self.rows[p]) for p in range(world)]
+        got = [sum(self.rows[s][p] for s in range(world)) for p in range(world)]
+        self.got = got
+        self.dispatch0 = world * experts * 8 // esize
+        self.combine0 = self.dispatch0 + max(sent) * k
+        self.nbytes = (self.combine0 + max(got) * n) * esize
+
+    def send_off(self, p: int, d: int) -> int:
+        """First row of p's block for d in p's x (and dispatch region)."""
+        return sum(self.rows[p][:d])
+
+    def recv_off(self, p: int, s: int) -> int:
+        """First row of the block from s among the rows p receives (ordered by source)."""
+        return sum(self.rows[q][p] for q in range(s))
+
+    def piece(self, s: int, d: int, j: int) -> tuple[int, int]:
+        """Rows of FiCCO piece j of the block s sends to d, from the block's start."""
+        return _piece_bounds(self.rows[s][d], j, self.nsplit)
+
+    def step_rows(self, p: int, j: int, upto: int | None = None) -> int:
+        """Rows p receives in FiCCO step j from the sources below `upto` (all when None)."""
+        return sum(b - a for a, b in (self.piece(s, p, j) for s in range(self.world if upto is None else upto)))
+
+    def step_off(self, p: int, j: int, s: int) -> int:
+        """First row, in p's ficco combine region, of piece j of the block from s."""
+        return sum(self.step_rows(p, i) for i in range(j)) + self.step_rows(p, j, s)
+
+
+def _moe_copy_engine(torch, c: Comm, x, w, cnt, allc, buf, sched: str, nsplit: int):
+    """MoE dispatch -> grouped GEMM -> combine as copy_ pulls from the peers' symmetric buffers."""
+    world, r = c.world, c.rank
+    k, n = x.shape[1], w.shape[2]
+    dt, dev = x.dtype, x.device
+    lay = _MoELayout(allc, k, n, x.element_size(), nsplit)
+    rows = lay.rows
+    rcnt = [allc[s][r] for s in range(world)]  # expert counts of the block from each source
+    buf = SymmBuffer.get(c, lay.nbytes, dev)  # the counts' buffer, or a larger one (same size on every rank)
+    if x.shape[0]:
+        buf.view(r, tuple(x.shape), dt, lay.dispatch0).copy_(x)
+    main = _current_stream(torch, dev)
+    buf.barrier()  # every rank's rows are in its dispatch region
+    side = _side_streams(torch, dev)
+
+    def pull(i, dst, peer, off):
+        """Pull dst's shape from peer's buffer at off on side stream i; the event, or None."""
+        if not dst.shape[0]:
+            return None
+        return _pull(torch, side[i % len(side)], main, dst, buf.view(peer, tuple(dst.shape), dt, off))
+
+    def waited(evs):
+        for ev in evs:
+            if ev is not None:
+                main.wait_event(ev)
+
+    def dispatched(p, a=0):  # row a of p's block for r, in p's dispatch region
+        return lay.dispatch0 + (lay.send_off(p, r) + a) * k
+
+    def mine(d, a=0, b=None):  # rows a..b of my block for d, in y (x's order)
+        o = lay.send_off(r, d)
+        return y[o + a:o + (rows[r][d] if b is None else b)]
+
+    def result(p, row):  # row of p's combine region
+        return lay.combine0 + row * n
+
+    y = torch.empty(x.shape[0], n, dtype=dt, device=dev)
+    own = x[lay.send_off(r, r):lay.send_off(r, r) + rows[r][r]]
+    back = []  # events of the combine pulls
+    if sched == "serial":
+        recv = torch.empty(lay.got[r], k, dtype=dt, device=dev)
+        evs = [pull(s, recv[lay.recv_off(r, p):lay.recv_off(r, p) + rows[p][r]], p, dispatched(p))
+               for s in range(1, world) for p in [(r + s) % world]]
+        recv[lay.recv_off(r, r):lay.recv_off(r, r) + rows[r][r]].copy_(own)
+        waited(evs)
+        if lay.got[r]:
+            grouped_gemm(recv, w, rcnt, out=buf.view(r, (lay.got[r], n), dt, result(r, 0)))
+        buf.barrier()  # every rank's results are in its combine region
+        for s in range(1, world):
+            d = (r + s) % world
+            back.append(pull(s, mine(d), d, result(d, lay.recv_off(d, r))))
+        if rows[r][r]:
+            mine(r).copy_(buf.view(r, (rows[r][r], n), dt, result(r, lay.recv_off(r, r))))
+    elif sched == "ring":
+        # step s: the block from r - s (pulled ahead) is multiplied into slot r - s of my combine region;
+        # after the step's barrier, r + s has done the same with my block and I pull it back
+        blocks = {s: torch.empty(rows[(r - s) % world][r], k, dtype=dt, device=dev) for s in range(1, world)}
+        evs = {s: pull(s, blocks[s], (r - s) % world, dispatched((r - s) % world)) for s in range(1, world)}
+        if rows[r][r]:
+            grouped_gemm(own, w, [cnt[r]], out=mine(r))  # my own block while the first pulls run
+        for s in range(1, world):
+            src, d = (r - s) % world, (r + s) % world
+            waited([evs[s]])
+            if rows[src][r]:
+                grouped_gemm(blocks[s], w, [rcnt[src]],
+                             out=buf.view(r, (rows[src][r], n), dt, result(r, lay.recv_off(r, src))))
+            buf.barrier()  # every rank has written its step-s results
+            back.append(pull(s, mine(d), d, result(d, lay.recv_off(d, r))))
+    else:
+        # ficco: step j pulls piece j of every peer's block (every step issued ahead), multiplies the stacked
+        # pieces into step j's part of my combine region and, after the step's barrier, pulls piece j of my
+        # results back from every peer while step j + 1 multiplies
+        stages, evs = [], []
+        for j in range(nsplit):
+            stage = torch.empty(lay.step_rows(r, j), k, dtype=dt, device=dev)
+            step_evs = []
+            for s in range(world):
+                p = (r + s) % world
+                a, b = lay.piece(p, r, j)
+                at = lay.step_rows(r, j, p)
+                if p == r:
+                    stage[at:at + b - a].copy_(own[a:b])
+                else:
+                    step_evs.append(pull(j + s, stage[at:at + b - a], p, dispatched(p, a)))
+            stages.append(stage)
+            evs.append(step_evs)
+        for j in range(nsplit):
+            waited(evs[j])
+            if stages[j].shape[0]:
+                pcs = [_piece_counts(rcnt[s], *lay.piece(s, r, j)) for s in range(world)]
+                grouped_gemm(stages[j], w, pcs,
+                             out=buf.view(r, (stages[j].shape[0], n), dt, result(r, lay.step_off(r, j, 0))))
+            buf.barrier()  # every rank has written its step-j results
+            for s in range(1, world):
+                d = (r + s) % world
+                back.append(pull(j + s, mine(d, *lay.piece(r, d, j)), d, result(d, lay.step_off(d, j, r))))
+            a, b = lay.piece(r, r, j)
+            if b > a:
+                mine(r, a, b).copy_(buf.view(r, (b - a, n), dt, result(r, lay.step_off(r, j, r))))
+    waited(back)
+    buf.barrier()  # no rank rewrites its buffer before every peer has pulled from it
     return y
 
 

@@ -70,14 +70,20 @@ def resolve_schedule(schedule: str, op: str, m: int, n: int, k: int, world: int,
     "auto" asks c3kit.overlap.select for the GPU named `gpu` (the H200-SXM when running on the CPU) and
     uses `fallback_schedule` when the heuristic is missing or cannot price the case.
     """
-    if schedule not in SCHEDULES:
-        raise RuntimeSetupError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+    check_schedule(schedule)
     if schedule != "auto":
         return schedule
     if world <= 1:
         return "serial"
     picked = heuristic_schedule(op, m, n, k, world, elem_bytes, gpu, experts)
     return picked or fallback_schedule(op, m, n, k, world, elem_bytes)
+
+
+def check_schedule(schedule: str) -> str:
+    """Validate a schedule name (serial, ring, ficco or auto)."""
+    if schedule not in SCHEDULES:
+        raise RuntimeSetupError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
+    return schedule
 
 
 def check_backend(comm: str) -> str:

@@ -64,11 +64,10 @@ def check_ops(rank: int, world: int, device: str = "cpu", comm: str = "gloo", ca
                                                                         comm=comm), ref),
                     "matmul_reduce_scatter": (lambda: ops.matmul_reduce_scatter(xs[rank].to(dev), ws[rank].to(dev),
                                                                                 schedule=sched, comm=comm), ref_rs),
-                }
-                if comm != "copy-engine":
-                    runs["moe_all_to_all_gemm"] = (lambda: ops.moe_all_to_all_gemm(
+                    "moe_all_to_all_gemm": (lambda: ops.moe_all_to_all_gemm(
                         xm[rank].to(dev), w_all[rank * experts:(rank + 1) * experts].to(dev), counts[rank],
-                        schedule=sched, comm=comm), ref_moe)
+                        schedule=sched, comm=comm), ref_moe),
+                }
                 for name, (fn, want) in runs.items():
                     checks += 1
                     try:

@@ -137,7 +137,7 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                 t_comp = _timed(comp, device, iters)
                 t_comm = _timed(comm_only, device, iters) * (2 if op == "moe" else 1)  # dispatch + combine
                 serial, ideal = t_comp + t_comm, max(t_comp, t_comm)
-                cases = [("c3kit", s, c) for c in comms for s in schedules if not (op == "moe" and c == "copy-engine")]
+                cases = [("c3kit", s, c) for c in comms for s in schedules]
                 if fused_call is not None and cuda:
                     cases.append(("torch-fused", "fused", "copy-engine"))
                 cases.append(("ideal", "ideal", "-"))
