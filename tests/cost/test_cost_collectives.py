@@ -1,5 +1,6 @@
 """Collective algorithms: hand-checked formulas, validity, auto choice, nccl-tests busbw, properties."""
 
+import dataclasses
 import math
 
 import pytest
@@ -14,6 +15,9 @@ from c3kit.workload.ops import Collective
 
 H200 = get_gpu("H200-SXM")
 MI300X = get_gpu("MI300X")
+# per-step latency and per-call base latency of the catalog (NCCL / RCCL tuning models, see the [sources])
+A_NV, L_NV = H200.scaleup.latency, H200.scaleup.launch
+A_MI, L_MI = MI300X.scaleup.latency, MI300X.scaleup.launch
 T3 = get_gpu("T3-SIM")
 S = 1e9
 
@@ -23,31 +27,31 @@ def ar(n, s=S, span="intra", kind="all_reduce", per_node=0):
 
 
 def test_ring_all_reduce_formula_h200():
-    n, a, b = 8, 2e-6, 450e9
-    assert collective_time(ar(8), H200, "ring") == pytest.approx(2 * (n - 1) * a + 2 * (n - 1) / n * S / b)
+    n, a, b = 8, A_NV, 450e9
+    assert collective_time(ar(8), H200, "ring") == pytest.approx(L_NV + 2 * (n - 1) * a + 2 * (n - 1) / n * S / b)
 
 
 def test_ring_all_gather_and_reduce_scatter():
     for kind in ("all_gather", "reduce_scatter"):
-        assert collective_time(ar(8, kind=kind), H200, "ring") == pytest.approx(7 * 2e-6 + 7 / 8 * S / 450e9)
+        assert collective_time(ar(8, kind=kind), H200, "ring") == pytest.approx(L_NV + 7 * A_NV + 7 / 8 * S / 450e9)
 
 
 def test_tree_all_reduce_formula():
-    assert collective_time(ar(8), H200, "tree") == pytest.approx(2 * 3 * 2e-6 + 2 * S / 450e9)
+    assert collective_time(ar(8), H200, "tree") == pytest.approx(L_NV + 2 * 3 * A_NV + 2 * S / 450e9)
 
 
 def test_direct_on_mesh_uses_all_links():
     # MI300X: 7 links of 64 GB/s; all-gather over all links in one step
-    assert collective_time(ar(8, kind="all_gather"), MI300X, "direct") == pytest.approx(2e-6 + 7 / 8 * S / 448e9)
+    assert collective_time(ar(8, kind="all_gather"), MI300X, "direct") == pytest.approx(L_MI + A_MI + 7 / 8 * S / 448e9)
     # a 4-GPU group on the mesh reaches only 3 of the 7 links
-    assert collective_time(ar(4, kind="all_gather"), MI300X, "direct") == pytest.approx(2e-6 + 3 / 4 * S / 192e9)
+    assert collective_time(ar(4, kind="all_gather"), MI300X, "direct") == pytest.approx(L_MI + A_MI + 3 / 4 * S / 192e9)
 
 
 def test_direct_all_reduce_is_best_of_one_and_two_shot():
     small = ar(8, s=8e3)
-    one = 2e-6 + 7 * 8e3 / 450e9
-    two = 2 * 2e-6 + 2 * 7 / 8 * 8e3 / 450e9
-    assert collective_time(small, H200, "direct") == pytest.approx(min(one, two))
+    one = A_NV + 7 * 8e3 / 450e9
+    two = 2 * A_NV + 2 * 7 / 8 * 8e3 / 450e9
+    assert collective_time(small, H200, "direct") == pytest.approx(L_NV + min(one, two))
 
 
 def test_direct_not_valid_on_a_ring_topology():
@@ -73,24 +77,24 @@ def test_auto_is_the_fastest_valid():
 
 def test_hierarchical_all_reduce_formula():
     c = ar(16, span="inter", per_node=8)  # two nodes of 8
-    g, nodes, a_in, a_out = 8, 2, 2e-6, 5e-6
+    g, nodes, a_in, a_out = 8, 2, A_NV, 5e-6
     rs = min(7 * a_in + 7 / 8 * S / 450e9, a_in + 7 / 8 * S / 450e9)
     inter = min(2 * (nodes - 1) * a_out + 2 * (nodes - 1) / nodes * (S / g) / 50e9,
                 2 * 1 * a_out + 2 * (S / g) / 50e9)
-    assert collective_time(c, H200, "hierarchical") == pytest.approx(2 * rs + inter)
+    assert collective_time(c, H200, "hierarchical") == pytest.approx(L_NV + 2 * rs + inter)
 
 
 def test_flat_inter_ring_limited_by_nics_of_the_node():
     c = ar(16, span="inter", per_node=8)
-    assert collective_time(c, H200, "ring") == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * S / min(450e9, 8 * 50e9))
+    assert collective_time(c, H200, "ring") == pytest.approx(L_NV + 2 * 15 * 5e-6 + 2 * 15 / 16 * S / min(450e9, 8 * 50e9))
 
 
 def test_strided_inter_group_uses_one_nic():
     c = ar(4, span="inter")  # e.g. DP 4 with TP 8: one GPU of the group per node
-    assert collective_time(c, H200, "ring") == pytest.approx(2 * 3 * 5e-6 + 2 * 3 / 4 * S / 50e9)
+    assert collective_time(c, H200, "ring") == pytest.approx(L_NV + 2 * 3 * 5e-6 + 2 * 3 / 4 * S / 50e9)
     assert "hierarchical" not in valid_algos(c, H200)
     # unknown placement is treated as strided (one GPU per node)
-    assert collective_time(ar(16, span="inter"), H200, "ring") == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * S / 50e9)
+    assert collective_time(ar(16, span="inter"), H200, "ring") == pytest.approx(L_NV + 2 * 15 * 5e-6 + 2 * 15 / 16 * S / 50e9)
 
 
 def test_per_node_must_fit_the_node():
@@ -138,15 +142,14 @@ def test_algbw_needs_positive_time():
 def test_comm_eff_scales_bandwidth():
     m = cost.CostModel(algo="ring", comm_eff=0.5)
     n = 8
-    assert cost.time(ar(8), H200, m) == pytest.approx(2 * (n - 1) * 2e-6 + 2 * (n - 1) / n * S / 225e9)
+    assert cost.time(ar(8), H200, m) == pytest.approx(L_NV + 2 * (n - 1) * A_NV + 2 * (n - 1) / n * S / 225e9)
 
 
 @given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]),
        st.sampled_from([2, 4, 8]), st.floats(1, 1e10), st.floats(1.01, 8), st.sampled_from(["H200-SXM", "MI300X", "T3-SIM"]))
 def test_more_scaleup_bandwidth_never_slower(kind, n, s, f, name):
     gpu = get_gpu(name)
-    fast = gpu.with_(scaleup=gpu.scaleup.__class__(gpu.scaleup.topology, gpu.scaleup.bw * f,
-                                                   gpu.scaleup.links_per_gpu, gpu.scaleup.latency))
+    fast = gpu.with_(scaleup=dataclasses.replace(gpu.scaleup, bw=gpu.scaleup.bw * f))
     c = ar(n, s=s, kind=kind)
     t0, t1 = collective_time(c, gpu), collective_time(c, fast)
     assert 0 < t1 <= t0
@@ -166,3 +169,18 @@ def test_busbw_never_exceeds_the_fabric(kind, s):
     c = ar(8, s=s, kind=kind)
     t = collective_time(c, H200, "ring")
     assert busbw(c, t) <= 450e9 * (1 + 1e-9)
+
+
+def test_small_collectives_pay_the_library_base_latency_once():
+    # NCCL's tuning model: 6.6 us per call + 0.6 us per ring LL step on NVLink; ring all-reduce on 8
+    # H200 at 1 KB ~ 15 us (measured NCCL, CUDA graph, 2-16 KiB: 16.8-17.2 us, sglang PR #22734)
+    assert L_NV == pytest.approx(6.6e-6) and A_NV == pytest.approx(0.6e-6)
+    assert collective_time(ar(8, s=1024), H200, "ring") == pytest.approx(15e-6, rel=0.01)
+    # RCCL: 12 us per call + 0.8 us per step; all-to-all (direct, one step) on 8 MI300X at 1 KB
+    assert collective_time(ar(8, s=1024, kind="all_to_all"), MI300X, "direct") == pytest.approx(12.8e-6, rel=0.01)
+    # the base latency is the same for every algorithm, so it never changes the auto choice
+    zero = H200.with_(scaleup=dataclasses.replace(H200.scaleup, launch=0.0))
+    for kind in ("all_reduce", "all_gather", "all_to_all"):
+        t, algo = collective_estimate(ar(8, s=1024, kind=kind), H200)
+        t0, algo0 = collective_estimate(ar(8, s=1024, kind=kind), zero)
+        assert algo == algo0 and t == pytest.approx(t0 + L_NV)

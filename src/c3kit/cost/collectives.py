@@ -25,6 +25,11 @@ g (GPUs of the group per node) is the Collective's `per_node` when it has one (>
 that crosses nodes is most often strided (DP or PP over TP-sized nodes), one GPU per node, and 1 is
 the conservative choice (NIC-bound) when nothing else is known.
 `eff` scales every bandwidth (achieved / peak link bandwidth; 1.0 is the ideal model).
+
+Every collective call also pays L = the catalog's `scaleup.launch` once, whatever the algorithm (the
+library's base latency: kernel launch, channel set-up, completion; NCCL's and RCCL's own tuning models
+carry it as baseLat: 6.6 us for NCCL ring LL, 12 us for RCCL), on top of a = `scaleup.latency` per step
+(0.6 us NCCL / 0.8 us RCCL per ring LL step on NVLink / xGMI). The catalog [sources] cite both.
 """
 
 from __future__ import annotations
@@ -199,20 +204,21 @@ def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float 
     if c.span == "intra" and c.ranks > gpu.gpus_per_node:
         raise CostError(f"collective {c.name}: {c.ranks} ranks do not fit in one {gpu.name} node of "
                         f"{gpu.gpus_per_node} GPUs; mark it span='inter'")
+    base = gpu.scaleup.launch
     if algo == "auto":
         best, name = _INF, ""
         for a in ALGOS:
             t = fn(c, gpu, a, eff)
             if t < best:
                 best, name = t, a
-        return best, name
+        return best + base, name
     if algo not in ALGOS:
         raise CostError(f"unknown collective algorithm {algo!r}: use auto or one of {', '.join(ALGOS)}")
     t = fn(c, gpu, algo, eff)
     if t == _INF:
         raise CostError(f"algorithm {algo!r} cannot run {c.kind} over {c.ranks} ranks ({c.span}) on "
                         f"{gpu.name} ({gpu.scaleup.topology}); try algo='auto'")
-    return t, algo
+    return t + base, algo
 
 
 def collective_time(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0) -> float:

@@ -22,13 +22,14 @@ class ScaleUp:
     topology: str  # "switch" (NVSwitch: any peer at full bw), "mesh" (one link per peer), "ring"
     bw: float  # B/s per direction, all links of one GPU together
     links_per_gpu: int
-    latency: float  # s per transfer (one hop)
+    latency: float  # s per transfer (one hop / one step of a collective algorithm)
+    launch: float = 0.0  # s fixed per collective call (library base latency: launch, setup, completion)
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
             raise HardwareError(f"unknown topology {self.topology!r}: use one of {', '.join(TOPOLOGIES)}")
-        if self.bw <= 0 or self.links_per_gpu <= 0 or self.latency < 0:
-            raise HardwareError("scale-up bandwidth and link count must be positive, latency non-negative")
+        if self.bw <= 0 or self.links_per_gpu <= 0 or self.latency < 0 or self.launch < 0:
+            raise HardwareError("scale-up bandwidth and link count must be positive, latency and launch non-negative")
 
     def peer_bw(self) -> float:
         """Bandwidth (B/s) from this GPU to one peer when it talks to that peer alone."""
@@ -103,7 +104,8 @@ class GPU:
             "flops": dict(self.flops), "hbm_bytes": self.hbm_bytes, "hbm_bw": self.hbm_bw,
             "l2_bytes": self.l2_bytes, "gpus_per_node": self.gpus_per_node,
             "scaleup": {"topology": self.scaleup.topology, "bw": self.scaleup.bw,
-                        "links_per_gpu": self.scaleup.links_per_gpu, "latency": self.scaleup.latency},
+                        "links_per_gpu": self.scaleup.links_per_gpu, "latency": self.scaleup.latency,
+                        "launch": self.scaleup.launch},
             "scaleout_bw": self.scaleout_bw, "scaleout_latency": self.scaleout_latency,
             "dma": {"engines": self.dma.engines, "bw_per_engine": self.dma.bw_per_engine,
                     "launch": self.dma.launch, "sync": self.dma.sync},

@@ -47,6 +47,7 @@ def gpu_arrays(names: np.ndarray, gpus: dict, dtype: str = "bf16") -> dict:
             "su_bw": col(lambda g: g.scaleup.bw), "links": col(lambda g: g.scaleup.links_per_gpu),
             "mesh": col(lambda g: g.scaleup.topology == "mesh"), "ring": col(lambda g: g.scaleup.topology == "ring"),
             "switch": col(lambda g: g.scaleup.topology == "switch"), "su_lat": col(lambda g: g.scaleup.latency),
+            "su_launch": col(lambda g: g.scaleup.launch),
             "nic": col(lambda g: g.scaleout_bw), "nic_lat": col(lambda g: g.scaleout_latency),
             "gpn": col(lambda g: g.gpus_per_node), "gpu_index": inv, "gpu_objs": objs}
 
@@ -313,7 +314,7 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
         t_out = np.minimum.reduce([te[k] for k in ("ring", "tree", "direct", "hierarchical")])
     else:
         t_in, t_out = ti[algo], te[algo]
-    t = np.where(intra, t_in, t_out)
+    t = np.where(intra, t_in, t_out) + h["su_launch"]  # the library's base latency, once per call
     if np.any(~np.isfinite(t) & (n > 1) & (s > 0)):
         raise C3kitError(f"collective algorithm {algo!r} cannot run a {kind} of this sweep; use auto")
     return np.where((n == 1) | (s == 0), 0.0, t)
