@@ -321,6 +321,21 @@ def c3_cmd(
     _echo(f"# wrote {len(rows)} rows to {path}", quiet)
 
 
+def _multi_ranks(world: int, backend: str):
+    """(torch, GPUs seen, process-group backend, ranks, dtype) of a multi-rank command: by default nccl over
+    every GPU in bf16 where there are two or more, else gloo over 2 CPU ranks in fp32."""
+    torch = _torch()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = backend or ("nccl" if gpus >= 2 else "gloo")
+    world = world or (gpus if backend == "nccl" else 2)
+    return torch, gpus, backend, world, "bf16" if backend == "nccl" else "fp32"
+
+
+def _multi_slug(torch, gpus: int, backend: str) -> str:
+    """The calibration file slug of a multi-rank command: GPU 0's with nccl, else cpu."""
+    return _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")[1]
+
+
 def _run_ranks(fn, world: int, backend: str, args: tuple, timeout_s: float):
     """Run fn on `world` local ranks and return rank 0's value (errors of any rank raise)."""
     from c3kit.runtime.launch import run_local
@@ -364,10 +379,7 @@ def comm_cmd(
     """All-gather, reduce-scatter, all-reduce, all-to-all over NCCL, NCCL with few CTAs, copy engines: algbw, busbw."""
     from c3kit.runtime.bench import comm as cb
 
-    torch = _torch()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = backend or ("nccl" if gpus >= 2 else "gloo")
-    world = world or (gpus if backend == "nccl" else 2)
+    torch, gpus, backend, world, dtype = _multi_ranks(world, backend)
     bl = [b.strip() for b in backends.split(",") if b.strip()] or (
         ["nccl", "nccl-ctas4", "nccl-ctas16", "copy-engine"] if backend == "nccl" else ["gloo"])
     kinds = [c.strip() for c in collectives.split(",") if c.strip()]
@@ -375,13 +387,12 @@ def comm_cmd(
     if bad:
         raise RuntimeSetupError(f"unknown collectives {bad}: use {', '.join(cb.COLLECTIVES)}")
     szs = _sizes(sizes)
-    dtype = "bf16" if backend == "nccl" else "fp32"
     val = _run_ranks(cb.comm_sweep, world, backend, (tuple(bl), szs, tuple(kinds), dtype, iters, with_gemm), timeout_s)
     rows = val["rows"]
     from c3kit.runtime.calib import write_calibration
 
     gname = torch.cuda.get_device_name(0).replace("NVIDIA ", "") if backend == "nccl" else "cpu"
-    _, slug = _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")
+    slug = _multi_slug(torch, gpus, backend)
     extra = {"errors": json.dumps(val["errors"]), "ranks": str(world), "gpu_name": gname,
              "env": json.dumps({k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                                                                 "NVSHMEM_DISABLE_NVLS")})}
@@ -427,22 +438,18 @@ def overlap_cmd(
     """Every schedule x backend of the runtime ops vs serial NCCL + cuBLAS, PyTorch's fused ops and ideal."""
     from c3kit.runtime.bench import overlap as ob
 
-    torch = _torch()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = backend or ("nccl" if gpus >= 2 else "gloo")
-    world = world or (gpus if backend == "nccl" else 2)
+    torch, gpus, backend, world, dtype = _multi_ranks(world, backend)
     ms = [m.strip() for m in models.split(",") if m.strip()]
     bad = [m for m in ms if m not in ob.MODELS]
     if bad:
         raise RuntimeSetupError(f"unknown models {bad}: use {', '.join(ob.MODELS)}")
     cl = tuple(c.strip() for c in comms.split(",") if c.strip()) or None
-    dtype = "bf16" if backend == "nccl" else "fp32"
     val = _run_ranks(ob.overlap_sweep, world, backend, (tuple(ms), tokens, dtype, ("serial", "ring", "ficco", "auto"),
                                                         cl, iters), timeout_s)
     rows = val["rows"]
     from c3kit.runtime.calib import write_calibration
 
-    _, slug = _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")
+    slug = _multi_slug(torch, gpus, backend)
     extra = {"errors": json.dumps(val["errors"]), "ranks": str(world)}
     path = write_calibration(_out_path(out, slug, "overlap"), "overlap", ob.COLUMNS, rows, _meta(script, extra))
     summary = ob.summarize(rows)

@@ -62,6 +62,30 @@ def _pieces(op: str, rows: int, splits: int, what: str) -> int:
     return rows // splits
 
 
+def _dense_inputs(op: str, x, w, group, comm: str | None):
+    """torch, the Comm and x made contiguous, after the checks of a dense op (x and w 2-D)."""
+    torch = _check_tensors(op, x, w)
+    return torch, _comm(group, comm, x), x.contiguous()
+
+
+def _dense_schedule(op: str, schedule: str, splits: int | None, c: Comm, x, sizes: tuple[int, int, int],
+                    rows: int, what: str) -> tuple[str | None, int]:
+    """The concrete schedule and FiCCO piece count of a dense op of global sizes (m, n, k); None on one rank.
+
+    `rows` (named `what` in errors) is what FiCCO splits: "auto" falls back to ring when it does not
+    divide, an explicit "ficco" raises.
+    """
+    sched = resolve_schedule(schedule, op, *sizes, c.world, x.element_size(), c.backend)
+    if c.world == 1:
+        return None, 1
+    nsplit = splits or c.world
+    if sched == "ficco" and schedule == "auto" and rows % nsplit:
+        sched = "ring"  # auto never fails on a valid shape: FiCCO needs pieces that divide
+    if sched == "ficco":
+        _pieces(op, rows, nsplit, what)
+    return sched, nsplit
+
+
 class _HostStream:
     """Stands in for a CUDA stream in the host emulation of copy-engine (tests): work runs in order."""
 
@@ -106,22 +130,15 @@ def _acc_dtype(torch, dtype):
 def all_gather_matmul(x_shard, w, group=None, schedule: str = "serial", comm: str | None = None,
                       splits: int | None = None):
     """all_gather(x_shard, dim 0) @ w on every rank: x_shard [m, k] per rank, w [k, n] -> [world * m, n]."""
-    torch = _check_tensors("all_gather_matmul", x_shard, w)
-    c = _comm(group, comm, x_shard)
-    m, k = x_shard.shape
-    n = w.shape[1]
-    world, r = c.world, c.rank
-    sched = resolve_schedule(schedule, "all_gather_matmul", m * world, n, k, world, x_shard.element_size(), c.backend)
-    x = x_shard.contiguous()
+    torch, c, x = _dense_inputs("all_gather_matmul", x_shard, w, group, comm)
+    (m, k), n, world, r = x.shape, w.shape[1], c.world, c.rank
+    sched, nsplit = _dense_schedule("all_gather_matmul", schedule, splits, c, x, (m * world, n, k), m,
+                                    "m (rows per rank)")
     out = torch.empty(world * m, n, dtype=x.dtype, device=x.device)
-    if world == 1:
+    if sched is None:
         return torch.mm(x, w, out=out)
-    if sched == "ficco" and schedule == "auto" and m % (splits or world):
-        sched = "ring"  # auto never fails on a valid shape: FiCCO needs pieces that divide
-    if sched == "ficco":
-        p = _pieces("all_gather_matmul", m, splits or world, "m (rows per rank)")
     if c.backend == "copy-engine":
-        return _ag_copy_engine(torch, c, x, w, out, sched, splits or world)
+        return _ag_copy_engine(torch, c, x, w, out, sched, nsplit)
     if sched == "serial":
         gathered = torch.empty(world * m, k, dtype=x.dtype, device=x.device)
         wait(c.all_gather(gathered, x), "all_gather")
@@ -142,12 +159,12 @@ def all_gather_matmul(x_shard, w, group=None, schedule: str = "serial", comm: st
             torch.mm(recv[s], w, out=out[src * m:(src + 1) * m])
         return out
     # ficco: step j gathers piece j of every rank's shard (one all-gather over all links), then its GEMM
-    nsp = m // p
-    stage = [torch.empty(world * p, k, dtype=x.dtype, device=x.device) for _ in range(nsp)]
+    p = m // nsplit
+    stage = [torch.empty(world * p, k, dtype=x.dtype, device=x.device) for _ in range(nsplit)]
     ov = out.view(world, m, n)
     works = {0: c.all_gather(stage[0], x[:p])}
-    for j in range(nsp):
-        if j + 1 < nsp:
+    for j in range(nsplit):
+        if j + 1 < nsplit:
             works[j + 1] = c.all_gather(stage[j + 1], x[(j + 1) * p:(j + 2) * p])
         wait(works.pop(j), "ficco step")
         ov[:, j * p:(j + 1) * p].copy_(torch.mm(stage[j], w).view(world, p, n))
@@ -205,25 +222,17 @@ def _ag_copy_engine(torch, c: Comm, x, w, out, sched: str, nsplit: int):
 def matmul_reduce_scatter(x, w, group=None, schedule: str = "serial", comm: str | None = None,
                           splits: int | None = None):
     """reduce_scatter(x @ w, sum, dim 0): x [M, k_local], w [k_local, n] per rank -> [M / world, n]."""
-    torch = _check_tensors("matmul_reduce_scatter", x, w)
-    c = _comm(group, comm, x)
-    big_m, k = x.shape
-    n = w.shape[1]
-    world, r = c.world, c.rank
+    torch, c, x = _dense_inputs("matmul_reduce_scatter", x, w, group, comm)
+    (big_m, k), n, world, r = x.shape, w.shape[1], c.world, c.rank
     if big_m % world:
         raise RuntimeSetupError(f"matmul_reduce_scatter: M = {big_m} rows do not divide over {world} ranks; "
                                 f"pad M to a multiple of {world}")
     mloc = big_m // world
-    sched = resolve_schedule(schedule, "matmul_reduce_scatter", big_m, n, k * world, world, x.element_size(), c.backend)
-    x = x.contiguous()
+    sched, nsplit = _dense_schedule("matmul_reduce_scatter", schedule, splits, c, x, (big_m, n, k * world), mloc,
+                                    "M / world (rows per rank)")
     out = torch.empty(mloc, n, dtype=x.dtype, device=x.device)
-    if world == 1:
+    if sched is None:
         return torch.mm(x, w, out=out)
-    nsplit = splits or world
-    if sched == "ficco" and schedule == "auto" and mloc % nsplit:
-        sched = "ring"
-    if sched == "ficco":
-        p = _pieces("matmul_reduce_scatter", mloc, nsplit, "M / world (rows per rank)")
     if c.backend == "copy-engine":
         return _rs_copy_engine(torch, c, x, w, out, sched, nsplit)
     acc = _acc_dtype(torch, x.dtype)
@@ -242,10 +251,11 @@ def matmul_reduce_scatter(x, w, group=None, schedule: str = "serial", comm: str 
             wait(works[s - 1], "ring step")
             total += recv[s].to(acc)
         return out.copy_(total)
+    p = mloc // nsplit
     xv = x.view(world, mloc, k)
     works = []
     ys = []
-    for j in range(mloc // p):
+    for j in range(nsplit):
         ys.append(torch.matmul(xv[:, j * p:(j + 1) * p], w).reshape(world * p, n))
         works.append(c.reduce_scatter(out[j * p:(j + 1) * p], ys[-1]))  # piece j reduces while j+1 multiplies
     wait(works, "ficco step")

@@ -13,11 +13,10 @@ bf16 GEMM on another stream (the multi-GPU C3 / ConCCL table).
 
 from __future__ import annotations
 
-import statistics
-import time as _time
 from typing import Sequence
 
 from c3kit.runtime._torch import require_torch, torch_dtype
+from c3kit.runtime.bench.timing import median_time, slowest_rank
 
 COLUMNS = ["collective", "backend", "ranks", "bytes", "count", "dtype", "time_s", "algbw", "busbw"]
 C3_COLUMNS = ["collective", "backend", "ranks", "bytes", "gemm", "m", "n", "k", "t_comp_s", "t_comm_s",
@@ -122,35 +121,9 @@ class _Op:
         self.buf.barrier()
 
 
-def _timed(fn, device, iters: int, warmup: int = 2) -> float:
-    """Median seconds of fn() over `iters` single timings (device events on CUDA)."""
-    torch = require_torch()
-    cuda = getattr(device, "type", str(device)) == "cuda"
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize(device)
-    ts = []
-    for _ in range(iters):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) * 1e-3)
-        else:
-            t0 = _time.perf_counter()
-            fn()
-            ts.append(_time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
-def _slowest(t: float, device) -> float:
-    torch = require_torch()
-    x = torch.tensor([t], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MAX)
-    return float(x.item())
+def _timed(fn, device, iters: int) -> float:
+    """The slowest rank's median seconds of fn() over `iters` single timings, after two warm-up calls."""
+    return slowest_rank(median_time(fn, device, iters, warmup=2), device)
 
 
 def comm_sweep(rank: int, world: int, backends: Sequence[str] = ("nccl",), sizes: Sequence[int] | None = None,
@@ -180,7 +153,7 @@ def comm_sweep(rank: int, world: int, backends: Sequence[str] = ("nccl",), sizes
             for s in sizes:
                 try:
                     op = _Op(kind, backend, s, tdt, device, comm, group)
-                    t = _slowest(_timed(op.launch, device, iters), device)
+                    t = _timed(op.launch, device, iters)
                     algbw = op.nbytes / t
                     rows.append([kind, backend, world, op.nbytes, op.count, dtype, t, algbw,
                                  algbw * busbw_factor(kind, world)])
@@ -229,7 +202,7 @@ def single_copies(comm, device, sizes: Sequence[int], iters: int) -> list[list]:
             if ev is not None:
                 main.wait_event(ev)
 
-        t = _slowest(_timed(one, device, iters), device)
+        t = _timed(one, device, iters)
         rows.append([int(s), t, world])
     buf.barrier()
     return rows
@@ -243,13 +216,13 @@ def _with_gemm(kind, backend, world, comm, group, device, dtype, gemm, iters, cl
     b = torch.randn(k, n, dtype=dtype, device=device)
     c = torch.empty(m, n, dtype=dtype, device=device)
     gs = torch.cuda.Stream(device)
-    t_comp = _slowest(_timed(lambda: torch.mm(a, b, out=c), device, iters), device)
+    t_comp = _timed(lambda: torch.mm(a, b, out=c), device, iters)
     probe = _Op(kind, backend, 64 << 20, dtype, device, comm, group)
-    bw = probe.nbytes / _slowest(_timed(probe.launch, device, iters), device)
+    bw = probe.nbytes / _timed(probe.launch, device, iters)
     out = []
     for ratio in (0.5, 1.0, 2.0):
         op = _Op(kind, backend, int(ratio * t_comp * bw), dtype, device, comm, group)
-        t_comm = _slowest(_timed(op.launch, device, iters), device)
+        t_comm = _timed(op.launch, device, iters)
 
         def both():
             main = torch.cuda.current_stream(device)
@@ -259,7 +232,7 @@ def _with_gemm(kind, backend, world, comm, group, device, dtype, gemm, iters, cl
             op.launch()
             main.wait_stream(gs)
 
-        t_conc = _slowest(_timed(both, device, iters), device)
+        t_conc = _timed(both, device, iters)
         s_i, s_r, frac = fraction_of_ideal(t_comp, t_comm, t_conc)
         out.append([kind, backend, world, op.nbytes, "gemm", m, n, k, t_comp, t_comm, t_conc, t_comp + t_comm,
                     max(t_comp, t_comm), s_i, s_r, frac, classify(t_comp, t_comm)])

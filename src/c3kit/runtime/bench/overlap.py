@@ -10,12 +10,11 @@ both, ideal = max, then every schedule x comm backend of c3kit, and the fused op
 
 from __future__ import annotations
 
-import statistics
-import time as _time
 from dataclasses import dataclass
 from typing import Sequence
 
 from c3kit.runtime._torch import require_torch, torch_dtype
+from c3kit.runtime.bench.timing import median_time, slowest_rank
 
 COLUMNS = ["op", "model", "tp", "m", "n", "k", "experts", "dtype", "impl", "schedule", "comm", "time_s", "t_comp_s",
            "t_comm_s", "serial_s", "ideal_s", "speedup_vs_serial", "fraction_of_ideal"]
@@ -40,28 +39,9 @@ MODELS = {
 
 
 def _timed(fn, device, iters: int) -> float:
+    """The slowest rank's median seconds of fn() after one warm-up call, each timing after a barrier of the ranks."""
     torch = require_torch()
-    cuda = device.type == "cuda"
-    fn()
-    if cuda:
-        torch.cuda.synchronize(device)
-    ts = []
-    for _ in range(iters):
-        torch.distributed.barrier()
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) * 1e-3)
-        else:
-            t0 = _time.perf_counter()
-            fn()
-            ts.append(_time.perf_counter() - t0)
-    x = torch.tensor([statistics.median(ts)], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MAX)
-    return float(x.item())
+    return slowest_rank(median_time(fn, device, iters, warmup=1, before=torch.distributed.barrier), device)
 
 
 def _fused(torch, kind: str):

@@ -16,6 +16,43 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def elapsed(fn: Callable[[], object], device) -> float:
+    """Seconds that one call fn() takes: CUDA events around it on a CUDA device, the host clock elsewhere."""
+    torch = require_torch()
+    if getattr(device, "type", str(device)) == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+    t0 = _time.perf_counter()
+    fn()
+    return _time.perf_counter() - t0
+
+
+def median_time(fn: Callable[[], object], device, iters: int, warmup: int = 1,
+                before: Callable[[], object] | None = None) -> float:
+    """Median seconds of fn() over `iters` single timings, after `warmup` calls; before() runs untimed ahead of each."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    samples = []
+    for _ in range(iters):
+        if before is not None:
+            before()
+        samples.append(elapsed(fn, device))
+    return statistics.median(samples)
+
+
+def slowest_rank(seconds: float, device) -> float:
+    """The largest of every rank's `seconds` (a max all-reduce over the default group)."""
+    torch = require_torch()
+    x = torch.tensor([seconds], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.MAX)
+    return float(x.item())
+
+
 def time_graph(fn: Callable[[int], None], device, calls: int, repeats: int = 5) -> float:
     """Median seconds of one call fn(i), from replays of a CUDA graph of `calls` calls (no launch gaps)."""
     torch = require_torch()
@@ -30,15 +67,7 @@ def time_graph(fn: Callable[[int], None], device, calls: int, repeats: int = 5) 
             fn(i)
     graph.replay()
     torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e-3 / calls)
-    return statistics.median(samples)
+    return statistics.median(elapsed(graph.replay, device) / calls for _ in range(repeats))
 
 
 def time_loop(fn: Callable[[int], None], device, target_s: float = 0.02, repeats: int = 5,
@@ -62,19 +91,9 @@ def time_loop(fn: Callable[[int], None], device, target_s: float = 0.02, repeats
             return time_graph(fn, device, calls=max(8, min(iters, 200)), repeats=repeats)
         except Exception:  # noqa: BLE001 - capture not possible here: time the plain loop
             torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(repeats):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for i in range(iters):
-                fn(i)
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e-3 / iters)
-        else:
-            t0 = _time.perf_counter()
-            for i in range(iters):
-                fn(i)
-            samples.append((_time.perf_counter() - t0) / iters)
-    return statistics.median(samples)
+
+    def loop():
+        for i in range(iters):
+            fn(i)
+
+    return statistics.median(elapsed(loop, device) / iters for _ in range(repeats))
