@@ -31,6 +31,11 @@ def test_copy_engine_ops_match_reference(emulate, world):
         assert v["failures"] == [], v["failures"][:3]
 
 
+def test_copy_engine_shapes_that_do_not_divide_raise_clear_errors(emulate):
+    res = run_local(selftest.check_errors, 2, "gloo", args=("copy-engine",), timeout_s=30, join_timeout_s=120)
+    assert [r.get("value") for r in res] == [[], []], [r.get("error") or r.get("value") for r in res]
+
+
 def test_copy_engine_collectives_of_bench_comm_match_gloo(emulate):
     res = run_local(selftest.check_ce_collectives, 2, "gloo", timeout_s=30, join_timeout_s=120)
     assert [r.get("value") for r in res] == [[], []], [r.get("error") for r in res]

@@ -17,6 +17,7 @@ from c3kit.runtime.comm import Comm, SymmBuffer, host_emulation, wait
 from c3kit.runtime.schedules import check_backend, check_schedule, resolve_schedule
 
 SIDE_STREAMS = 2  # copy-engine pulls alternate over this many streams, so that several engines work at once
+REGION_ALIGN = 256  # bytes: the regions of the MoE copy-engine buffer start at multiples of this
 _streams: dict = {}
 
 
@@ -497,10 +498,11 @@ def _moe_exchange_counts(torch, c: Comm, cnt: list[list[int]], device):
 class _MoELayout:
     """Where every rank's rows sit in every rank's symmetric buffer, from the counts of all ranks.
 
-    The buffer of rank p, in elements of the data dtype: the counts header, then the dispatch region
-    (p's x as it is: rows by destination, then by expert), then the combine region (p's grouped-GEMM
-    results: by source for serial and ring; by FiCCO step, then source, for ficco). Every rank
-    computes the same sizes, so every rank asks SymmBuffer for the same number of bytes.
+    The buffer of rank p, offsets in elements of the data dtype: the counts header, then the dispatch
+    region (p's x as it is: rows by destination, then by expert), then the combine region (p's
+    grouped-GEMM results: by source for serial and ring; by FiCCO step, then source, for ficco); each
+    region starts at a multiple of REGION_ALIGN bytes. Every rank computes the same sizes, so every
+    rank asks SymmBuffer for the same number of bytes.
     """
 
     def __init__(self, allc, k: int, n: int, esize: int, nsplit: int) -> None:
@@ -508,10 +510,10 @@ class _MoELayout:
         self.world, self.nsplit = world, nsplit
         self.rows = [[sum(allc[s][d]) for d in range(world)] for s in range(world)]  # rows[src][dst]
         sent = [sum(self.rows[p]) for p in range(world)]
-        got = [sum(self.rows[s][p] for s in range(world)) for p in range(world)]
-        self.got = got
-        self.dispatch0 = world * experts * 8 // esize
-        self.combine0 = self.dispatch0 + max(sent) * k
+        self.got = got = [sum(self.rows[s][p] for s in range(world)) for p in range(world)]
+        align = lambda nbytes: -(-nbytes // REGION_ALIGN) * REGION_ALIGN // esize  # noqa: E731 - in elements
+        self.dispatch0 = align(world * experts * 8)
+        self.combine0 = align((self.dispatch0 + max(sent) * k) * esize)
         self.nbytes = (self.combine0 + max(got) * n) * esize
 
     def send_off(self, p: int, d: int) -> int:

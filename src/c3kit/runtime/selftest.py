@@ -101,6 +101,8 @@ def check_errors(rank: int, world: int, comm: str = "gloo") -> list[str]:
         "unknown schedule": lambda: ops.all_gather_matmul(torch.randn(4, 4), torch.randn(4, 5), schedule="x", comm=comm),
         "moe counts": lambda: ops.moe_all_to_all_gemm(torch.randn(5, 4), torch.randn(1, 4, 3), counts=[[1]] * world,
                                                       comm=comm),
+        "moe splits": lambda: ops.moe_all_to_all_gemm(torch.randn(world, 4), torch.randn(1, 4, 3), schedule="ficco",
+                                                      splits=-1, comm=comm),
         "gloo on cuda / nccl on cpu": lambda: ops.all_gather_matmul(torch.randn(4, 4), torch.randn(4, 5), comm="nccl"),
     }
     for name, fn in cases.items():
