@@ -112,8 +112,13 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
             # fit against the base GPU: the curve's shape is the library's, the peaks come from `gpu` at use
             from c3kit.hw.catalog import get_gpu
 
-            ref = get_gpu(base) if base != name else gpu
-            out = (fit_efficiency(table, ref).curve, f"fitted:{table.origin}")
+            from c3kit.cost.fit_cache import load_fit
+
+            stored = load_fit(table.origin)
+            if stored is None:
+                ref = get_gpu(base) if base != name else gpu
+                stored = fit_efficiency(table, ref).curve
+            out = (stored, f"fitted:{table.origin}")
         except CostError:
             pass  # a table too small or inconsistent to fit: keep the documented default
     _fitted[name] = out
