@@ -115,7 +115,11 @@ def per_node(c: Collective, gpu: GPU) -> int:
 
 # -------------------------------------------------------------------------------------------- primitives
 
-def _ring(kind: str, n: int, s: float, a: float, bw: float, peer: float) -> float:
+def ring_formula(kind: str, n, s, a, bw, peer):
+    """Ring time from ranks n, bytes s, per-step latency a, ring bandwidth bw and peer bandwidth peer.
+
+    Plain arithmetic, so it takes floats or numpy arrays alike (the vectorized sweep in step.fast uses it).
+    """
     if kind == "all_reduce":
         return 2 * (n - 1) * a + 2.0 * (n - 1) / n * s / bw
     if kind in ("all_gather", "reduce_scatter"):
@@ -143,7 +147,7 @@ def _intra(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
     n, s, a = c.ranks, c.bytes, gpu.scaleup.latency
     bw, peer = intra_bw(gpu, n) * eff, intra_peer_bw(gpu) * eff
     if algo == "ring":
-        return _ring(c.kind, n, s, a, bw, peer)
+        return ring_formula(c.kind, n, s, a, bw, peer)
     if algo == "tree":
         if gpu.scaleup.topology == "ring" and n > 3:
             return _INF
@@ -164,7 +168,7 @@ def _inter(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
     if c.kind == "send_recv":
         return a_out + s / nic
     if algo == "ring":
-        return _ring(c.kind, n, s, a_out, flat, nic)
+        return ring_formula(c.kind, n, s, a_out, flat, nic)
     if algo == "tree":
         return _tree(c.kind, n, s, a_out, flat)
     if algo == "direct":
@@ -180,18 +184,18 @@ def _inter(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
     sub = _best_intra if direct_valid(gpu, g) else _ring_intra
     if c.kind == "all_reduce":
         return (sub("reduce_scatter", g, s, a_in, b_in, peer_in)
-                + min(_ring("all_reduce", nodes, s / g, a_out, nic, nic), _tree("all_reduce", nodes, s / g, a_out, nic))
+                + min(ring_formula("all_reduce", nodes, s / g, a_out, nic, nic), _tree("all_reduce", nodes, s / g, a_out, nic))
                 + sub("all_gather", g, s, a_in, b_in, peer_in))
     # all_gather / reduce_scatter: inter part on S/g over N ranks, intra part on S over g ranks
-    return _ring(c.kind, nodes, s / g, a_out, nic, nic) + sub(c.kind, g, s, a_in, b_in, peer_in)
+    return ring_formula(c.kind, nodes, s / g, a_out, nic, nic) + sub(c.kind, g, s, a_in, b_in, peer_in)
 
 
 def _ring_intra(kind, n, s, a, bw, peer) -> float:
-    return _ring(kind, n, s, a, bw, peer)
+    return ring_formula(kind, n, s, a, bw, peer)
 
 
 def _best_intra(kind, n, s, a, bw, peer) -> float:
-    return min(_ring(kind, n, s, a, bw, peer), _direct(kind, n, s, a, bw, peer))
+    return min(ring_formula(kind, n, s, a, bw, peer), _direct(kind, n, s, a, bw, peer))
 
 
 def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0) -> tuple[float, str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from c3kit.cost.collectives import ring_formula
 from c3kit.errors import C3kitError
 from c3kit.step.plan import evaluate, make_plan
 from c3kit.step.policy import DEFAULT_POLICY
@@ -234,16 +235,6 @@ class _Shapes:
 _INF = np.inf
 
 
-def _ring(kind, n, s, a, bw, peer):
-    if kind == "all_reduce":
-        return 2 * (n - 1) * a + 2.0 * (n - 1) / n * s / bw
-    if kind in ("all_gather", "reduce_scatter"):
-        return (n - 1) * a + (n - 1) / n * s / bw
-    if kind == "all_to_all":
-        return (n - 1) * (a + s / n / peer)
-    return a + s / peer
-
-
 def _tree(kind, n, s, a, bw):
     if kind != "all_reduce":
         return np.full(np.shape(s), _INF)
@@ -268,7 +259,7 @@ def _direct_valid(h, n):
 
 
 def _best_sub(kind, n, s, a, bw, peer, h):
-    ring = _ring(kind, n, s, a, bw, peer)
+    ring = ring_formula(kind, n, s, a, bw, peer)
     return np.where(_direct_valid(h, n), np.minimum(ring, _direct(kind, n, s, a, bw, peer)), ring)
 
 
@@ -278,7 +269,7 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
     peer = np.where(h["switch"], h["su_bw"], h["su_bw"] / h["links"]) * eff
     # inside a node
     a, bw = h["su_lat"], _intra_bw(h, n) * eff
-    ti = {"ring": _ring(kind, n, s, a, bw, peer),
+    ti = {"ring": ring_formula(kind, n, s, a, bw, peer),
           "tree": np.where(h["ring"] & (n > 3), _INF, _tree(kind, n, s, a, bw)),
           "direct": np.where(_direct_valid(h, n), _direct(kind, n, s, a, bw, peer), _INF),
           "hierarchical": np.full(np.shape(s), _INF)}
@@ -294,20 +285,20 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
     else:
         if kind == "all_reduce":
             hier = (_best_sub("reduce_scatter", g, s, a_in, b_in, peer, h)
-                    + np.minimum(_ring("all_reduce", nodes, s / g, a_out, nic, nic),
+                    + np.minimum(ring_formula("all_reduce", nodes, s / g, a_out, nic, nic),
                                  _tree("all_reduce", nodes, s / g, a_out, nic))
                     + _best_sub("all_gather", g, s, a_in, b_in, peer, h))
         elif kind == "all_to_all":
             hier = np.full(np.shape(s), _INF)
         else:
-            hier = _ring(kind, nodes, s / g, a_out, nic, nic) + _best_sub(kind, g, s, a_in, b_in, peer, h)
+            hier = ring_formula(kind, nodes, s / g, a_out, nic, nic) + _best_sub(kind, g, s, a_in, b_in, peer, h)
         hier = np.where((g == 1) | (nodes == 1), _INF, hier)
         if kind == "all_to_all":
             t_in = np.where(g > 1, (g - 1) / n * s / b_in, 0.0)
             direct = a_out + np.maximum((n - g) / n * s / nic, t_in)
         else:
             direct = np.full(np.shape(s), _INF)
-        te = {"ring": _ring(kind, n, s, a_out, flat, nic), "tree": _tree(kind, n, s, a_out, flat),
+        te = {"ring": ring_formula(kind, n, s, a_out, flat, nic), "tree": _tree(kind, n, s, a_out, flat),
               "direct": direct, "hierarchical": hier}
     if algo == "auto":
         t_in = np.minimum.reduce([ti[k] for k in ("ring", "tree", "direct", "hierarchical")])
