@@ -153,3 +153,13 @@ def test_shipped_calibration_calibrates_the_efficiency_model(tmp_path, monkeypat
         assert cost.explain(g, p, "table").method == "table-fallback"
     finally:
         cost.clear_caches()
+
+
+def test_c3_variant_family_names():
+    from c3kit.cost.table import c3_variant_family
+
+    assert c3_variant_family("sm-8") == "plain"
+    assert c3_variant_family("sm-prio-8") == "prioritized"
+    assert c3_variant_family("sm-16+gemm-112") == "cu-partitioned"
+    assert c3_variant_family("ce-d2h") == "dma"
+    assert c3_variant_family("ce-d2d+gemm-120") == "dma+fewer-cus"

@@ -373,3 +373,18 @@ def _idw_ratio(s: _Scatter, q, m, n, k, dtype, curve, gpu) -> float:
     ratio = s.logt[nn] - np.log(model)
     w = 1.0 / d2[nn]
     return float(curve.gemm_time(int(m), int(n), int(k), dtype, gpu) * math.exp(float((w * ratio).sum() / w.sum())))
+
+
+def c3_variant_family(variant: str) -> str:
+    """The strategy family of a variant name in a 'c3' calibration table (written by `c3kit bench c3`).
+
+    Names start with 'sm' (an SM copy kernel) or 'ce' (copy engine); 'prio' marks a high-priority
+    stream and 'gemm' a GEMM confined to fewer SMs.
+    """
+    if "gemm" in variant and variant.startswith("ce"):
+        return "dma+fewer-cus"
+    if "gemm" in variant:
+        return "cu-partitioned"
+    if "prio" in variant and variant.startswith("sm"):
+        return "prioritized"
+    return "dma" if variant.startswith("ce") else "plain"

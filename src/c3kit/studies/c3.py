@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from c3kit import cost
+from c3kit.cost.table import c3_variant_family
 from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.catalog import get_gpu
 from c3kit.studies.all_studies import StudyResult
@@ -113,16 +114,6 @@ _MEASURED_FAMILY = {"plain": "plain", "prioritized": "prio", "cu-partitioned": "
                     "dma+fewer-cus": "dma+trim"}
 
 
-def _family_of(variant: str) -> str:
-    if "gemm" in variant and variant.startswith("ce"):
-        return "dma+fewer-cus"
-    if "gemm" in variant:
-        return "cu-partitioned"
-    if "prio" in variant and variant.startswith("sm"):
-        return "prioritized"
-    return "dma" if variant.startswith("ce") else "plain"
-
-
 def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFrame, str]:
     """Fraction of ideal per strategy and class measured on a real GPU (calib/<gpu>-c3.json, kind c3), if shipped."""
     import json
@@ -142,7 +133,7 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
         return pd.DataFrame(), f"{path.name} has no measured rows"
     # host copies (ce-d2h, ce-h2d) cross PCIe, not a peer link: only device-to-device copies stand for DMA offload
     raw = raw[~raw.variant.astype(str).str.match(r"ce-(d2h|h2d)")]
-    raw["strategy"] = raw.variant.map(lambda v: _MEASURED_FAMILY[_family_of(str(v))])
+    raw["strategy"] = raw.variant.map(lambda v: _MEASURED_FAMILY[c3_variant_family(str(v))])
     raw["fraction_of_ideal"] = raw.fraction_of_ideal.astype(float)
     tab = raw.groupby(["strategy", "class"]).fraction_of_ideal.mean().unstack("class")
     tab["average"] = raw.groupby("strategy").fraction_of_ideal.mean()

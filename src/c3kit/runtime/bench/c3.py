@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from c3kit.cost.table import c3_variant_family
 from c3kit.runtime._torch import require_torch, torch_dtype
 from c3kit.runtime.bench import copykernel
 
@@ -303,7 +304,7 @@ def summarize(rows: Sequence[Sequence]) -> list[list]:
     idx = {c: i for i, c in enumerate(COLUMNS)}
     groups: dict[tuple[str, str], list[float]] = {}
     for r in rows:
-        fam = _family(r[idx["variant"]])
+        fam = c3_variant_family(r[idx["variant"]])
         if fam == "dma":
             fam = "dma-d2d" if r[idx["comm"]] == "ce-d2d" else "dma-pcie"
         f = r[idx["fraction_of_ideal"]]
@@ -315,16 +316,6 @@ def summarize(rows: Sequence[Sequence]) -> list[list]:
         out.append([fam, cls, len(fs), sum(fs) / len(fs), PUBLISHED.get(fam.split("-")[0] if fam.startswith("dma-") else fam,
                                                                  float("nan"))])
     return out
-
-
-def _family(name: str) -> str:
-    if "gemm" in name and name.startswith("ce"):
-        return "dma+fewer-cus"
-    if "gemm" in name:
-        return "cu-partitioned"
-    if "prio" in name and name.startswith("sm"):
-        return "prioritized"
-    return "dma" if name.startswith("ce") else "plain"
 
 
 def copy_engine_profile(device) -> dict:
