@@ -7,16 +7,7 @@ from dataclasses import dataclass
 
 from c3kit.errors import OverlapError, WorkloadError
 from c3kit.overlap.problem import OverlapProblem
-
-# Used only if the workload layer's model presets cannot be read: (hidden, ffn, heads, kv_heads, gated, experts, top_k)
-_LOCAL_MODELS = {
-    "Llama-3-8B": (4096, 14336, 32, 8, True, 1, 1),
-    "Llama-3-70B": (8192, 28672, 64, 8, True, 1, 1),
-    "Llama-3-405B": (16384, 53248, 128, 8, True, 1, 1),
-    "GPT-3-175B": (12288, 49152, 96, 96, False, 1, 1),
-    "Mixtral-8x7B": (4096, 14336, 32, 8, True, 8, 2),
-}
-
+from c3kit.workload.model import get_model, list_models
 
 @dataclass(frozen=True)
 class Shape:
@@ -35,31 +26,15 @@ class Shape:
 
 
 def model_shape(name: str) -> Shape:
-    """A model preset's shape (workload.get_model; a small local table if the workload layer is unavailable)."""
-    try:
-        from c3kit.workload.model import get_model
-
-        c = get_model(name)
-        return Shape(c.name, c.hidden, c.ffn_hidden, c.q_dim, c.kv_dim, c.gated_mlp, c.n_experts, c.top_k,
-                     c.moe_ffn_hidden, c.layers)
-    except WorkloadError:
-        raise
-    except Exception:  # pragma: no cover - workload layer missing or broken
-        if name not in _LOCAL_MODELS:
-            raise OverlapError(f"unknown model {name!r}: use one of {', '.join(_LOCAL_MODELS)}") from None
-        h, f, heads, kv, gated, e, k = _LOCAL_MODELS[name]
-        hd = h // heads
-        return Shape(name, h, f, heads * hd, kv * hd, gated, e, k, f, 80)
+    """A model preset's shape (from workload.get_model)."""
+    c = get_model(name)
+    return Shape(c.name, c.hidden, c.ffn_hidden, c.q_dim, c.kv_dim, c.gated_mlp, c.n_experts, c.top_k,
+                 c.moe_ffn_hidden, c.layers)
 
 
 def model_names() -> list[str]:
     """Model presets available for scenarios."""
-    try:
-        from c3kit.workload.model import list_models
-
-        return list(list_models())
-    except Exception:  # pragma: no cover
-        return list(_LOCAL_MODELS)
+    return list(list_models())
 
 
 @dataclass(frozen=True)
@@ -157,7 +132,7 @@ def scenarios(hw: tuple[str, ...] = EVAL_HW, models: tuple[str, ...] = EVAL_MODE
     The split holds out whole models (so held-out shapes are unseen families, not neighbours of design
     shapes): a seeded shuffle of the model list, `held_out` of them held out.
     """
-    known = set(model_names()) | set(_LOCAL_MODELS)
+    known = set(model_names())
     unknown = [m for m in models if m not in known]
     if unknown:
         raise OverlapError(f"unknown model {unknown[0]!r}: use one of {', '.join(sorted(known))}")

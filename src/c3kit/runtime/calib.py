@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
@@ -13,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from c3kit.cost.table import KINDS
+from c3kit.cost.table import write_calibration as cost_write
 from c3kit.errors import RuntimeSetupError
-
-KINDS = ("gemm", "c3", "comm", "overlap", "contention", "dma")
 
 
 def _driver_version() -> str:
@@ -55,17 +54,6 @@ def machine_meta(command: Sequence[str] | str | None = None, script: str = "") -
     }
 
 
-def _local_write(path: Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], meta: dict) -> Path:
-    # One row per line keeps large tables readable and diffable.
-    head = json.dumps({"meta": dict(meta), "kind": kind, "columns": list(columns)}, indent=1)[:-2]
-    body = ",\n".join("  " + json.dumps(list(r), allow_nan=False) for r in rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(head + ',\n "rows": [\n' + body + "\n ]\n}\n")
-    tmp.replace(path)
-    return path
-
-
 def _plain(o: Any) -> Any:
     """JSON-safe value: numpy/torch scalars to Python, NaN and infinities to None."""
     if hasattr(o, "item"):
@@ -77,37 +65,12 @@ def _plain(o: Any) -> Any:
 
 def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                       meta: dict) -> Path:
-    """Write a calibration file, through c3kit.cost.table.write_calibration when the cost layer provides it."""
+    """Write a calibration file through c3kit.cost.table.write_calibration (kind and row widths checked here first)."""
     if kind not in KINDS:
         raise RuntimeSetupError(f"unknown calibration kind {kind!r}: use one of {', '.join(KINDS)}")
     width = len(columns)
     bad = [i for i, r in enumerate(rows) if len(r) != width]
     if bad:
         raise RuntimeSetupError(f"calibration rows {bad[:5]} do not have {width} values (columns {list(columns)})")
-    path = Path(path)
-    rows = [[_plain(v) for v in r] for r in rows]
-    try:
-        from c3kit.cost.table import write_calibration as cost_write  # the cost layer's writer, once it exists
-    except ImportError:
-        cost_write = None
-    if cost_write is not None:
-        try:
-            cost_write(path, kind=kind, columns=list(columns), rows=rows, meta=meta)
-            if path.is_file():
-                return path
-        except TypeError:
-            pass
-    return _local_write(path, kind, columns, rows, meta)
-
-
-def read_calibration(path: str | Path) -> dict:
-    """Read a calibration file into its dict (meta, kind, columns, rows), checking its shape."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RuntimeSetupError(f"{path}: not a readable calibration file ({e})") from None
-    for key in ("meta", "kind", "columns", "rows"):
-        if key not in doc:
-            raise RuntimeSetupError(f"{path}: calibration file lacks {key!r}")
-    return doc
+    return cost_write(Path(path), kind=kind, columns=list(columns), rows=[[_plain(v) for v in r] for r in rows],
+                      meta=meta)
