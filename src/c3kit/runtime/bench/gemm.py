@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c3kit.runtime._torch import require_torch, torch_dtype
-from c3kit.runtime.bench.timing import time_loop
+from c3kit.runtime.bench.timing import sm_clock_hz, time_loop
 
 COLUMNS = ["m", "n", "k", "dtype", "split", "chunks", "time_s", "flop_rate", "efficiency", "dil", "set"]
 PASS_COLUMNS = ["passes", "spread"]  # with --passes > 1: time_s is the median over passes, spread = max/min - 1
@@ -72,7 +72,8 @@ N_ODD = 40
 SPLIT_CHUNKS = (2, 4, 8, 16, 32, 64)
 SENTINEL = (8192, 8192, 8192, "bf16")  # timed between blocks of shapes: drift over the sweep
 SENTINEL_EVERY = 12
-SWEEP_COLUMNS = COLUMNS + ["passes", "spread", "time_raw_s", "spread_raw", "sentinel_ratio"]
+SWEEP_COLUMNS = COLUMNS + ["passes", "spread", "time_raw_s", "spread_raw", "sentinel_ratio", "sm_clock_hz"]
+# sm_clock_hz: median over passes of the SM clock probed right after each timing (None when not probed)
 # sentinel rows (own file): pass, seconds since the sweep began, the timing over the geometric mean of
 # its two neighbours - 1 (what the drift correction leaves), and the timing over the median sentinel
 SENTINEL_COLUMNS = COLUMNS + ["pass", "at_s", "dev_from_neighbours", "ratio_to_median"]
@@ -219,8 +220,11 @@ def _capture_stream(torch, device):
 
 
 def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float = SAMPLE_S,
-               repeats: int = 3) -> tuple[float, str]:
-    """(seconds per GEMM, method): CUDA graph of back-to-back launches, eager loop with events, or host clock."""
+               repeats: int = 3, warm_s: float = 0.0) -> tuple[float, str]:
+    """(seconds per GEMM, method): CUDA graph of back-to-back launches, eager loop with events, or host clock.
+
+    warm_s > 0 first runs the same GEMM untimed for about that many GPU seconds, so that the power
+    controller settles at this GEMM's own clock before the timed samples (steady-state timing)."""
     torch = require_torch()
     s = len(a)
 
@@ -271,7 +275,8 @@ def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float =
                 finally:
                     graph.capture_end()
             torch.cuda.current_stream(device).wait_stream(side)
-            graph.replay()
+            for _ in range(max(1, math.ceil(warm_s / (calls * max(est, 1e-7))))):
+                graph.replay()
             samples = []
             for _ in range(repeats):
                 e0, e1 = ev(), ev()
@@ -286,6 +291,8 @@ def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float =
             torch.cuda.synchronize(device)
     iters = max(1, math.ceil(sample_s / max(est, 1e-7)))
     reps = repeats if est < 5e-3 else 2
+    for i in range(math.ceil(warm_s / max(est, 1e-7))):
+        call(i)
     samples = []
     for _ in range(reps):
         e0, e1 = ev(), ev()
@@ -318,12 +325,15 @@ def time_gemm(m: int, n: int, k: int, dtype: str, device, target_s: float = 0.02
 def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: int = 3, seed: int = 0,
               on_row=None, budget_s: float = 0.0, errors: list | None = None,
               sentinel_every: int = SENTINEL_EVERY, graph_below_s: float = 200e-6, sample_s: float = SAMPLE_S,
-              correct: bool = True, log=None) -> tuple[list[list], list[list], dict]:
+              correct: bool = True, log=None, warm_s: float = 0.0,
+              probe_clock: bool = False) -> tuple[list[list], list[list], dict]:
     """(rows, sentinel rows, stats): every shape timed in `passes` interleaved shuffled passes.
 
     Rows have SWEEP_COLUMNS (sentinel rows SENTINEL_COLUMNS): time_s is the median over passes of the drift-corrected time when
     `correct` (else of the raw time), time_raw_s the median of raw times, spread / spread_raw the
-    max / min - 1 over passes, sentinel_ratio the median local sentinel / median sentinel. Sentinel rows
+    max / min - 1 over passes, sentinel_ratio the median local sentinel / median sentinel, sm_clock_hz the
+    median SM clock probed after each timing (probe_clock). warm_s: steady-state warm-up per timing
+    (time_views). Sentinel rows
     (set "sentinel", in time order) hold each sentinel timing. Stops at budget_s (a shape then has fewer
     passes; shapes never timed are reported in errors)."""
     import statistics
@@ -335,6 +345,7 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
     use_sent = sentinel_every > 0 and SENTINEL[3] in peak
     pools = Pools(list(shapes) + ([sent] if use_sent else []), device, seed)
     meas: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(shapes))}
+    clocks: dict[int, list[float]] = {i: [] for i in range(len(shapes))}
     sent_t: list[tuple[int, float, float]] = []  # (pass, seconds since start, time)
     methods: dict[str, int] = {}
     t_start = _time.perf_counter()
@@ -343,7 +354,7 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
 
     def time_one(sh: Shape) -> float:
         a, b, c = pools.views(sh.m, sh.n, sh.k, sh.dtype)
-        t, how = time_views(a, b, c, device, graph_below_s, sample_s)
+        t, how = time_views(a, b, c, device, graph_below_s, sample_s, warm_s=warm_s)
         methods[how] = methods.get(how, 0) + 1
         return t
 
@@ -365,6 +376,8 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
                 sh = shapes[i]
                 try:
                     got.append((i, time_one(sh)))
+                    if probe_clock:
+                        clocks[i].append(sm_clock_hz(device))
                 except Exception as e:  # noqa: BLE001 - one failing shape (memory, library) must not lose the sweep
                     errors.append(f"{sh}: {type(e).__name__}: {str(e)[:200]}")
                     if cuda:
@@ -400,7 +413,8 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
         rate = 2.0 * sh.m * sh.n * sh.k / t
         ratio = statistics.median([loc / s_med for _, loc in ms]) if use_sent else 1.0
         row = [sh.m, sh.n, sh.k, sh.dtype, "none", 1, t, rate, rate / peak[sh.dtype], 0.0, sh.set,
-               len(ms), max(used) / min(used) - 1.0, statistics.median(raw), max(raw) / min(raw) - 1.0, ratio]
+               len(ms), max(used) / min(used) - 1.0, statistics.median(raw), max(raw) / min(raw) - 1.0, ratio,
+               statistics.median(clocks[i]) if clocks[i] else None]
         rows.append(row)
         if on_row:
             on_row(row)
