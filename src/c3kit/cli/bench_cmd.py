@@ -145,6 +145,11 @@ def gemm_cmd(
     graph_below_us: float = typer.Option(200.0, "--graph-below-us",
                                          help="Time GEMMs shorter than this as CUDA-graph replays (0: never)."),
     correct: bool = typer.Option(True, "--correct/--no-correct", help="time_s drift-corrected by the sentinel (else raw)."),
+    probe_clock: bool = typer.Option(True, "--probe-clock/--no-probe-clock",
+                                     help="Probe the SM clock behind every timing (GPU only): sm_clock_hz, time_ref_s."),
+    steady: int = typer.Option(0, "--steady", help="Also time N random (fit) and N held-out shapes at steady state "
+                               "(each run back to back for --steady-hold-s), own file -steady.json."),
+    steady_hold_s: float = typer.Option(0.4, "--steady-hold-s", help="Seconds each steady-state shape runs."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
@@ -185,7 +190,7 @@ def gemm_cmd(
     rows, srows, stats = g.run_sweep(shapes, dev, peak, passes=passes, seed=seed, on_row=show, budget_s=budget_s,
                                      errors=errors, sentinel_every=sentinel_every if dev.type == "cuda" else 0,
                                      graph_below_s=graph_below_us * 1e-6, sample_s=sample_ms * 1e-3,
-                                     correct=correct, log=lambda x: _echo(x, quiet))
+                                     correct=correct, log=lambda x: _echo(x, quiet), probe_clock=probe_clock)
     columns = g.SWEEP_COLUMNS
     held_rows = [r for r in rows if r[10] == "holdout"]
     # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
@@ -201,7 +206,8 @@ def gemm_cmd(
              "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors[:200]),
              "protocol": json.dumps({"passes": passes, "sentinel": list(g.SENTINEL), "sentinel_every": sentinel_every,
                                      "graph_below_us": graph_below_us, "sample_ms": sample_ms,
-                                     "rotate_bytes": g.ROTATE_BYTES, "warmup_s": warmup_s, **stats}),
+                                     "rotate_bytes": g.ROTATE_BYTES, "warmup_s": warmup_s, "probe_clock": probe_clock,
+                                     "clock_ref_hz": g.CLOCK_REF_HZ, "steady": steady, "steady_hold_s": steady_hold_s, **stats}),
              "time_s": f"{stats['time_s']} (median over passes); time_raw_s: median of raw timings",
              "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
     path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows,
@@ -215,6 +221,18 @@ def gemm_cmd(
         write_calibration(path.with_name(path.stem + "-sentinel.json"), "gemm", g.SENTINEL_COLUMNS, srows,
                           _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
     _echo(f"# sweep: {stats}", quiet)
+    if steady > 0:
+        st_shapes = g.steady_shapes(shapes, steady, seed)
+        _echo(f"# steady state: {len(st_shapes)} shapes, {steady_hold_s:g} s each", quiet)
+        st_errors: list[str] = []
+        st_rows = g.run_steady(st_shapes, dev, peak, hold_s=steady_hold_s, seed=seed, on_row=show, errors=st_errors,
+                               budget_s=budget_s)
+        for e in st_errors:
+            _echo(f"# not run: {e}", quiet)
+        if st_rows:
+            write_calibration(path.with_name(path.stem + "-steady.json"), "gemm", g.STEADY_COLUMNS, st_rows,
+                              _meta(script, {**extra, "errors": json.dumps(st_errors),
+                                             "note": "steady state: each shape back to back for hold_s, timed at the end"}))
     split_rows, split_path = [], None
     if splits:
         # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.

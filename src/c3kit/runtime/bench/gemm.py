@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from c3kit.runtime._torch import require_torch, torch_dtype
-from c3kit.runtime.bench.timing import sm_clock_hz, time_loop
+from c3kit.runtime.bench.timing import enqueue_clock_probe, probe_clock_hz, time_loop
 
 COLUMNS = ["m", "n", "k", "dtype", "split", "chunks", "time_s", "flop_rate", "efficiency", "dil", "set"]
 PASS_COLUMNS = ["passes", "spread"]  # with --passes > 1: time_s is the median over passes, spread = max/min - 1
@@ -72,7 +72,11 @@ N_ODD = 40
 SPLIT_CHUNKS = (2, 4, 8, 16, 32, 64)
 SENTINEL = (8192, 8192, 8192, "bf16")  # timed between blocks of shapes: drift over the sweep
 SENTINEL_EVERY = 12
-SWEEP_COLUMNS = COLUMNS + ["passes", "spread", "time_raw_s", "spread_raw", "sentinel_ratio", "sm_clock_hz"]
+SWEEP_COLUMNS = COLUMNS + ["passes", "spread", "time_raw_s", "spread_raw", "sentinel_ratio", "sm_clock_hz",
+                           "time_ref_s", "spread_ref"]
+# time_ref_s: median over passes of raw time x probed clock / CLOCK_REF_HZ (the time at the reference
+# clock if the GEMM's cycles do not depend on the clock), spread_ref its max / min - 1 (None when not probed)
+CLOCK_REF_HZ = 1.98e9  # the H200's highest SM clock (nvidia-smi max clocks; seen on the lent H200s)
 # sm_clock_hz: median over passes of the SM clock probed right after each timing (None when not probed)
 # sentinel rows (own file): pass, seconds since the sweep began, the timing over the geometric mean of
 # its two neighbours - 1 (what the drift correction leaves), and the timing over the median sentinel
@@ -220,11 +224,12 @@ def _capture_stream(torch, device):
 
 
 def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float = SAMPLE_S,
-               repeats: int = 3, warm_s: float = 0.0) -> tuple[float, str]:
+               repeats: int = 3, warm_s: float = 0.0, clocks: list | None = None) -> tuple[float, str]:
     """(seconds per GEMM, method): CUDA graph of back-to-back launches, eager loop with events, or host clock.
 
     warm_s > 0 first runs the same GEMM untimed for about that many GPU seconds, so that the power
-    controller settles at this GEMM's own clock before the timed samples (steady-state timing)."""
+    controller settles at this GEMM's own clock before the timed samples. With a `clocks` list, the SM
+    clock is probed right behind each timed sample (while the GPU is still busy) and the median appended."""
     torch = require_torch()
     s = len(a)
 
@@ -277,14 +282,18 @@ def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float =
             torch.cuda.current_stream(device).wait_stream(side)
             for _ in range(max(1, math.ceil(warm_s / (calls * max(est, 1e-7))))):
                 graph.replay()
-            samples = []
+            samples, clk = [], []
             for _ in range(repeats):
                 e0, e1 = ev(), ev()
                 e0.record()
                 graph.replay()
                 e1.record()
+                if clocks is not None:
+                    clk.append(probe_clock_hz(enqueue_clock_probe()))
                 e1.synchronize()
                 samples.append(e0.elapsed_time(e1) * 1e-3 / calls)
+            if clocks is not None:
+                clocks.append(sorted(clk)[len(clk) // 2])
             del graph
             return sorted(samples)[len(samples) // 2], "graph"
         except Exception:  # noqa: BLE001 - capture not possible: time the eager loop
@@ -293,15 +302,19 @@ def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float =
     reps = repeats if est < 5e-3 else 2
     for i in range(math.ceil(warm_s / max(est, 1e-7))):
         call(i)
-    samples = []
+    samples, clk = [], []
     for _ in range(reps):
         e0, e1 = ev(), ev()
         e0.record()
         for i in range(iters):
             call(i)
         e1.record()
+        if clocks is not None:
+            clk.append(probe_clock_hz(enqueue_clock_probe()))
         e1.synchronize()
         samples.append(e0.elapsed_time(e1) * 1e-3 / iters)
+    if clocks is not None:
+        clocks.append(sorted(clk)[len(clk) // 2])
     return sorted(samples)[len(samples) // 2], "eager"
 
 
@@ -346,6 +359,7 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
     pools = Pools(list(shapes) + ([sent] if use_sent else []), device, seed)
     meas: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(shapes))}
     clocks: dict[int, list[float]] = {i: [] for i in range(len(shapes))}
+    last_clock: list[float | None] = [None]
     sent_t: list[tuple[int, float, float]] = []  # (pass, seconds since start, time)
     methods: dict[str, int] = {}
     t_start = _time.perf_counter()
@@ -354,8 +368,11 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
 
     def time_one(sh: Shape) -> float:
         a, b, c = pools.views(sh.m, sh.n, sh.k, sh.dtype)
-        t, how = time_views(a, b, c, device, graph_below_s, sample_s, warm_s=warm_s)
+        got_clk: list[float] = []
+        t, how = time_views(a, b, c, device, graph_below_s, sample_s, warm_s=warm_s,
+                            clocks=got_clk if (probe_clock and cuda) else None)
         methods[how] = methods.get(how, 0) + 1
+        last_clock[0] = got_clk[-1] if got_clk else None
         return t
 
     for p in range(max(1, passes)):
@@ -376,8 +393,8 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
                 sh = shapes[i]
                 try:
                     got.append((i, time_one(sh)))
-                    if probe_clock:
-                        clocks[i].append(sm_clock_hz(device))
+                    if last_clock[0] is not None:
+                        clocks[i].append(last_clock[0])
                 except Exception as e:  # noqa: BLE001 - one failing shape (memory, library) must not lose the sweep
                     errors.append(f"{sh}: {type(e).__name__}: {str(e)[:200]}")
                     if cuda:
@@ -415,6 +432,11 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
         row = [sh.m, sh.n, sh.k, sh.dtype, "none", 1, t, rate, rate / peak[sh.dtype], 0.0, sh.set,
                len(ms), max(used) / min(used) - 1.0, statistics.median(raw), max(raw) / min(raw) - 1.0, ratio,
                statistics.median(clocks[i]) if clocks[i] else None]
+        if clocks[i] and len(clocks[i]) == len(ms):
+            ref = [t * c / CLOCK_REF_HZ for t, c in zip(raw, clocks[i])]
+            row += [statistics.median(ref), max(ref) / min(ref) - 1.0]
+        else:
+            row += [None, None]
         rows.append(row)
         if on_row:
             on_row(row)
@@ -431,6 +453,53 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
              "time_s": "drift-corrected" if (correct and use_sent) else "raw",
              "wall_s": round(_time.perf_counter() - t_start, 1)}
     return rows, srows, stats
+
+
+STEADY_COLUMNS = COLUMNS + ["sm_clock_hz", "time_ref_s", "hold_s"]
+
+
+def run_steady(shapes: Sequence[Shape], device, peak: dict[str, float], hold_s: float = 0.4, seed: int = 0,
+               on_row=None, errors: list | None = None, budget_s: float = 0.0) -> list[list]:
+    """Rows (STEADY_COLUMNS): each shape run back to back for hold_s, timed over its last 3/8 (the power
+    controller settles within about 150 ms on the H200), with the SM clock probed behind each sample."""
+    torch = require_torch()
+    errors = errors if errors is not None else []
+    pools = Pools(shapes, device, seed)
+    order = list(range(len(shapes)))
+    random.Random(f"{seed}-steady").shuffle(order)
+    rows: list[list] = []
+    t0 = _time.perf_counter()
+    for i in order:
+        sh = shapes[i]
+        if budget_s > 0 and _time.perf_counter() - t0 > budget_s:
+            errors.append(f"steady time budget of {budget_s:.0f} s reached after {len(rows)} shapes")
+            break
+        a, b, c = pools.views(sh.m, sh.n, sh.k, sh.dtype)
+        clk: list[float] = []
+        try:
+            t, _ = time_views(a, b, c, device, 200e-6, sample_s=hold_s / 8, repeats=3, warm_s=hold_s * 5 / 8,
+                              clocks=clk if getattr(device, "type", str(device)) == "cuda" else None)
+        except Exception as e:  # noqa: BLE001 - one failing shape must not lose the rest
+            errors.append(f"steady {sh}: {type(e).__name__}: {str(e)[:200]}")
+            torch.cuda.synchronize(device) if getattr(device, "type", str(device)) == "cuda" else None
+            continue
+        rate = 2.0 * sh.m * sh.n * sh.k / t
+        f = clk[0] if clk else None
+        rows.append([sh.m, sh.n, sh.k, sh.dtype, "none", 1, t, rate, rate / peak[sh.dtype], 0.0, sh.set, f,
+                     t * f / CLOCK_REF_HZ if f else None, hold_s])
+        if on_row:
+            on_row(rows[-1])
+    return rows
+
+
+def steady_shapes(shapes: Sequence[Shape], n: int, seed: int = 0) -> list[Shape]:
+    """Up to n shapes of each of the random (fit) and holdout sets, per dtype in proportion to the sets."""
+    out: list[Shape] = []
+    for name in ("random", "holdout"):
+        pool = [s for s in shapes if s.set == name]
+        random.Random(f"{seed}-steady-{name}").shuffle(pool)
+        out += pool[:n]
+    return out
 
 
 def time_split(m: int, n: int, k: int, dtype: str, split: str, chunks: int, device, target_s: float = 0.02,

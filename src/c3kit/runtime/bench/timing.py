@@ -99,19 +99,34 @@ def time_loop(fn: Callable[[int], None], device, target_s: float = 0.02, repeats
     return statistics.median(elapsed(loop, device) / iters for _ in range(repeats))
 
 
-def sm_clock_hz(device, cycles: int = 50_000) -> float:
-    """The SM clock now, from device events around spin kernels of `cycles` and 2 x `cycles` clock ticks (NaN off CUDA)."""
+def enqueue_clock_probe(cycles: int = 50_000):
+    """Enqueue a clock probe on the current stream (spins of `cycles` and 2 x `cycles` ticks between events); read it with probe_clock_hz."""
     torch = require_torch()
-    if getattr(device, "type", str(device)) != "cuda":
-        return float("nan")
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    # the difference of two spins cancels the launch and event overhead that both pay
     ev[0].record()
     torch.cuda._sleep(cycles)
     ev[1].record()
     ev[2].record()
     torch.cuda._sleep(2 * cycles)
     ev[3].record()
+    return ev, cycles
+
+
+def probe_clock_hz(probe) -> float:
+    """SM clock (Hz) of an enqueued probe, waiting for it; the difference of its two spins cancels the
+    launch and event overhead that both pay."""
+    ev, cycles = probe
     ev[3].synchronize()
     dt = (ev[2].elapsed_time(ev[3]) - ev[0].elapsed_time(ev[1])) * 1e-3
     return cycles / dt if dt > 0 else float("nan")
+
+
+def sm_clock_hz(device, cycles: int = 50_000) -> float:
+    """The SM clock now, from a clock probe behind a leading spin (NaN off CUDA)."""
+    torch = require_torch()
+    if getattr(device, "type", str(device)) != "cuda":
+        return float("nan")
+    # the leading spin keeps the GPU busy while the host enqueues the probe: from an idle queue its
+    # first interval would otherwise include launch latency
+    torch.cuda._sleep(cycles)
+    return probe_clock_hz(enqueue_clock_probe(cycles))
