@@ -130,6 +130,8 @@ def gemm_cmd(
     align_shapes: int = typer.Option(None, "--align", help="Grid points with dimensions moved by -8/-16/-32 (fit); "
                                      "default 360 bf16, 60 fp16 / fp32."),
     odd_shapes: int = typer.Option(40, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file."),
+    workload: bool = typer.Option(True, "--workload/--no-workload", help="Also the catalog models' bf16 training "
+                                  "GEMMs that are off the grid (held out, never fitted), own file -workload.json."),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds of large GEMMs before timing (GPU only)."),
     sentinel_every: int = typer.Option(12, "--sentinel-every", help="Time 8192^3 bf16 between blocks of N shapes (0: never)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid (tests, CPU)."),
@@ -165,6 +167,8 @@ def gemm_cmd(
     else:
         shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick,
                                 n_holdout=holdout_shapes, n_align=align_shapes)
+        if workload and "bf16" in dts:
+            shapes += g.workload_shapes("bf16", seed=seed, quick=quick)
     counts = Counter((s.dtype, s.set) for s in shapes)
     ranges = {dt: g.dtype_range(dt, quick) for dt in dts}
     if plan:
@@ -195,7 +199,8 @@ def gemm_cmd(
     held_rows = [r for r in rows if r[10] == "holdout"]
     # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
     odd_rows = [r for r in rows if r[10] == "odd"]
-    rows = [r for r in rows if r[10] not in ("odd", "holdout")]
+    workload_rows = [r for r in rows if r[10] == "workload"]
+    rows = [r for r in rows if r[10] not in ("odd", "holdout", "workload")]
     for e in errors[:50]:
         _echo(f"# not run: {e}", quiet)
     if not rows:
@@ -213,7 +218,8 @@ def gemm_cmd(
     path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows,
                              _meta(script, {**extra, "note": "grid, align and random rows: the fit set"}))
     for suffix, rs, note in (("-holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
-                             ("-odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)")):
+                             ("-odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)"),
+                             ("-workload", workload_rows, "the catalog models' training GEMMs off the grid: never fitted")):
         if rs:
             write_calibration(path.with_name(path.stem + suffix + ".json"), "gemm", columns, rs,
                               _meta(script, {**extra, "note": note}))

@@ -158,6 +158,47 @@ def sweep_shapes(dtypes: Sequence[str], n_random: int | None = None, n_odd: int 
     return shapes
 
 
+WORKLOAD_TP = (1, 2, 4, 8)
+WORKLOAD_MICRO_BATCH = (1, 2)
+
+
+def workload_shapes(dtype: str = "bf16", n: int | None = None, seed: int = 0, quick: bool = False) -> list[Shape]:
+    """Up to n distinct GEMMs (set "workload") of the catalog's models in training: forward, dgrad and wgrad
+    of every preset at TP 1..8 (with sequence parallelism), micro-batch 1 and 2, its own sequence length;
+    only plain (unbatched) GEMMs with every dimension a multiple of 8, inside the dtype's claimed range and
+    off its grid (n: a random subset). Held out, never fitted."""
+    from c3kit.errors import C3kitError
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.model import get_model, list_models
+    from c3kit.workload.ops import Gemm
+    from c3kit.workload.parallel import Parallelism
+
+    rg = dtype_range(dtype, quick)
+    step = 1.0 if quick else GRID_STEP[dtype]
+    on_grid = [set(grid_axis(lo, hi, step)) for lo, hi in rg]
+    found: set[tuple[int, int, int]] = set()
+    for name in list_models():
+        model = get_model(name)
+        for tp in WORKLOAD_TP:
+            for mb in WORKLOAD_MICRO_BATCH:
+                try:
+                    par = Parallelism(tp=tp, sp=tp > 1, micro_batch=mb).validate(model, tp)
+                    graph = build_step(model, par, "train")
+                except C3kitError:
+                    continue  # a layout the model does not divide into
+                for node in graph.nodes:
+                    op = node.op
+                    if not isinstance(op, Gemm) or op.batch != 1:
+                        continue
+                    dims = (op.m, op.n, op.k)
+                    inside = all(lo <= v <= hi and v % 8 == 0 for v, (lo, hi) in zip(dims, rg))
+                    if inside and not all(v in g for v, g in zip(dims, on_grid)):
+                        found.add(dims)
+    picked = sorted(found)
+    random.Random(f"{seed}-workload-{dtype}").shuffle(picked)
+    return [Shape(m, n, k, dtype, "workload") for m, n, k in sorted(picked[:n] if n is not None else picked)]
+
+
 def warm_up(device, seconds: float = 3.0) -> None:
     """Run large bf16 GEMMs for about `seconds`, so that clocks and temperature settle before timing."""
     torch = require_torch()
@@ -493,9 +534,9 @@ def run_steady(shapes: Sequence[Shape], device, peak: dict[str, float], hold_s: 
 
 
 def steady_shapes(shapes: Sequence[Shape], n: int, seed: int = 0) -> list[Shape]:
-    """Up to n shapes of each of the random (fit) and holdout sets, per dtype in proportion to the sets."""
+    """Up to n shapes of each of the random (fit), holdout and workload sets, drawn at random from each."""
     out: list[Shape] = []
-    for name in ("random", "holdout"):
+    for name in ("random", "holdout", "workload"):
         pool = [s for s in shapes if s.set == name]
         random.Random(f"{seed}-steady-{name}").shuffle(pool)
         out += pool[:n]
