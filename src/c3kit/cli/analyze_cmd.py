@@ -39,6 +39,8 @@ def analyze(
     recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
     policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
+    power: str = typer.Option("burst", "--power", help="GEMM clocks: burst (as timed briefly) or sustained "
+                              "(power-capped, back to back; cost/power.py)."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -55,7 +57,11 @@ def analyze(
                   dist_optimizer=dist_opt)
     from c3kit.cost.model import as_model
 
-    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=as_model(cost_model))
+    cm = as_model(cost_model)
+    if power != "burst":
+        cm = cm.with_(power=power)
+        cost_model = f"{cost_model} ({power} clocks)"
+    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
     write_report(out, cfg, result, cost_model)
     if as_json:
         emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,

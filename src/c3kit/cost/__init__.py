@@ -36,6 +36,14 @@ def _table_for(m: CostModel, hw: GPU):
     return m.table if m.table is not None else cached_gemm_table(hw.name)
 
 
+def _sustained(op: Gemm, hw: GPU, burst_s: float) -> float:
+    """burst_s x the GPU's sustained-clock factor at the GEMM's burst efficiency."""
+    from c3kit.cost.power import sustained_for
+
+    eff = op.flops / burst_s / hw.peak_flops(op.dtype)
+    return burst_s * sustained_for(hw.name).factor(eff)
+
+
 def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     """Seconds that op takes alone on hw under the cost model (default roofline)."""
     m = _PRESETS.get(model) if model is None or isinstance(model, str) else model
@@ -48,13 +56,14 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
         kind = m.kind
         if kind == "roofline":
             return roofline_time(op, hw)
+        t = None
         if kind == "table":
             tab = _table_for(m, hw)
             if tab is not None:
                 t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve_of(m, hw), hw)
-                if t is not None:
-                    return t
-        return curve_of(m, hw).gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
+        if t is None:
+            t = curve_of(m, hw).gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
+        return _sustained(op, hw, t) if m.power == "sustained" else t
     if cls is Collective:
         return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
     if cls is Attention:
@@ -67,6 +76,13 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
 def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
     """time(op, hw, model) with the method used and details (algorithm, table coverage)."""
     m = as_model(model)
+    if isinstance(op, Gemm) and m.power == "sustained" and m.kind != "roofline":
+        from c3kit.cost.power import sustained_for
+
+        est = explain(op, hw, m.with_(power="burst"))
+        clock = sustained_for(hw.name)
+        return Estimate(_sustained(op, hw, est.seconds), est.method + "-sustained",
+                        {**est.detail, "burst_s": est.seconds, "sustained_clock": clock.to_dict()})
     if isinstance(op, Gemm):
         curve = curve_of(m, hw)
         origin = "model" if m.curve is not None else default_curve_for(hw)[1]

@@ -8,6 +8,11 @@ kind (GEMMs):
 - "table": a measured gemm calibration table with log-space interpolation (cost/table.py); outside
   the table, or with no table for the GPU, the efficiency curve, and `explain` says so.
 
+power (GEMMs of kinds "efficiency" and "table"): "burst" (default) prices a GEMM as timed in a short
+window, at whatever clock the GPU had; "sustained" multiplies that by the GPU's fitted sustained-clock
+factor (cost/power.py: a power-hungry GEMM run back to back drives the GPU to its power cap), or by 1
+where no steady-state calibration is shipped.
+
 Other ops: attention = roofline with attn_eff on FLOP/s and mem_eff on bandwidth; memory-bound ops =
 bytes / (HBM bandwidth x mem_eff); collectives = cost/collectives.py with `algo` and comm_eff.
 
@@ -27,6 +32,7 @@ from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve
 from c3kit.errors import CostError
 
 KINDS = ("roofline", "efficiency", "table")
+POWER_MODES = ("burst", "sustained")
 _DEFAULT_EFF = {
     "roofline": {"mem_eff": 1.0, "attn_eff": 1.0, "comm_eff": 1.0},
     "efficiency": {"mem_eff": 0.85, "attn_eff": 0.6, "comm_eff": 0.8},
@@ -45,10 +51,13 @@ class CostModel:
     attn_eff: float | None = None
     comm_eff: float | None = None
     algo: str = "auto"
+    power: str = "burst"  # "sustained": GEMM times x the power-capped clock factor (cost/power.py)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise CostError(f"unknown cost model {self.kind!r}: use one of {', '.join(KINDS)}")
+        if self.power not in POWER_MODES:
+            raise CostError(f"unknown power mode {self.power!r}: use one of {', '.join(POWER_MODES)}")
         for name, default in _DEFAULT_EFF[self.kind].items():
             v = getattr(self, name)
             if v is None:

@@ -408,6 +408,8 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     cm = as_model(cost_model)
     if cm.kind == "table":
         raise C3kitError("the vectorized sweep supports the roofline and efficiency cost models, not table")
+    if cm.power != "burst":
+        raise C3kitError("the vectorized sweep prices burst GEMM times only, not power 'sustained'")
     policy = policy or DEFAULT_POLICY
     missing = [c for c in (*MODEL_COLUMNS, *PAR_COLUMNS, *HW_COLUMNS) if c not in df.columns]
     if missing:
