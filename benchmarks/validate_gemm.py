@@ -117,14 +117,15 @@ def with_time(doc: dict, time_col: str, sets: set | None = None) -> dict:
     return {**doc, "rows": rows}
 
 
-def errors(doc_fit: dict, doc_held: dict, gpu_name: str) -> dict:
-    """Relative errors on the held-out rows for the calibrated table model and the fitted curve."""
+def errors(doc_fit: dict, doc_held: dict, gpu_name: str, fit=None) -> dict:
+    """Relative errors on the held-out rows for the calibrated table model and the fitted curve
+    (fit: fit_efficiency's result on doc_fit, computed when not given)."""
     from c3kit.cost.efficiency import curve_times, fit_efficiency
     from c3kit.cost.table import GemmTable
     from c3kit.hw.catalog import get_gpu
 
     gpu = get_gpu(gpu_name)
-    fit = fit_efficiency(doc_fit, gpu)
+    fit = fit or fit_efficiency(doc_fit, gpu)
     table = GemmTable.from_doc(doc_fit, "fit rows")
     held = GemmTable.from_doc(doc_held, "held-out rows")
     m, n, k, b, dts, t = held.arrays()
@@ -143,19 +144,18 @@ def errors(doc_fit: dict, doc_held: dict, gpu_name: str) -> dict:
                      "by_time": {lab: _stats([e[i] for i in range(len(t)) if lo <= t[i] < hi])
                                  for lo, hi, lab in TIME_CLASSES}}
     out["pass"] = out["calibrated"]["median"] <= TARGET_MEDIAN and out["calibrated"]["p90"] <= TARGET_P90
+    out["fit"] = fit
     return out
 
 
-def steady_check(doc_fit: dict, doc_steady: dict, gpu_name: str) -> dict:
+def steady_check(doc_fit: dict, doc_steady: dict, gpu_name: str, curve) -> dict:
     """Per steady-state set: errors of the burst table alone and times the sustained factor fitted on "random"."""
-    from c3kit.cost.efficiency import fit_efficiency
     from c3kit.cost.power import FIT_SETS, burst_predictions, fit_sustained, steady_rows
     from c3kit.cost.table import GemmTable
     from c3kit.hw.catalog import get_gpu
 
     gpu = get_gpu(gpu_name)
     table = GemmTable.from_doc(doc_fit, "fit rows")
-    curve = fit_efficiency(doc_fit, gpu).curve
     b, s, e = burst_predictions(steady_rows(doc_steady, FIT_SETS), table, gpu, curve)
     clock = fit_sustained(b, s, e, "steady fit rows")
     out = {"clock": clock.to_dict(), "sets": {}}
@@ -197,18 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     res["random_pass"] = res["pass"]
     wl_path = Path(a.file).with_name(Path(a.file).stem + "-workload.json")
     if wl_path.is_file():
-        wl = errors(doc_fit, with_time(json.loads(wl_path.read_text()), a.time_col), a.gpu)
+        wl = errors(doc_fit, with_time(json.loads(wl_path.read_text()), a.time_col), a.gpu, res["fit"])
         res["workload"] = {k: wl[k] for k in ("calibrated", "curve", "held_out_rows", "pass")}
         res["pass"] = wl["pass"]
     st_path = Path(a.file).with_name(Path(a.file).stem + "-steady.json")
     if st_path.is_file():
-        res["steady"] = steady_check(doc_fit, json.loads(st_path.read_text()), a.gpu)
+        res["steady"] = steady_check(doc_fit, json.loads(st_path.read_text()), a.gpu, res["fit"].curve)
     sent_path = Path(a.file).with_name(Path(a.file).stem + "-sentinel.json")
     res["sentinel"] = sentinel_spread(json.loads(sent_path.read_text()) if sent_path.is_file() else doc)
     res["pass_spread"] = pass_spread(doc)
     odd_path = Path(a.file).with_name(Path(a.file).stem + "-odd.json")
     if odd_path.is_file():
-        odd = errors(doc_fit, with_time(json.loads(odd_path.read_text()), a.time_col), a.gpu)
+        odd = errors(doc_fit, with_time(json.loads(odd_path.read_text()), a.time_col), a.gpu, res["fit"])
         res["odd"] = {k: odd["calibrated"][k] for k in ("n", "median", "p90", "max")}
     cols = doc["columns"]
     if a.holdout and Path(a.holdout).is_file() and "set" in cols and not a.no_ablation:
@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                             "median": r["calibrated"]["median"], "p90": r["calibrated"]["p90"],
                             "curve_median": r["curve"]["median"], "curve_p90": r["curve"]["p90"]})
         res["ablation"] = abl
+    res.pop("fit")
     if a.json:
         print(json.dumps(res, indent=1))
         return 0 if res["pass"] else 1
