@@ -84,3 +84,16 @@ def test_bench_gemm_plan_lists_the_workload_set(capsys):
     assert "workload" in capsys.readouterr().out
     assert main(["bench", "gemm", "--plan", "--no-workload"]) == 0
     assert "workload" not in capsys.readouterr().out
+
+
+def test_bench_gemm_steady_only_skips_the_sweep(tmp_path, capsys):
+    from c3kit.cli.main import main
+
+    out = tmp_path / "cpu-gemm.json"
+    assert main(["bench", "gemm", "--steady-only", "--out", str(out)]) == 2
+    assert "needs --steady" in capsys.readouterr().err
+    rc = main(["bench", "gemm", "--quick", "--dtypes", "fp32", "--steady", "2", "--steady-only", "--steady-hold-s",
+               "0.002", "--out", str(out), "--script", "tests"])
+    assert rc == 0 and not out.exists()
+    steady = json.loads((tmp_path / "cpu-gemm-steady.json").read_text())
+    assert len(steady["rows"]) == 4 and json.loads(steady["meta"]["protocol"])["steady_only"] is True

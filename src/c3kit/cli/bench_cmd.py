@@ -152,6 +152,8 @@ def gemm_cmd(
     steady: int = typer.Option(0, "--steady", help="Also time N random (fit) and N held-out shapes at steady state "
                                "(each run back to back for --steady-hold-s), own file -steady.json."),
     steady_hold_s: float = typer.Option(0.4, "--steady-hold-s", help="Seconds each steady-state shape runs."),
+    steady_only: bool = typer.Option(False, "--steady-only", help="Only the steady-state step (needs --steady): "
+                                     "no sweep, no splits; writes -steady.json beside --out."),
     seed: int = typer.Option(0, "--seed"),
     out: Path = OUT_OPT, script: str = SCRIPT_OPT, gpu: str = GPU_OPT, device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
@@ -176,6 +178,8 @@ def gemm_cmd(
             typer.echo(f"{dt:>5} {st:>8} {c:>6}")
         typer.echo(f"total {len(shapes)} shapes x {passes} passes; ranges (M, N, K) {ranges}")
         return
+    if steady_only and steady <= 0:
+        raise RuntimeSetupError("--steady-only needs --steady N (N > 0 shapes of each set)")
     dev = _device(device)
     hw, slug = _gpu(dev, gpu)
     peak = _peak(hw, dts)
@@ -189,7 +193,33 @@ def gemm_cmd(
         _echo(_table(cols, [[*r[:6], r[6] * 1e6, r[7] / 1e12, r[8], r[9], r[10]]], widths)[1], quiet)
 
     errors: list[str] = []
+    from c3kit.runtime.calib import write_calibration
+
+    def steady_step(path: Path, extra: dict) -> None:
+        st_shapes = g.steady_shapes(shapes, steady, seed)
+        _echo(f"# steady state: {len(st_shapes)} shapes, {steady_hold_s:g} s each", quiet)
+        st_errors: list[str] = []
+        st_rows = g.run_steady(st_shapes, dev, peak, hold_s=steady_hold_s, seed=seed, on_row=show, errors=st_errors,
+                               budget_s=budget_s)
+        for e in st_errors:
+            _echo(f"# not run: {e}", quiet)
+        if not st_rows:
+            raise RuntimeSetupError(f"bench gemm --steady measured nothing: {'; '.join(st_errors[:3])}")
+        st_path = write_calibration(path.with_name(path.stem + "-steady.json"), "gemm", g.STEADY_COLUMNS, st_rows,
+                                    _meta(script, {**extra, "errors": json.dumps(st_errors),
+                                                   "note": "steady state: each shape back to back for hold_s, "
+                                                           "timed at the end"}))
+        _echo(f"# wrote {len(st_rows)} steady-state rows to {st_path}", quiet)
+
     g.warm_up(dev, warmup_s)
+    if steady_only:
+        steady_step(_out_path(out, slug, "gemm"),
+                    {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
+                     "protocol": json.dumps({"steady": steady, "steady_hold_s": steady_hold_s, "warmup_s": warmup_s,
+                                             "steady_only": True, "clock_ref_hz": g.CLOCK_REF_HZ})})
+        if as_json:
+            emit_json({"steady_only": True, "path": str(_out_path(out, slug, "gemm"))})
+        return
     _echo(_table(cols, [], widths)[0], quiet)
     rows, srows, stats = g.run_sweep(shapes, dev, peak, passes=passes, seed=seed, on_row=show, budget_s=budget_s,
                                      errors=errors, sentinel_every=sentinel_every if dev.type == "cuda" else 0,
@@ -205,7 +235,6 @@ def gemm_cmd(
         _echo(f"# not run: {e}", quiet)
     if not rows:
         raise RuntimeSetupError(f"bench gemm measured nothing: {'; '.join(errors[:3])}")
-    from c3kit.runtime.calib import write_calibration
 
     extra = {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
              "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors[:200]),
@@ -228,17 +257,7 @@ def gemm_cmd(
                           _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
     _echo(f"# sweep: {stats}", quiet)
     if steady > 0:
-        st_shapes = g.steady_shapes(shapes, steady, seed)
-        _echo(f"# steady state: {len(st_shapes)} shapes, {steady_hold_s:g} s each", quiet)
-        st_errors: list[str] = []
-        st_rows = g.run_steady(st_shapes, dev, peak, hold_s=steady_hold_s, seed=seed, on_row=show, errors=st_errors,
-                               budget_s=budget_s)
-        for e in st_errors:
-            _echo(f"# not run: {e}", quiet)
-        if st_rows:
-            write_calibration(path.with_name(path.stem + "-steady.json"), "gemm", g.STEADY_COLUMNS, st_rows,
-                              _meta(script, {**extra, "errors": json.dumps(st_errors),
-                                             "note": "steady state: each shape back to back for hold_s, timed at the end"}))
+        steady_step(path, extra)
     split_rows, split_path = [], None
     if splits:
         # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
