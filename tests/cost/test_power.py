@@ -79,7 +79,7 @@ def test_shipped_h200_fit_throttles_big_gemms_and_not_small_ones():
     assert c.origin == "fitted:h200-sxm-gemm-steady.json" and c.rows >= 50
     # measured on the lent H200: 8192^3 bf16 went from about 1.42 ms to 1.60 ms under sustained load
     assert 1.04 < c.factor(0.75) < 1.25
-    assert 0.9 < c.factor(0.05) < 1.03
+    assert 0.95 < c.factor(0.05) < 1.10 and c.factor(0.05) < c.factor(0.75)
     assert sustained_for("H200-SXM+2g(historical)") == c  # projections use their base GPU's calibration
 
 
