@@ -501,14 +501,16 @@ STEADY_COLUMNS = COLUMNS + ["sm_clock_hz", "time_ref_s", "hold_s"]
 
 def run_steady(shapes: Sequence[Shape], device, peak: dict[str, float], hold_s: float = 0.4, seed: int = 0,
                on_row=None, errors: list | None = None, budget_s: float = 0.0) -> list[list]:
-    """Rows (STEADY_COLUMNS): each shape run back to back for hold_s, timed over its last 3/8 (the power
-    controller settles within about 150 ms on the H200), with the SM clock probed behind each sample."""
+    """Rows (STEADY_COLUMNS): each shape first run back to back, untimed, for 5/8 of hold_s (the power
+    controller settles within about 150 ms on the H200), then timed: 3 samples of about hold_s / 8 each
+    as an eager loop, or 3 graph replays for GEMMs under 200 us; the SM clock probed behind each sample."""
     torch = require_torch()
     errors = errors if errors is not None else []
     pools = Pools(shapes, device, seed)
     order = list(range(len(shapes)))
     random.Random(f"{seed}-steady").shuffle(order)
     rows: list[list] = []
+    cuda = getattr(device, "type", str(device)) == "cuda"
     t0 = _time.perf_counter()
     for i in order:
         sh = shapes[i]
@@ -519,10 +521,11 @@ def run_steady(shapes: Sequence[Shape], device, peak: dict[str, float], hold_s: 
         clk: list[float] = []
         try:
             t, _ = time_views(a, b, c, device, 200e-6, sample_s=hold_s / 8, repeats=3, warm_s=hold_s * 5 / 8,
-                              clocks=clk if getattr(device, "type", str(device)) == "cuda" else None)
+                              clocks=clk if cuda else None)
         except Exception as e:  # noqa: BLE001 - one failing shape must not lose the rest
             errors.append(f"steady {sh}: {type(e).__name__}: {str(e)[:200]}")
-            torch.cuda.synchronize(device) if getattr(device, "type", str(device)) == "cuda" else None
+            if cuda:
+                torch.cuda.synchronize(device)
             continue
         rate = 2.0 * sh.m * sh.n * sh.k / t
         f = clk[0] if clk else None
