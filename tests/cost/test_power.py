@@ -124,11 +124,18 @@ def test_analyze_power_option(tmp_path, capsys):
     from c3kit.cli.main import main
 
     args = ["analyze", "--model", "Llama-3-8B", "--gpus", "8", "--cost-model", "table", "--json"]
-    assert main(args + ["--out", str(tmp_path / "b")]) == 0
+    assert main(args + ["--power", "burst", "--out", str(tmp_path / "b")]) == 0
     burst = json.loads(capsys.readouterr().out)
-    assert main(args + ["--power", "sustained", "--out", str(tmp_path / "s")]) == 0
+    assert main(args + ["--out", str(tmp_path / "s")]) == 0  # sustained is the default
     sus = json.loads(capsys.readouterr().out)
     assert sus["totals"]["compute"] > burst["totals"]["compute"]  # big GEMMs slow down at the power cap
+    assert sus["cost_model"] == "table (sustained clocks)" and burst["cost_model"] == "table"
+    # roofline stays the ideal whatever --power says
+    roof = ["analyze", "--model", "Llama-3-8B", "--gpus", "8", "--cost-model", "roofline", "--json"]
+    assert main(roof + ["--out", str(tmp_path / "r1")]) == 0
+    r1 = json.loads(capsys.readouterr().out)
+    assert main(roof + ["--power", "burst", "--out", str(tmp_path / "r2")]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"] == r1["totals"]
     assert main(args + ["--power", "turbo", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown power mode" in err[0]

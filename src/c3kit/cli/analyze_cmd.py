@@ -39,8 +39,8 @@ def analyze(
     recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
     policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
-    power: str = typer.Option("burst", "--power", help="GEMM clocks: burst (as timed briefly) or sustained "
-                              "(power-capped, back to back; cost/power.py)."),
+    power: str = typer.Option("sustained", "--power", help="GEMM clocks: sustained (power-capped, as a step runs "
+                              "GEMMs back to back; cost/power.py) or burst (as timed briefly)."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -58,9 +58,11 @@ def analyze(
     from c3kit.cost.model import as_model
 
     cm = as_model(cost_model)
-    if power != "burst":
+    if power != "burst" and cm.kind != "roofline":  # roofline is the ideal: no clock factor
         cm = cm.with_(power=power)
         cost_model = f"{cost_model} ({power} clocks)"
+    elif power not in ("burst", "sustained"):
+        cm.with_(power=power)  # the one-line error for an unknown mode
     result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
     write_report(out, cfg, result, cost_model)
     if as_json:
