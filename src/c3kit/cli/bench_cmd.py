@@ -124,11 +124,11 @@ def _dtypes(text: str) -> list[str]:
 def gemm_cmd(
     dtypes: str = typer.Option("bf16,fp16,fp32", "--dtypes", help="Comma list of bf16, fp16, fp32."),
     random_shapes: int = typer.Option(None, "--random", help="Random fit shapes (multiples of 8) of the first dtype "
-                                      "(others: a fifth); default 360 bf16, 60 fp16 / fp32."),
+                                      "(others: a fifth); default 2000 bf16, 400 fp16 / fp32."),
     holdout_shapes: int = typer.Option(None, "--holdout", help="Held-out random shapes (never fitted), own file; "
                                        "default 300 bf16, 60 fp16 / fp32."),
     align_shapes: int = typer.Option(None, "--align", help="Grid points with dimensions moved by -8/-16/-32 (fit); "
-                                     "default 360 bf16, 60 fp16 / fp32."),
+                                     "default 1500 bf16, 300 fp16 / fp32."),
     odd_shapes: int = typer.Option(40, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file."),
     workload: bool = typer.Option(True, "--workload/--no-workload", help="Also the catalog models' bf16 training "
                                   "GEMMs that are off the grid (held out, never fitted), own file -workload.json."),
