@@ -145,7 +145,43 @@ def errors(doc_fit: dict, doc_held: dict, gpu_name: str, fit=None) -> dict:
                                  for lo, hi, lab in TIME_CLASSES}}
     out["pass"] = out["calibrated"]["median"] <= TARGET_MEDIAN and out["calibrated"]["p90"] <= TARGET_P90
     out["fit"] = fit
+    out["points"] = (t, table_pred)  # measured, predicted (for --plot; not printed)
     return out
+
+
+def plot(path: Path, sets: dict) -> None:
+    """Predicted vs measured (log-log, with +-10% bands) and the CDF of |error| per held-out set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    for (name, (meas, pred)), color in zip(sets.items(), ("tab:blue", "tab:orange", "tab:green")):
+        ax1.scatter(meas * 1e6, pred * 1e6, s=6, alpha=0.6, color=color, label=f"{name} ({len(meas)})")
+        e = np.sort(np.abs(pred / meas - 1.0))
+        ax2.plot(e * 100, np.arange(1, len(e) + 1) / len(e), color=color,
+                 label=f"{name}: median {np.median(e):.1%}, p90 {np.percentile(e, 90):.1%}")
+    lo = min(float(m.min()) for m, _ in sets.values()) * 1e6 * 0.8
+    hi = max(float(m.max()) for m, _ in sets.values()) * 1e6 * 1.25
+    xs = np.array([lo, hi])
+    ax1.plot(xs, xs, color="k", lw=0.8)
+    for f in (0.9, 1.1):
+        ax1.plot(xs, xs * f, color="k", lw=0.5, ls="--")
+    ax1.set(xscale="log", yscale="log", xlabel="measured (us)", ylabel="predicted (us)",
+            title="calibrated GEMM model, held-out shapes (dashed: +-10%)")
+    ax1.legend(loc="upper left", fontsize=8)
+    for x, lab in ((5, "median target"), (10, "p90 target")):
+        ax2.axvline(x, color="grey", lw=0.8, ls=":")
+    ax2.axhline(0.5, color="grey", lw=0.5)
+    ax2.axhline(0.9, color="grey", lw=0.5)
+    ax2.set(xlim=(0, 40), ylim=(0, 1), xlabel="|predicted / measured - 1| (%)", ylabel="share of shapes",
+            title="error CDF (targets: median 5%, p90 10%)")
+    ax2.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def steady_check(doc_fit: dict, doc_steady: dict, gpu_name: str, curve) -> dict:
@@ -179,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-sets", default="", help="comma list of sets of --file to fit (default: all rows)")
     ap.add_argument("--no-ablation", action="store_true", help="skip the other fit sets / time columns")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
+    ap.add_argument("--plot", default="", help="also write predicted-vs-measured and error-CDF figures (PNG)")
     a = ap.parse_args(argv)
     doc = json.loads(Path(a.file).read_text())
     fit_sets = set(a.fit_sets.split(",")) if a.fit_sets else None
@@ -198,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     wl_path = Path(a.file).with_name(Path(a.file).stem + "-workload.json")
     if wl_path.is_file():
         wl = errors(doc_fit, with_time(json.loads(wl_path.read_text()), a.time_col), a.gpu, res["fit"])
-        res["workload"] = {k: wl[k] for k in ("calibrated", "curve", "held_out_rows", "pass")}
+        res["workload"] = {k: wl[k] for k in ("calibrated", "curve", "held_out_rows", "pass", "points")}
         res["pass"] = wl["pass"]
     st_path = Path(a.file).with_name(Path(a.file).stem + "-steady.json")
     if st_path.is_file():
@@ -225,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
                             "curve_median": r["curve"]["median"], "curve_p90": r["curve"]["p90"]})
         res["ablation"] = abl
     res.pop("fit")
+    points = {"random multiples of 8": res.pop("points")}
+    if res.get("workload"):
+        points = {"workload GEMMs": res["workload"].pop("points"), **points}
+    if res.get("odd"):
+        res["odd"].pop("points", None)
+    if a.plot:
+        plot(Path(a.plot), points)
     if a.json:
         print(json.dumps(res, indent=1))
         return 0 if res["pass"] else 1

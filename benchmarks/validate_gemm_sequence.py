@@ -117,7 +117,31 @@ def measure(out: Path, settle_s: float = 0.5, reps: int = 5) -> int:
     return 0
 
 
-def check(path: Path, as_json: bool = False) -> int:
+def plot(path: Path, out: list[dict]) -> None:
+    """Error of burst and sustained pricing per layer sequence (sorted by measured time)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(out, key=lambda o: o["measured_s"])
+    x = [o["measured_s"] * 1e3 for o in rows]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.scatter(x, [o["burst_err"] * 100 for o in rows], s=14, label="burst table (sum)")
+    ax.scatter(x, [o["sustained_err"] * 100 for o in rows], s=14, label="sustained (sum)")
+    ax.axhline(0, color="k", lw=0.8)
+    for y in (-5, 5):
+        ax.axhline(y, color="grey", lw=0.5, ls="--")
+    ax.set(xscale="log", xlabel="measured time of one layer's training GEMMs (ms)", ylabel="predicted / measured - 1 (%)",
+           title=f"{len(rows)} layer sequences, back to back on the GPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def check(path: Path, as_json: bool = False, plot_path: str = "") -> int:
     """Predicted (burst, sustained) against measured layer-sequence times; a table and the error summary."""
     import numpy as np
 
@@ -139,6 +163,8 @@ def check(path: Path, as_json: bool = False) -> int:
     es = np.abs([o["sustained_err"] for o in out])
     summary = {"n": len(out), "burst_median": float(np.median(eb)), "burst_p90": float(np.percentile(eb, 90)),
                "sustained_median": float(np.median(es)), "sustained_p90": float(np.percentile(es, 90))}
+    if plot_path:
+        plot(Path(plot_path), out)
     if as_json:
         print(json.dumps({"rows": out, "summary": summary}, indent=1))
         return 0
@@ -158,6 +184,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="c3kit-out/gemm-sequence.json")
     ap.add_argument("--check", default="", help="a measured file to compare with the model")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", default="", help="with --check: also write the per-sequence error figure (PNG)")
     a = ap.parse_args(argv)
     if a.measure:
         return measure(Path(a.out))
@@ -165,7 +192,7 @@ def main(argv=None) -> int:
         if not Path(a.check).is_file():
             print(f"error: no such file {a.check}", file=sys.stderr)
             return 2
-        return check(Path(a.check), a.json)
+        return check(Path(a.check), a.json, a.plot)
     print("error: give --measure or --check FILE", file=sys.stderr)
     return 2
 
