@@ -50,4 +50,5 @@ def test_layer_gemm_sequences_on_the_h200_match_sustained_pricing(capsys):
     # measured 2026-12-02: burst pricing 13.8% low (median), sustained 0.7% (p90 2.9%)
     assert s["sustained_median"] < 0.03 and s["sustained_p90"] < 0.06
     assert s["burst_median"] > 2 * s["sustained_median"]
+    assert s["curve_sustained_median"] < 0.03  # the efficiency curve, as c3kit analyze prices by default
     assert mod.main(["--check", str(ROOT / "no-such-file.json")]) == 2
