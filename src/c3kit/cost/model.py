@@ -136,10 +136,12 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
 
 def clear_caches() -> None:
     """Forget loaded calibration tables and fitted curves (after writing a new calibration file)."""
+    from c3kit.cost.power import sustained_for
     from c3kit.cost.table import cached_gemm_table
 
     _fitted.clear()
     cached_gemm_table.cache_clear()
+    sustained_for.cache_clear()
 
 
 def curve_of(model: "CostModel", gpu) -> EfficiencyCurve:
