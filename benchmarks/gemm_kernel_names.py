@@ -40,6 +40,25 @@ def kernels_of(trace: dict) -> list[str]:
     return [e["name"] for e in ev]
 
 
+def is_marker(name: str) -> bool:
+    """True for the spin kernel torch.cuda._sleep launches (the separator between GEMMs)."""
+    return "sleep" in name.lower() or "spin" in name.lower()
+
+
+def group_by_markers(names: list[str]) -> list[list[str]]:
+    """The kernels between consecutive markers (what one GEMM launched), in order."""
+    groups: list[list[str]] = []
+    cur: list[str] | None = None
+    for nm in names:
+        if is_marker(nm):
+            if cur is not None:
+                groups.append(cur)
+            cur = []
+        elif cur is not None:
+            cur.append(nm)
+    return groups
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -75,17 +94,10 @@ def main(argv=None) -> int:
         prof.export_chrome_trace(tmp)
         names = kernels_of(json.loads(Path(tmp).read_text()))
         os.unlink(tmp)
-        groups, cur = [], None
-        for nm in names:
-            if "sleep" in nm.lower() or "spin" in nm.lower():
-                if cur is not None:
-                    groups.append(cur)
-                cur = []
-            elif cur is not None:
-                cur.append(nm)
+        groups = group_by_markers(names)
         if len(groups) != len(part):
             print(f"# batch at {lo}: {len(groups)} marker groups for {len(part)} shapes; markers seen: "
-                  f"{sorted({n for n in names if 'sleep' in n.lower() or 'spin' in n.lower()})[:3]}", flush=True)
+                  f"{sorted({n for n in names if is_marker(n)})[:3]}", flush=True)
         for s, g in zip(part, groups):
             rows.append([s.m, s.n, s.k, s.dtype, s.set, g])
         print(f"# {lo + len(part)} / {len(sh)} shapes", flush=True)
