@@ -142,11 +142,18 @@ def test_analyze_power_option(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_vectorized_sweep_refuses_sustained_clocks():
-    import pandas as pd
 
-    from c3kit.errors import C3kitError
-    from c3kit.step.fast import project_many
 
-    with pytest.raises(C3kitError, match="sustained"):
-        project_many(pd.DataFrame(), {}, CostModel(kind="efficiency", power="sustained"))
+def test_scale_power_option(tmp_path, capsys):
+    from c3kit.cli.main import main
+
+    args = ["scale", "--hw", "H200-SXM", "--no-paper", "--tp", "8", "--pp", "1", "--dp", "8", "--layers", "32",
+            "--seq", "2048", "--batch", "512", "--generations", "0", "--json"]
+    assert main(args + ["--out", str(tmp_path / "s")]) == 0
+    sus = json.loads(capsys.readouterr().out)
+    assert main(args + ["--power", "burst", "--out", str(tmp_path / "b")]) == 0
+    burst = json.loads(capsys.readouterr().out)
+    assert "sustained clocks" in sus["notes"][0] and "sustained" not in burst["notes"][0]
+    # the power cap slows compute, so communication's share of the step falls
+    assert sus["headline"]["comm_share_median"] < burst["headline"]["comm_share_median"]
+    assert main(args + ["--power", "turbo", "--out", str(tmp_path / "x")]) == 2

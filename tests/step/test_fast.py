@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from c3kit.cost import CostModel
 from c3kit.errors import C3kitError
 from c3kit.hw import get_gpu
 from c3kit.step import project
@@ -41,7 +42,8 @@ def random_scenarios(seed: int, n: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("cost_model,seed", [(None, 0), ("efficiency", 1)])
+@pytest.mark.parametrize("cost_model,seed", [(None, 0), ("efficiency", 1),
+                                             (CostModel(kind="efficiency", power="sustained"), 2)])
 def test_agrees_with_per_node_projection(cost_model, seed):
     df = random_scenarios(seed, 60)
     fast = project_many(df, GPUS, cost_model)

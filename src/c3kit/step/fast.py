@@ -393,7 +393,13 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
     out = np.empty(len(M))
     for gi in np.unique(G):
         sel = G == gi
-        out[sel] = curve_times(curve_of(cm, gpu_objs[gi]), gpu_objs[gi], M[sel], N[sel], K[sel], np.full(int(sel.sum()), "bf16"))
+        gpu = gpu_objs[gi]
+        out[sel] = curve_times(curve_of(cm, gpu), gpu, M[sel], N[sel], K[sel], np.full(int(sel.sum()), "bf16"))
+        if getattr(cm, "power", "burst") == "sustained":
+            from c3kit.cost.power import sustained_for
+
+            eff = 2.0 * M[sel] * N[sel] * K[sel] / out[sel] / gpu.peak_flops("bf16")
+            out[sel] *= sustained_for(gpu.name).factors(eff)
     pos = 0
     for t, i, m, _, _, _ in parts:
         t[i] = out[pos:pos + len(m)]
@@ -408,8 +414,6 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     cm = as_model(cost_model)
     if cm.kind == "table":
         raise C3kitError("the vectorized sweep supports the roofline and efficiency cost models, not table")
-    if cm.power != "burst":
-        raise C3kitError("the vectorized sweep prices burst GEMM times only, not power 'sustained'")
     policy = policy or DEFAULT_POLICY
     missing = [c for c in (*MODEL_COLUMNS, *PAR_COLUMNS, *HW_COLUMNS) if c not in df.columns]
     if missing:

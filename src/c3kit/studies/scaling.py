@@ -305,6 +305,8 @@ def _best(c: pd.DataFrame) -> pd.DataFrame:
 
 
 def _notes(s, best, grid, paper, cost_model) -> list[str]:
+    if cost_model is not None and not isinstance(cost_model, str):
+        cost_model = cost_model.kind + (f" ({cost_model.power} clocks)" if cost_model.power != "burst" else "")
     notes = [f"Cost model: {cost_model or 'roofline'} (c3kit.cost), collectives 'auto'; overlap: ops overlap "
              "where dependencies allow (c3kit.step). comm_share = comm / (compute + comm); exposed_share = "
              "exposed comm / step time."]
@@ -364,7 +366,8 @@ def figures(res: ScalingResult) -> list[tuple[str, object, str]]:
         ax.set_xticks(sorted(bg["generation"].unique()))
         ax.set_xlabel("hardware generation (0 = today)")
         ax.set_ylabel("% (median over scenarios, band: 10-90%)")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # generation 0 alone: no rule line to label
+            ax.legend(fontsize=8)
         ax.set_title("Communication share vs hardware generation")
         figs.append(("comm_share_vs_generation", fig, "Median communication share (and exposed share) per generation"))
     p = res.paper
