@@ -92,6 +92,9 @@ def test_bench_gemm_steady_only_skips_the_sweep(tmp_path, capsys):
     out = tmp_path / "cpu-gemm.json"
     assert main(["bench", "gemm", "--steady-only", "--out", str(out)]) == 2
     assert "needs --steady" in capsys.readouterr().err
+    assert main(["bench", "gemm", "--steady", "2", "--steady-hold-s", "0", "--out", str(out)]) == 2
+    assert "must be positive" in capsys.readouterr().err
+    assert not out.exists()
     rc = main(["bench", "gemm", "--quick", "--dtypes", "fp32", "--steady", "2", "--steady-only", "--steady-hold-s",
                "0.002", "--out", str(out), "--script", "tests"])
     assert rc == 0 and not out.exists()

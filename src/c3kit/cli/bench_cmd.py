@@ -180,6 +180,8 @@ def gemm_cmd(
         return
     if steady_only and steady <= 0:
         raise RuntimeSetupError("--steady-only needs --steady N (N > 0 shapes of each set)")
+    if steady > 0 and not steady_hold_s > 0:
+        raise RuntimeSetupError(f"--steady-hold-s must be positive seconds, got {steady_hold_s}")
     dev = _device(device)
     hw, slug = _gpu(dev, gpu)
     peak = _peak(hw, dts)
