@@ -26,27 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from c3kit.runtime.bench.timing import enqueue_clock_probe, probe_clock_hz
+
 PROTOCOLS = {"p0": dict(sample_s=0.5e-3, warm_s=0.0, pre_s=0.0), "w5": dict(sample_s=2e-3, warm_s=5e-3, pre_s=0.0),
              "w25": dict(sample_s=4e-3, warm_s=25e-3, pre_s=0.0), "pre20": dict(sample_s=2e-3, warm_s=0.0, pre_s=20e-3)}
-
-
-def probe_async(torch, cycles=50_000):
-    """Enqueue a two-spin clock probe; returns its events (read with probe_value after a sync)."""
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-    ev[0].record()
-    torch.cuda._sleep(cycles)
-    ev[1].record()
-    ev[2].record()
-    torch.cuda._sleep(2 * cycles)
-    ev[3].record()
-    return ev, cycles
-
-
-def probe_value(p) -> float:
-    """SM clock (Hz) of an enqueued probe."""
-    ev, cycles = p
-    dt = (ev[2].elapsed_time(ev[3]) - ev[0].elapsed_time(ev[1])) * 1e-3
-    return cycles / dt if dt > 0 else float("nan")
 
 
 def transient(torch, dev, quick: bool) -> list[dict]:
@@ -102,9 +85,9 @@ def transient(torch, dev, quick: bool) -> list[dict]:
             fn() if fn else torch.mm(sets[i % 3][0], sets[i % 3][1], out=c)
             ends[i].record()
             if i % every == every - 1:
-                probes.append((i, probe_async(torch)))  # between two GEMMs, outside both timings
+                probes.append((i, enqueue_clock_probe()))  # between two GEMMs, outside both timings
         torch.cuda.synchronize()
-        clk = {i: probe_value(p) for i, p in probes}
+        clk = {i: probe_clock_hz(p) for i, p in probes}
         for i in range(units):
             out.append({"seg": name, "n": n, "calls": calls_per, "at_s": t0.elapsed_time(starts[i]) * 1e-3,
                         "time_s": starts[i].elapsed_time(ends[i]) * 1e-3 / calls_per, "clock_hz": clk.get(i)})

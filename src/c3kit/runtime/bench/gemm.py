@@ -325,40 +325,39 @@ def time_views(a, b, c, device, graph_below_s: float = 200e-6, sample_s: float =
             torch.cuda.current_stream(device).wait_stream(side)
             for _ in range(max(1, math.ceil(warm_s / (calls * max(est, 1e-7))))):
                 graph.replay()
-            samples, clk = [], []
-            for _ in range(repeats):
-                e0, e1 = ev(), ev()
-                e0.record()
-                graph.replay()
-                e1.record()
-                if clocks is not None:
-                    clk.append(probe_clock_hz(enqueue_clock_probe()))
-                e1.synchronize()
-                samples.append(e0.elapsed_time(e1) * 1e-3 / calls)
-            if clocks is not None:
-                clocks.append(sorted(clk)[len(clk) // 2])
+            t = _event_samples(torch, graph.replay, repeats, calls, clocks)
             del graph
-            return sorted(samples)[len(samples) // 2], "graph"
+            return t, "graph"
         except Exception:  # noqa: BLE001 - capture not possible: time the eager loop
             torch.cuda.synchronize(device)
     iters = max(1, math.ceil(sample_s / max(est, 1e-7)))
     reps = repeats if est < 5e-3 else 2
     for i in range(math.ceil(warm_s / max(est, 1e-7))):
         call(i)
-    samples, clk = [], []
-    for _ in range(reps):
-        e0, e1 = ev(), ev()
-        e0.record()
+
+    def loop() -> None:
         for i in range(iters):
             call(i)
+
+    return _event_samples(torch, loop, reps, iters, clocks), "eager"
+
+
+def _event_samples(torch, run, reps: int, calls: int, clocks: list | None) -> float:
+    """Median seconds per call over `reps` event-timed run()s of `calls` GEMMs each; with `clocks`, the
+    median SM clock probed behind each sample (while the GPU is still busy) is appended to it."""
+    samples, clk = [], []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        run()
         e1.record()
         if clocks is not None:
             clk.append(probe_clock_hz(enqueue_clock_probe()))
         e1.synchronize()
-        samples.append(e0.elapsed_time(e1) * 1e-3 / iters)
+        samples.append(e0.elapsed_time(e1) * 1e-3 / calls)
     if clocks is not None:
         clocks.append(sorted(clk)[len(clk) // 2])
-    return sorted(samples)[len(samples) // 2], "eager"
+    return sorted(samples)[len(samples) // 2]
 
 
 def _inputs(torch, m, n, k, dtype, device, gen):
@@ -381,15 +380,13 @@ def time_gemm(m: int, n: int, k: int, dtype: str, device, target_s: float = 0.02
 def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: int = 3, seed: int = 0,
               on_row=None, budget_s: float = 0.0, errors: list | None = None,
               sentinel_every: int = SENTINEL_EVERY, graph_below_s: float = 200e-6, sample_s: float = SAMPLE_S,
-              correct: bool = True, log=None, warm_s: float = 0.0,
-              probe_clock: bool = False) -> tuple[list[list], list[list], dict]:
+              correct: bool = True, log=None, probe_clock: bool = False) -> tuple[list[list], list[list], dict]:
     """(rows, sentinel rows, stats): every shape timed in `passes` interleaved shuffled passes.
 
     Rows have SWEEP_COLUMNS (sentinel rows SENTINEL_COLUMNS): time_s is the median over passes of the drift-corrected time when
     `correct` (else of the raw time), time_raw_s the median of raw times, spread / spread_raw the
     max / min - 1 over passes, sentinel_ratio the median local sentinel / median sentinel, sm_clock_hz the
-    median SM clock probed after each timing (probe_clock). warm_s: steady-state warm-up per timing
-    (time_views). Sentinel rows
+    median SM clock probed after each timing (probe_clock). Sentinel rows
     (set "sentinel", in time order) hold each sentinel timing. Stops at budget_s (a shape then has fewer
     passes; shapes never timed are reported in errors)."""
     import statistics
@@ -402,20 +399,18 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
     pools = Pools(list(shapes) + ([sent] if use_sent else []), device, seed)
     meas: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(shapes))}
     clocks: dict[int, list[float]] = {i: [] for i in range(len(shapes))}
-    last_clock: list[float | None] = [None]
     sent_t: list[tuple[int, float, float]] = []  # (pass, seconds since start, time)
     methods: dict[str, int] = {}
     t_start = _time.perf_counter()
     stop = False
     pass_s = []
 
-    def time_one(sh: Shape) -> float:
+    def time_one(sh: Shape, clock_to: list | None = None) -> float:
+        """Seconds per GEMM of sh; with probe_clock on CUDA its probed clock is appended to clock_to."""
         a, b, c = pools.views(sh.m, sh.n, sh.k, sh.dtype)
-        got_clk: list[float] = []
-        t, how = time_views(a, b, c, device, graph_below_s, sample_s, warm_s=warm_s,
-                            clocks=got_clk if (probe_clock and cuda) else None)
+        t, how = time_views(a, b, c, device, graph_below_s, sample_s,
+                            clocks=clock_to if (probe_clock and cuda) else None)
         methods[how] = methods.get(how, 0) + 1
-        last_clock[0] = got_clk[-1] if got_clk else None
         return t
 
     for p in range(max(1, passes)):
@@ -435,9 +430,7 @@ def run_sweep(shapes: Sequence[Shape], device, peak: dict[str, float], passes: i
                     break
                 sh = shapes[i]
                 try:
-                    got.append((i, time_one(sh)))
-                    if last_clock[0] is not None:
-                        clocks[i].append(last_clock[0])
+                    got.append((i, time_one(sh, clocks[i])))
                 except Exception as e:  # noqa: BLE001 - one failing shape (memory, library) must not lose the sweep
                     errors.append(f"{sh}: {type(e).__name__}: {str(e)[:200]}")
                     if cuda:
