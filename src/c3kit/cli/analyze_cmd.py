@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, rich_table
+from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, rich_table, with_power
 from c3kit.units import fmt_time
 
 DEFAULT_OUT = "c3kit-out"
@@ -39,8 +39,7 @@ def analyze(
     recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
     policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
-    power: str = typer.Option("sustained", "--power", help="GEMM clocks: sustained (power-capped, as a step runs "
-                              "GEMMs back to back; cost/power.py) or burst (as timed briefly)."),
+    power: str = POWER_OPT,
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -55,14 +54,7 @@ def analyze(
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt)
-    from c3kit.cost.model import as_model
-
-    cm = as_model(cost_model)
-    if power != "burst" and cm.kind != "roofline":  # roofline is the ideal: no clock factor
-        cm = cm.with_(power=power)
-        cost_model = f"{cost_model} ({power} clocks)"
-    elif power not in ("burst", "sustained"):
-        cm.with_(power=power)  # the one-line error for an unknown mode
+    cm, cost_model = with_power(cost_model, power)
     result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
     write_report(out, cfg, result, cost_model)
     if as_json:

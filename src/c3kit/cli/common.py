@@ -16,6 +16,19 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON document to stdout instead of tables.")
+POWER_OPT = typer.Option("sustained", "--power", help="GEMM clocks: sustained (power-capped, as a step runs GEMMs "
+                         "back to back; factor 1 for GPUs without a steady-state calibration) or burst (as timed "
+                         "briefly); docs/cost.md.")
+
+
+def with_power(cost_model: str, power: str):
+    """(CostModel, label) for --cost-model and --power; roofline stays the ideal (no clock factor)."""
+    from c3kit.cost.model import as_model
+
+    cm = as_model(cost_model).with_(power=power)  # an unknown mode is a one-line CostError
+    if power == "burst" or cm.kind == "roofline":
+        return cm.with_(power="burst"), cost_model
+    return cm, f"{cost_model} ({power} clocks)"
 
 
 def emit_json(data: Any) -> None:

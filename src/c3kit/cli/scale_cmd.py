@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, rich_table
+from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, rich_table, with_power
 
 DEFAULT_OUT = "c3kit-out/scale"
 
@@ -49,8 +49,7 @@ def scale(
     paper: bool = typer.Option(True, "--paper/--no-paper", help="Also run the models-grow-with-hardware sweep."),
     grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
-    power: str = typer.Option("sustained", "--power", help="GEMM clocks: sustained (power-capped; factor 1 "
-                              "for GPUs without a steady-state calibration) or burst (docs/cost.md)."),
+    power: str = POWER_OPT,
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -65,12 +64,7 @@ def scale(
         raise StudyError(f"--cost-model {cost_model!r}: the sweep supports roofline or efficiency")
     if not (grid or paper):
         raise StudyError("nothing to run: drop --no-grid or --no-paper")
-    from c3kit.cost.model import POWER_MODES, CostModel
-
-    if power not in POWER_MODES:
-        raise StudyError(f"--power {power!r}: use one of {', '.join(POWER_MODES)}")
-    # roofline is the ideal: no clock factor; burst keeps the plain name (same notes as before)
-    cm = CostModel(kind="efficiency", power=power) if cost_model == "efficiency" and power != "burst" else cost_model
+    cm, _ = with_power(cost_model, power)
     changes = {k: v for k, v in {
         "hidden": _ints(hidden, "hidden"), "layers": _ints(layers, "layers"), "seq": _ints(seq, "seq"),
         "batch": _ints(batch, "batch"), "tp": _ints(tp, "tp"), "pp": _ints(pp, "pp"), "dp": _ints(dp, "dp"),
