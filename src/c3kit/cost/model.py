@@ -110,10 +110,11 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
     hit = _fitted.get(name)
     if hit is not None:
         return hit
+    from c3kit.cost.basis import source_gpu
     from c3kit.cost.efficiency import fit_efficiency
     from c3kit.cost.table import cached_gemm_table
 
-    base = base_name(name)
+    base = source_gpu(name, "gemm") or base_name(name)  # own, projected or transferred (cost/basis.py)
     table = cached_gemm_table(base)
     out = (DEFAULT_CURVE, "default")
     if table is not None:

@@ -119,7 +119,9 @@ def sustained_for(gpu_name: str) -> SustainedClock:
     from c3kit.cost.table import cached_gemm_table, calibration_path, read_calibration
     from c3kit.hw.catalog import get_gpu
 
-    base = base_name(gpu_name)
+    from c3kit.cost.basis import source_gpu
+
+    base = source_gpu(gpu_name, "gemm") or base_name(gpu_name)
     table = cached_gemm_table(base)
     gemm_path = calibration_path(base, "gemm")
     path = gemm_path.with_name(gemm_path.stem + "-steady.json")
