@@ -53,22 +53,23 @@ class GemmCase:
 
 def gemm_cases(quick: bool = False) -> list[GemmCase]:
     """GEMM shapes from model presets: TP-8 layer GEMMs at 2048 and 8192 tokens, plus small-M (decode-like) ones."""
-    from c3kit.workload import get_model
+    from c3kit.workload import Parallelism, get_model
+    from c3kit.workload.layer import describe_tokens
 
     out = []
     models = ("Llama-3-70B",) if quick else ("Llama-3-70B", "GPT-3-175B", "Llama-3-8B")
     for name in models:
         c = get_model(name)
-        tp = 8
-        up = c.ffn_hidden * (2 if c.gated_mlp else 1)
-        shapes = (("qkv", (c.q_dim + 2 * c.kv_dim) // tp, c.hidden), ("fc1", up // tp, c.hidden),
-                  ("fc2", c.hidden, c.ffn_hidden // tp))
+        par = Parallelism(tp=8, sp=True)
         for tokens in ((8192,) if quick else (2048, 8192)):
-            for label, n, k in shapes:
-                out.append(GemmCase(f"{c.name} {label} T={tokens}", tokens, n, k))
+            layer = describe_tokens(c, par, tokens)
+            for label in ("qkv", "fc1", "fc2"):
+                g = layer.op(label).shape
+                out.append(GemmCase(f"{c.name} {label} T={tokens}", g.m, g.n, g.k))
         if not quick:
             # memory-bound: few token rows against a full weight shard
-            out.append(GemmCase(f"{c.name} fc1 T=128", 128, up // tp, c.hidden))
+            g = describe_tokens(c, par, 128).op("fc1").shape
+            out.append(GemmCase(f"{c.name} fc1 T=128", g.m, g.n, g.k))
     return out
 
 
