@@ -120,27 +120,14 @@ def in_flight_micro_batches(par: Parallelism) -> float:
 
 def _param_shards(model: ModelConfig, par: Parallelism) -> tuple[float, float, float]:
     """(dense parameters, expert parameters, dp ranks sharing an expert) per GPU of the first stage."""
+    from c3kit.workload.layer import Dims, Structure, weights
+
     m, p = model, par
-    t = p.tp
-    qn, kvn = m.heads // t, max(1, m.kv_heads // t)
-    attn = m.hidden * (qn + 2 * kvn) * m.head_dim + qn * m.head_dim * m.hidden
-    norms = m.norm_params()
-    g = m.ffn_matrices
-    if m.is_moe:
-        dense = attn + norms + m.hidden * m.n_experts
-        if p.ep == 1:
-            experts = m.n_experts * g * m.hidden * (m.moe_ffn_hidden // t)
-            edp = p.dp
-        else:
-            experts = (m.n_experts // p.ep) * g * m.hidden * m.moe_ffn_hidden
-            edp = (p.tp * p.dp) // p.ep
-    else:
-        dense = attn + norms + g * m.hidden * (m.ffn_hidden // t)
-        experts, edp = 0, p.dp
+    w = weights(Dims.of(m, p, m.max_seq), Structure.of(m, p))  # per-rank weights from the layer description
+    dense, experts, edp = w.dense, w.experts, w.edp
     layers = m.layers // p.pp
-    vl = -(-m.vocab // t)
     # The first stage holds the input embedding; with pp == 1 it also holds the untied output layer.
-    emb = vl * m.hidden * (1 if (m.tied_embeddings or p.pp > 1) else 2)
+    emb = w.emb * (1 if (m.tied_embeddings or p.pp > 1) else 2)
     if m.position == "learned":
         emb += m.max_seq * m.hidden
     return float(layers * dense + emb), float(layers * experts), float(edp)
