@@ -25,7 +25,7 @@ import numpy as np
 
 from c3kit.errors import WorkloadError
 from c3kit.hw.model import dtype_bytes
-from c3kit.workload.model import ModelConfig
+from c3kit.workload.config import ModelConfig
 from c3kit.workload.parallel import Parallelism
 
 PHASES = ("train", "prefill", "decode")

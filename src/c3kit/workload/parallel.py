@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from c3kit.errors import WorkloadError
-from c3kit.workload.model import ModelConfig
+from c3kit.workload.config import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
 
