@@ -12,6 +12,8 @@ from pathlib import Path
 import typer
 
 from c3kit.cli.common import JSON_OPT, emit_json
+from c3kit.cost.calib_store import calib_stem, variant_path
+from c3kit.cost.calib_store import out_path as calib_out_path
 from c3kit.errors import RuntimeSetupError
 
 bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
@@ -61,9 +63,9 @@ def _gpu(dev, name: str | None):
         name = _torch().cuda.get_device_name(dev).replace("NVIDIA ", "")
     try:
         g = get_gpu(name)
-        return g, g.name.lower()
+        return g, calib_stem(g.name)
     except HardwareError:
-        return None, re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        return None, calib_stem(name)
 
 
 def _peak(g, dtypes) -> dict[str, float]:
@@ -77,7 +79,7 @@ def _peak(g, dtypes) -> dict[str, float]:
 
 
 def _out_path(out: Path | None, slug: str, kind: str) -> Path:
-    return out if out is not None else Path("c3kit-out") / "calib" / f"{slug}-{kind}.json"
+    return out if out is not None else calib_out_path(slug, kind)
 
 
 def _meta(script: str, extra: dict | None = None) -> dict:
@@ -207,7 +209,7 @@ def gemm_cmd(
             _echo(f"# not run: {e}", quiet)
         if not st_rows:
             raise RuntimeSetupError(f"bench gemm --steady measured nothing: {'; '.join(st_errors[:3])}")
-        st_path = write_calibration(path.with_name(path.stem + "-steady.json"), "gemm", g.STEADY_COLUMNS, st_rows,
+        st_path = write_calibration(variant_path(path, "steady"), "gemm", g.STEADY_COLUMNS, st_rows,
                                     _meta(script, {**extra, "errors": json.dumps(st_errors),
                                                    "note": "steady state: each shape back to back for hold_s, "
                                                            "timed at the end"}))
@@ -248,14 +250,14 @@ def gemm_cmd(
              "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
     path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows,
                              _meta(script, {**extra, "note": "grid, align and random rows: the fit set"}))
-    for suffix, rs, note in (("-holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
-                             ("-odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)"),
-                             ("-workload", workload_rows, "the catalog models' training GEMMs off the grid: never fitted")):
+    for suffix, rs, note in (("holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
+                             ("odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)"),
+                             ("workload", workload_rows, "the catalog models' training GEMMs off the grid: never fitted")):
         if rs:
-            write_calibration(path.with_name(path.stem + suffix + ".json"), "gemm", columns, rs,
+            write_calibration(variant_path(path, suffix), "gemm", columns, rs,
                               _meta(script, {**extra, "note": note}))
     if srows:
-        write_calibration(path.with_name(path.stem + "-sentinel.json"), "gemm", g.SENTINEL_COLUMNS, srows,
+        write_calibration(variant_path(path, "sentinel"), "gemm", g.SENTINEL_COLUMNS, srows,
                           _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
     _echo(f"# sweep: {stats}", quiet)
     if steady > 0:
@@ -271,7 +273,7 @@ def gemm_cmd(
         for e in split_errors:
             _echo(f"# not run: {e}", quiet)
         extra = {**extra, "errors": json.dumps(split_errors)}
-        split_path = write_calibration(path.with_name(path.stem + "-split.json"), "gemm", g.COLUMNS, split_rows,
+        split_path = write_calibration(variant_path(path, "split"), "gemm", g.COLUMNS, split_rows,
                                        _meta(script, extra))
     if as_json:
         emit_json({"path": str(path), "columns": columns, "rows": rows,
@@ -443,12 +445,12 @@ def comm_cmd(
                                                                 "NVSHMEM_DISABLE_NVLS")})}
     path = write_calibration(_out_path(out, slug, "comm"), "comm", cb.COLUMNS, rows, _meta(script, extra))
     if val.get("dma_rows"):
-        write_calibration(path.with_name(path.stem.replace("-comm", "") + "-dma.json"), "dma", cb.DMA_COLUMNS,
+        write_calibration(variant_path(path, "", "dma"), "dma", cb.DMA_COLUMNS,
                           val["dma_rows"], _meta(script, {**extra, "note": "single copy_ pulls from the next rank's "
                                                           "symmetric buffer (one copy-engine command each)"}))
     c3_path = None
     if val["c3_rows"]:
-        c3_path = write_calibration(path.with_name(path.stem.replace("-comm", "") + "-c3-multi.json"), "c3",
+        c3_path = write_calibration(variant_path(path, "multi", "c3"), "c3",
                                     cb.C3_COLUMNS, val["c3_rows"], _meta(script, extra))
     if as_json:
         emit_json({"path": str(path), "columns": cb.COLUMNS, "rows": rows, "c3_rows": val["c3_rows"],

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from c3kit import cost
 from c3kit.cost.table import c3_variant_family
 from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.catalog import get_gpu
@@ -78,7 +77,9 @@ def _scale(k_mi300x: int, sms: int) -> int:
 
 
 def _calib_dir() -> Path:
-    return Path(cost.__file__).parent / "data" / "calib"
+    from c3kit.cost.calib_store import calib_dir
+
+    return calib_dir()
 
 
 def contention_params(gpu_name: str, calib_dir: Path | None = None):
@@ -87,11 +88,12 @@ def contention_params(gpu_name: str, calib_dir: Path | None = None):
 
     from c3kit.sim import ContentionParams
 
-    slug = gpu_name.lower()
+    from c3kit.cost.calib_store import calibration_path
+
     calib_dir = calib_dir or _calib_dir()
     skipped = ""
     for suffix in ("contention", "c3"):
-        path = calib_dir / f"{slug}-{suffix}.json"
+        path = calibration_path(gpu_name, suffix, calib_dir)
         if not path.is_file():
             continue
         try:
@@ -119,7 +121,9 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
     """Fraction of ideal per strategy and class measured on a real GPU (calib/<gpu>-c3.json, kind c3), if shipped."""
     import json
 
-    path = (calib_dir or _calib_dir()) / f"{gpu_name.lower()}-c3.json"
+    from c3kit.cost.calib_store import calibration_path
+
+    path = calibration_path(gpu_name, "c3", calib_dir or _calib_dir())
     if not path.is_file():
         return pd.DataFrame(), ""
     try:
