@@ -337,258 +337,344 @@ class _Ops:
 
 def evaluate(d: Dims, s: Structure) -> Layer:
     """The description over Dims (ints or arrays) for one Structure."""
-    train, decode = s.phase == "train", s.phase == "decode"
-    tp, dp, ep = d.tp, d.dp, d.ep
-    mb = d.grad_accum  # micro-batches per step per DP rank
-    T = d.micro_batch * (1 if decode else d.seq)
-    Tsp = cdiv(T, tp) if s.sp else T
-    H, hd, b, gb, g = d.hidden, d.head_dim, d.b, d.gb, d.g
-    qn = d.heads // tp
-    kvn = at_least_one(d.kv_heads // tp)  # KV heads are replicated when tp > kv_heads
-    n_qkv = (qn + 2 * kvn) * hd
-    k_proj = qn * hd
-    tp_blk, dp_blk, ep_blk, pp_blk = tp, tp * dp, ep, tp * dp * d.pp
-    act_bytes = T * H * b  # one T x H activation, the size every TP collective moves
-    w = weights(d, s)
-    F = d.moe_ffn if s.moe else d.ffn
-    Fl = F // tp
-    L = "layer"
-    o = _Ops()
-    add = o.add
+    b = _Builder(d, s)
+    emb, emb_c = b.embedding()
+    fsdp_f = None
+    if b.fsdp:
+        fsdp_f = b.add("layer.fsdp_ag", CollShape("all_gather", b.w.layer * d.b, d.dp, "dp", b.dp_blk), (), "fwd",
+                       _L, "dp", b.mb, "fsdp_ag")
+    b.layer_forward("fwd", False, fsdp_f, emb_c or emb)
+    last_fwd = b.last()
+    if s.pp:
+        b.add("pp.fwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (last_fwd,), "fwd", "micro", "pp",
+              b.mb * d.vpp, "pp_fwd")
+    head = b.head(last_fwd)
+    if s.phase != "train":
+        return b.layer()
+    hd_wg, fnb = b.loss_and_head_backward(head)
+    fsdp_b = None
+    if b.fsdp:
+        fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, d.dp, "dp", b.dp_blk), (),
+                       "bwd", _L, "dp", b.mb, "fsdp_ag")
+    if s.recompute == "full":
+        b.layer_forward("bwd", True, fsdp_b, fnb)
+    start = b.last() if s.recompute == "full" else fnb
+    wgrads, n1b = b.layer_backward(start, fsdp_b)
+    reductions = b.layer_grad_reductions(tuple(wgrads))
+    if s.pp:
+        b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
+              b.mb * d.vpp, "pp_bwd")
+    b.embedding_backward_and_optimizer(n1b, hd_wg, reductions)
+    return b.layer()
 
-    def tp_after(name: str, dep: str, ph: str, scope: str = L, cnt=mb) -> str | None:
+
+_L = "layer"
+
+
+class _Builder(_Ops):
+    """The sizes every op of one evaluation shares, and one method per part of the step."""
+
+    __slots__ = ("d", "s", "mb", "T", "Tsp", "qn", "kvn", "n_qkv", "k_proj", "tp_blk", "dp_blk", "ep_blk", "pp_blk",
+                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes")
+
+    def __init__(self, d: Dims, s: Structure) -> None:
+        super().__init__()
+        self.d, self.s = d, s
+        tp, dp = d.tp, d.dp
+        self.mb = d.grad_accum  # micro-batches per step per DP rank
+        self.T = d.micro_batch * (1 if s.phase == "decode" else d.seq)
+        self.Tsp = cdiv(self.T, tp) if s.sp else self.T
+        self.qn = d.heads // tp
+        self.kvn = at_least_one(d.kv_heads // tp)  # KV heads are replicated when tp > kv_heads
+        self.n_qkv = (self.qn + 2 * self.kvn) * d.head_dim
+        self.k_proj = self.qn * d.head_dim
+        self.tp_blk, self.dp_blk, self.ep_blk, self.pp_blk = tp, tp * dp, d.ep, tp * dp * d.pp
+        self.act_bytes = self.T * d.hidden * d.b  # one T x H activation, the size every TP collective moves
+        self.w = weights(d, s)
+        self.F = d.moe_ffn if s.moe else d.ffn
+        self.Fl = self.F // tp
+        self.fsdp = s.fsdp and s.dp
+        self.stage_layers = d.layers // d.pp
+        self.pp_bytes = (self.T // tp if s.sp else self.T) * d.hidden * d.b
+
+    def last(self) -> str:
+        """The name of the op added last."""
+        return self.ops[-1].name
+
+    def layer(self) -> Layer:
+        """The finished description."""
+        return Layer(self.d, self.s, tuple(self.ops), self.w, self.T, self.stage_layers)
+
+    # ---- building blocks ----
+
+    def tp_after(self, name: str, dep: str, ph: str, scope: str = _L, cnt=None) -> str | None:
         """TP reduction of a row-parallel output: all-reduce, or reduce-scatter with SP."""
-        if not s.tp:
+        if not self.s.tp:
             return None
-        if s.sp:
-            return add(name + ".rs", CollShape("reduce_scatter", act_bytes, tp, "tp", tp_blk), (dep,), ph, scope,
-                       "tp", cnt, "tp_rs")
-        return add(name + ".ar", CollShape("all_reduce", act_bytes, tp, "tp", tp_blk), (dep,), ph, scope, "tp", cnt,
-                   "tp_ar")
+        cnt = self.mb if cnt is None else cnt
+        if self.s.sp:
+            return self.add(name + ".rs", CollShape("reduce_scatter", self.act_bytes, self.d.tp, "tp", self.tp_blk),
+                            (dep,), ph, scope, "tp", cnt, "tp_rs")
+        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                        ph, scope, "tp", cnt, "tp_ar")
 
-    def tp_gather(name: str, dep: str | None, ph: str, scope: str = L, cnt=mb) -> str | None:
+    def tp_gather(self, name: str, dep: str | None, ph: str, scope: str = _L, cnt=None) -> str | None:
         """SP all-gather of a sequence-sharded activation before a column-parallel GEMM."""
-        if not (s.tp and s.sp):
+        if not (self.s.tp and self.s.sp):
             return None
-        return add(name + ".ag", CollShape("all_gather", act_bytes, tp, "tp", tp_blk), (dep,), ph, scope, "tp", cnt,
-                   "tp_ag")
+        return self.add(name + ".ag", CollShape("all_gather", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                        ph, scope, "tp", self.mb if cnt is None else cnt, "tp_ag")
 
-    def norm(name: str, dep, ph: str, role: str) -> str:
-        return add(name, MemShape(4 * Tsp * H * b, 5 * Tsp * H), (dep,), ph, L, "compute", mb, role)
+    def compute(self, name: str, shape, deps, ph: str, role: str, scope: str = _L, grad: str = "") -> str:
+        """A compute op (count = micro-batches)."""
+        return self.add(name, shape, deps, ph, scope, "compute", self.mb, role, grad)
 
-    def moe_ep_sizes():
-        tl = cdiv(T, tp)  # each TP rank routes its own 1/tp of the tokens
-        el = d.n_experts // ep
-        return el, cdiv(tl * d.top_k, el), tl * d.top_k * H * b
+    def norm(self, name: str, dep, ph: str, role: str) -> str:
+        """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
+        Tsp, H = self.Tsp, self.d.hidden
+        return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H), (dep,), ph, role)
 
-    def layer_forward(ph: str, re: bool, fsdp_dep: str | None, entry: str | None) -> None:
-        """One layer's forward ops (re: recomputed inside backward); entry: the op the first layer waits for."""
-        r = "re_" if re else ""
-        pre = "re." if re else ""
-        n1 = norm(pre + "attn_norm", entry, ph, r + "norm")
-        ag = tp_gather(pre + "attn_in", n1, ph)
-        qkv = add(pre + "qkv", GemmShape(T, n_qkv, H), (ag or n1, fsdp_dep), ph, L, "compute", mb, r + "qkv")
-        last = qkv
-        if not train:
-            last = add("kv_write", MemShape(2 * T * kvn * hd * b), (qkv,), ph, L, "compute", mb, "kv_cache")
-        at = add(pre + "attn", AttnShape(d.micro_batch, qn, kvn, 1 if decode else d.seq, d.seq, hd, True),
-                 (last,), ph, L, "compute", mb, r + "attn")
-        pr = add(pre + "proj", GemmShape(T, H, k_proj), (at,), ph, L, "compute", mb, r + "proj")
-        c = tp_after(pre + "proj", pr, ph)
-        n2 = norm(pre + "mlp_norm", c or pr, ph, r + "norm")
-        if not s.moe:
-            ag = tp_gather(pre + "mlp_in", n2, ph)
-            f1 = add(pre + "fc1", GemmShape(T, g * Fl, H), (ag or n2,), ph, L, "compute", mb, r + "fc1")
-            a = add(pre + "act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl), (f1,), ph, L, "compute", mb, r + "act")
-            f2 = add(pre + "fc2", GemmShape(T, H, Fl), (a,), ph, L, "compute", mb, r + "fc2")
-            tp_after(pre + "fc2", f2, ph)
-            return
-        E, k = d.n_experts, d.top_k
-        rt = add(pre + "router", GemmShape(Tsp, E, H), (n2,), ph, L, "compute", mb, r + "router")
-        if not s.ep:
-            ag = tp_gather(pre + "mlp_in", n2, ph)
-            me = cdiv(T * k, E)
-            e1 = add(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (rt, ag), ph, L, "compute", mb, r + "experts")
-            a = add(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (e1,), ph, L, "compute",
-                    mb, r + "act")
-            e2 = add(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, L, "compute", mb, r + "experts")
-            tp_after(pre + "expert_fc2", e2, ph)
-            return
-        el, me, a2a = moe_ep_sizes()
-        dsp = add(pre + "ep_dispatch", CollShape("all_to_all", a2a, ep, "ep", ep_blk), (rt,), ph, L, "ep", mb,
-                  "ep_dispatch")
-        e1 = add(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp,), ph, L, "compute", mb, r + "experts")
-        a = add(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F), (e1,), ph, L, "compute", mb,
-                r + "act")
-        e2 = add(pre + "expert_fc2", GemmShape(me, H, F, el), (a,), ph, L, "compute", mb, r + "experts")
-        cb = add(pre + "ep_combine", CollShape("all_to_all", a2a, ep, "ep", ep_blk), (e2,), ph, L, "ep", mb,
-                 "ep_combine")
-        if s.tp and not s.sp:
-            add(pre + "moe_out.ag", CollShape("all_gather", act_bytes, tp, "tp", tp_blk), (cb,), ph, L, "tp", mb,
-                "tp_ag")
+    def moe_ep_sizes(self):
+        """(local experts, token rows per local expert, all-to-all bytes) with expert parallelism."""
+        d = self.d
+        tl = cdiv(self.T, d.tp)  # each TP rank routes its own 1/tp of the tokens
+        el = d.n_experts // d.ep
+        return el, cdiv(tl * d.top_k, el), tl * d.top_k * d.hidden * d.b
 
-    def bwd_gemm(name: str, fwd_m, fwd_n, fwd_k, deps, role: str, batch=1) -> tuple[str, str]:
+    def a2a(self, name: str, nbytes, deps, ph: str, role: str) -> str:
+        """An expert-parallel all-to-all."""
+        return self.add(name, CollShape("all_to_all", nbytes, self.d.ep, "ep", self.ep_blk), deps, ph, _L, "ep",
+                        self.mb, role)
+
+    def bwd_gemm(self, name: str, fwd_m, fwd_n, fwd_k, deps, role: str, batch=1) -> tuple[str, str]:
         """dgrad (M x K from M x N and N x K) and wgrad (K x N over M tokens) of a forward GEMM."""
-        dg = add(name + ".dgrad", GemmShape(fwd_m, fwd_k, fwd_n, batch), deps, "bwd", L, "compute", mb, role, "dgrad")
-        wg = add(name + ".wgrad", GemmShape(fwd_k, fwd_n, fwd_m, batch), deps, "bwd", L, "compute", mb, role, "wgrad")
+        dg = self.compute(name + ".dgrad", GemmShape(fwd_m, fwd_k, fwd_n, batch), deps, "bwd", role, grad="dgrad")
+        wg = self.compute(name + ".wgrad", GemmShape(fwd_k, fwd_n, fwd_m, batch), deps, "bwd", role, grad="wgrad")
         return dg, wg
 
-    fsdp = s.fsdp and s.dp
-    stage_layers = d.layers // d.pp
+    # ---- forward ----
 
-    # ---- once per micro-batch: embedding (first stage) ----
-    emb_fsdp = None
-    if fsdp:
-        emb_fsdp = add("embed.fsdp_ag", CollShape("all_gather", w.emb * b * d.emb_mult, dp, "dp", dp_blk), (),
-                       "fwd", "micro", "dp", mb, "fsdp_ag")
-    emb = add("embed", MemShape(2 * T * H * b), (emb_fsdp,), "fwd", "micro", "compute", mb, "embed")
-    emb_c = tp_after("embed", emb, "fwd", "micro", mb)
+    def embedding(self) -> tuple[str, str | None]:
+        """Once per micro-batch on the first stage: (embedding, its TP reduction or None)."""
+        d = self.d
+        emb_fsdp = None
+        if self.fsdp:
+            emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, d.dp, "dp",
+                                                           self.dp_blk), (), "fwd", "micro", "dp", self.mb, "fsdp_ag")
+        emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b), (emb_fsdp,), "fwd", "embed", "micro")
+        return emb, self.tp_after("embed", emb, "fwd", "micro")
 
-    # ---- one layer, forward ----
-    fsdp_f = None
-    if fsdp:
-        fsdp_f = add("layer.fsdp_ag", CollShape("all_gather", w.layer * b, dp, "dp", dp_blk), (), "fwd", L, "dp",
-                     mb, "fsdp_ag")
-    layer_forward("fwd", False, fsdp_f, emb_c or emb)
-    last_fwd = o.ops[-1].name
+    def layer_forward(self, ph: str, re: bool, fsdp_dep: str | None, entry: str | None) -> None:
+        """One layer's forward ops (re: recomputed inside backward); entry: the op the first layer waits for."""
+        d, s, T, H, hd = self.d, self.s, self.T, self.d.hidden, self.d.head_dim
+        r = "re_" if re else ""
+        pre = "re." if re else ""
+        n1 = self.norm(pre + "attn_norm", entry, ph, r + "norm")
+        ag = self.tp_gather(pre + "attn_in", n1, ph)
+        last = self.compute(pre + "qkv", GemmShape(T, self.n_qkv, H), (ag or n1, fsdp_dep), ph, r + "qkv")
+        if s.phase != "train":
+            last = self.compute("kv_write", MemShape(2 * T * self.kvn * hd * d.b), (last,), ph, "kv_cache")
+        q_len = 1 if s.phase == "decode" else d.seq
+        at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True), (last,),
+                          ph, r + "attn")
+        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at,), ph, r + "proj")
+        c = self.tp_after(pre + "proj", pr, ph)
+        n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
+        if not s.moe:
+            self.dense_mlp_forward(ph, r, pre, n2)
+        elif not s.ep:
+            self.tp_experts_forward(ph, r, pre, n2)
+        else:
+            self.ep_experts_forward(ph, r, pre, n2)
 
-    pp_bytes = (T // tp if s.sp else T) * H * b
-    if s.pp:
-        add("pp.fwd", CollShape("send_recv", pp_bytes, 2, "pp", pp_blk), (last_fwd,), "fwd", "micro", "pp",
-            mb * d.vpp, "pp_fwd")
+    def dense_mlp_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """FC1, activation, FC2 (column- then row-parallel)."""
+        T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        ag = self.tp_gather(pre + "mlp_in", n2, ph)
+        f1 = self.compute(pre + "fc1", GemmShape(T, g * Fl, H), (ag or n2,), ph, r + "fc1")
+        a = self.compute(pre + "act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl), (f1,), ph, r + "act")
+        f2 = self.compute(pre + "fc2", GemmShape(T, H, Fl), (a,), ph, r + "fc2")
+        self.tp_after(pre + "fc2", f2, ph)
 
-    # ---- head (last stage) ----
-    T_out = T if train else d.micro_batch  # inference computes logits of the last position only
-    Vl = cdiv(d.vocab, tp)
-    fn = add("final_norm", MemShape(2 * (Tsp if train else T_out) * H * b), (last_fwd,), "fwd", "micro", "compute",
-             mb, "norm")
-    hag = tp_gather("lm_head_in", fn, "fwd", "micro", mb) if train else None
-    head = add("lm_head", GemmShape(T_out, Vl, H), (hag or fn,), "fwd", "micro", "compute", mb, "lm_head")
-    if not train:
-        return Layer(d, s, tuple(o.ops), w, T, stage_layers)
+    def tp_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """MoE with ep 1: router, then every expert's 1/tp slice like a dense MLP."""
+        d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        E, k = d.n_experts, d.top_k
+        rt = self.compute(pre + "router", GemmShape(self.Tsp, E, H), (n2,), ph, r + "router")
+        ag = self.tp_gather(pre + "mlp_in", n2, ph)
+        me = cdiv(T * k, E)
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (rt, ag), ph, r + "experts")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (e1,), ph, r + "act")
+        e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, r + "experts")
+        self.tp_after(pre + "expert_fc2", e2, ph)
 
-    loss = add("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl), (head,), "fwd", "micro", "compute", mb, "loss")
-    if s.tp:
-        add("loss.ar", CollShape("all_reduce", 2 * T * 4, tp, "tp", tp_blk), (head,), "fwd", "micro", "tp", mb,
-            "loss_ar")
-    lb = add("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl), (loss,), "bwd", "micro", "compute", mb, "loss")
-    hd_dg = add("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "micro", "compute", mb, "lm_head", "dgrad")
-    hd_wg = add("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "micro", "compute", mb, "lm_head", "wgrad")
-    hc = tp_after("lm_head.dgrad", hd_dg, "bwd", "micro", mb)
-    fnb = add("final_norm.bwd", MemShape(4 * Tsp * H * b), (hc or hd_dg,), "bwd", "micro", "compute", mb, "norm")
-
-    # ---- one layer, backward (reverse order) ----
-    fsdp_b = None
-    if fsdp:
-        fsdp_b = add("layer.fsdp_ag.bwd", CollShape("all_gather", w.layer * b, dp, "dp", dp_blk), (), "bwd", L, "dp",
-                     mb, "fsdp_ag")
-    if s.recompute == "full":
-        layer_forward("bwd", True, fsdp_b, fnb)
-    wgrads: list[str] = []
-    start = o.ops[-1].name if s.recompute == "full" else fnb
-    if s.ep:
-        E = d.n_experts
-        el, me, a2a = moe_ep_sizes()
-        cb = add("ep_combine.bwd", CollShape("all_to_all", a2a, ep, "ep", ep_blk), (start, fsdp_b), "bwd", L, "ep",
-                 mb, "ep_combine")
-        dg, wg = bwd_gemm("expert_fc2", me, H, F, (cb,), "experts", el)
-        wgrads.append(wg)
-        ab = add("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F), (dg,), "bwd", L, "compute",
-                 mb, "act")
-        dg, wg = bwd_gemm("expert_fc1", me, g * F, H, (ab,), "experts", el)
-        wgrads.append(wg)
-        dsp = add("ep_dispatch.bwd", CollShape("all_to_all", a2a, ep, "ep", ep_blk), (dg,), "bwd", L, "ep", mb,
-                  "ep_dispatch")
-        dg, wg = bwd_gemm("router", Tsp, E, H, (dsp,), "router")
-        wgrads.append(wg)
-        mlp_end = dg
+    def ep_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """MoE with ep > 1: router, dispatch, the local whole experts, combine."""
+        d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
+        rt = self.compute(pre + "router", GemmShape(self.Tsp, d.n_experts, H), (n2,), ph, r + "router")
+        el, me, a2a = self.moe_ep_sizes()
+        dsp = self.a2a(pre + "ep_dispatch", a2a, (rt,), ph, "ep_dispatch")
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp,), ph, r + "experts")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F), (e1,), ph, r + "act")
+        e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, F, el), (a,), ph, r + "experts")
+        cb = self.a2a(pre + "ep_combine", a2a, (e2,), ph, "ep_combine")
         if s.tp and not s.sp:
-            mlp_end = add("moe_in.ag.bwd", CollShape("all_gather", act_bytes, tp, "tp", tp_blk), (dsp,), "bwd", L,
-                          "tp", mb, "tp_ag")
-    else:
-        gag = tp_gather("mlp_out.bwd", start, "bwd")
-        first_dep = (gag or start, fsdp_b)
-        if s.moe:
-            E, k = d.n_experts, d.top_k
-            me = cdiv(T * k, E)
-            dg, wg = bwd_gemm("expert_fc2", me, H, Fl, first_dep, "experts", E)
-            wgrads.append(wg)
-            ab = add("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (dg,), "bwd", L,
-                     "compute", mb, "act")
-            iag = tp_gather("mlp_in.bwd", ab, "bwd")
-            dg, wg = bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
-            wgrads.append(wg)
-            _, rwg = bwd_gemm("router", Tsp, E, H, (ab,), "router")
-            wgrads.append(rwg)
+            self.add(pre + "moe_out.ag", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (cb,), ph,
+                     _L, "tp", self.mb, "tp_ag")
+
+    def head(self, last_fwd: str) -> str:
+        """Final norm and LM head on the last stage (inference: logits of the last position only)."""
+        d, train = self.d, self.s.phase == "train"
+        T_out = self.T if train else d.micro_batch
+        Vl = cdiv(d.vocab, d.tp)
+        fn = self.compute("final_norm", MemShape(2 * (self.Tsp if train else T_out) * d.hidden * d.b), (last_fwd,),
+                          "fwd", "norm", "micro")
+        hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
+        return self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
+
+    # ---- backward ----
+
+    def loss_and_head_backward(self, head: str) -> tuple[str, str]:
+        """Loss, its TP all-reduce, the LM head's backward and the final norm's: (head wgrad, final-norm bwd)."""
+        d, T, H, b = self.d, self.T, self.d.hidden, self.d.b
+        Vl = cdiv(d.vocab, d.tp)
+        loss = self.compute("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl), (head,), "fwd", "loss", "micro")
+        if self.s.tp:
+            self.add("loss.ar", CollShape("all_reduce", 2 * T * 4, d.tp, "tp", self.tp_blk), (head,), "fwd", "micro",
+                     "tp", self.mb, "loss_ar")
+        lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl), (loss,), "bwd", "loss", "micro")
+        hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
+        hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
+        hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
+        fnb = self.compute("final_norm.bwd", MemShape(4 * self.Tsp * H * b), (hc or hd_dg,), "bwd", "norm", "micro")
+        return hd_wg, fnb
+
+    def layer_backward(self, start: str, fsdp_b: str | None) -> tuple[list[str], str]:
+        """One layer's backward in reverse order: (its wgrads, the attention norm's backward)."""
+        d, s, T, H, b = self.d, self.s, self.T, self.d.hidden, self.d.b
+        wgrads: list[str] = []
+        if s.ep:
+            mlp_end = self.ep_experts_backward(start, fsdp_b, wgrads)
         else:
-            dg, wg = bwd_gemm("fc2", T, H, Fl, first_dep, "fc2")
-            wgrads.append(wg)
-            ab = add("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl), (dg,), "bwd", L, "compute", mb,
-                     "act")
-            iag = tp_gather("mlp_in.bwd", ab, "bwd")
-            dg, wg = bwd_gemm("fc1", T, g * Fl, H, (ab, iag), "fc1")
-            wgrads.append(wg)
-        c = tp_after("fc1.dgrad", dg, "bwd")
-        mlp_end = c or dg
-    n2b = add("mlp_norm.bwd", MemShape(8 * Tsp * H * b, 8 * Tsp * H), (mlp_end,), "bwd", L, "compute", mb, "norm")
-    gag = tp_gather("attn_out.bwd", n2b, "bwd")
-    dg, wg = bwd_gemm("proj", T, H, k_proj, (gag or n2b,), "proj")
-    wgrads.append(wg)
-    att_dep = dg
-    if s.recompute == "selective":
-        att_dep = add("re.attn", AttnShape(d.micro_batch, qn, kvn, d.seq, d.seq, hd, True), (dg,), "bwd", L,
-                      "compute", mb, "re_attn")
-    ab = add("attn.bwd", AttnShape(d.micro_batch, qn, kvn, d.seq, d.seq, hd, True, True), (att_dep,), "bwd", L,
-             "compute", mb, "attn")
-    iag = tp_gather("attn_in.bwd", ab, "bwd")
-    dg, wg = bwd_gemm("qkv", T, n_qkv, H, (ab, iag), "qkv")
-    wgrads.append(wg)
-    c = tp_after("qkv.dgrad", dg, "bwd")
-    n1b = add("attn_norm.bwd", MemShape(8 * Tsp * H * b, 8 * Tsp * H), (c or dg,), "bwd", L, "compute", mb, "norm")
+            gag = self.tp_gather("mlp_out.bwd", start, "bwd")
+            first_dep = (gag or start, fsdp_b)
+            dg = (self.tp_experts_backward if s.moe else self.dense_mlp_backward)(first_dep, wgrads)
+            c = self.tp_after("fc1.dgrad", dg, "bwd")
+            mlp_end = c or dg
+        n2b = self.compute("mlp_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (mlp_end,), "bwd",
+                           "norm")
+        gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
+        dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
+        wgrads.append(wg)
+        att_dep = dg
+        attn = (d.micro_batch, self.qn, self.kvn, d.seq, d.seq, d.head_dim, True)
+        if s.recompute == "selective":
+            att_dep = self.compute("re.attn", AttnShape(*attn), (dg,), "bwd", "re_attn")
+        ab = self.compute("attn.bwd", AttnShape(*attn, True), (att_dep,), "bwd", "attn")
+        iag = self.tp_gather("attn_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag), "qkv")
+        wgrads.append(wg)
+        c = self.tp_after("qkv.dgrad", dg, "bwd")
+        n1b = self.compute("attn_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (c or dg,), "bwd",
+                           "norm")
+        return wgrads, n1b
 
-    # gradient reduction of this layer's bucket
-    wg_t = tuple(wgrads)
-    reductions: list[str] = []
-    grad_kind = "reduce_scatter" if s.zero1 else "all_reduce"
-    if s.fsdp:
-        if s.dp:
-            reductions.append(add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, dp, "dp", dp_blk), wg_t,
-                                  "bwd", L, "dp", mb, "fsdp_rs"))
-    else:
-        if s.dp:
-            reductions.append(add("layer.dp_grad", CollShape(grad_kind, (w.dense if s.ep else w.layer) * gb, dp, "dp",
-                                                             dp_blk), wg_t, "bwd", L, "dp", 1, "dp_grad"))
-        if s.ep and s.edp:
-            reductions.append(add("layer.dp_grad_experts", CollShape(grad_kind, w.experts * gb, w.edp, "dp",
-                                                                     tp * dp), wg_t, "bwd", L, "dp", 1, "dp_grad"))
+    def dense_mlp_backward(self, first_dep, wgrads: list[str]) -> str:
+        """FC2, activation and FC1 backward; returns FC1's dgrad."""
+        T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        dg, wg = self.bwd_gemm("fc2", T, H, Fl, first_dep, "fc2")
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl), (dg,), "bwd", "act")
+        iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("fc1", T, g * Fl, H, (ab, iag), "fc1")
+        wgrads.append(wg)
+        return dg
 
-    if s.pp:
-        add("pp.bwd", CollShape("send_recv", pp_bytes, 2, "pp", pp_blk), (n1b,), "bwd", "micro", "pp", mb * d.vpp,
-            "pp_bwd")
+    def tp_experts_backward(self, first_dep, wgrads: list[str]) -> str:
+        """MoE with ep 1: expert FC2, activation, expert FC1 and router backward; returns expert FC1's dgrad."""
+        d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        E, k = d.n_experts, d.top_k
+        me = cdiv(T * k, E)
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, Fl, first_dep, "experts", E)
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (dg,), "bwd", "act")
+        iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
+        wgrads.append(wg)
+        _, rwg = self.bwd_gemm("router", self.Tsp, E, H, (ab,), "router")
+        wgrads.append(rwg)
+        return dg
 
-    # ---- embedding backward, step-level gradient reduction and optimizer ----
-    egag = tp_gather("embed.bwd", n1b, "bwd", "micro", mb)
-    eb = add("embed.bwd", MemShape(2 * T * H * b + w.emb * 4), (egag or n1b,), "bwd", "micro", "compute", mb, "embed")
-    reduce_deps = (eb, hd_wg)
-    if s.dp:
+    def ep_experts_backward(self, start: str, fsdp_b: str | None, wgrads: list[str]) -> str:
+        """MoE with ep > 1: combine, experts, dispatch and router backward; returns the op the norm waits for."""
+        d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
+        el, me, a2a = self.moe_ep_sizes()
+        cb = self.a2a("ep_combine.bwd", a2a, (start, fsdp_b), "bwd", "ep_combine")
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, F, (cb,), "experts", el)
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F), (dg,), "bwd",
+                          "act")
+        dg, wg = self.bwd_gemm("expert_fc1", me, g * F, H, (ab,), "experts", el)
+        wgrads.append(wg)
+        dsp = self.a2a("ep_dispatch.bwd", a2a, (dg,), "bwd", "ep_dispatch")
+        dg, wg = self.bwd_gemm("router", self.Tsp, d.n_experts, H, (dsp,), "router")
+        wgrads.append(wg)
+        if s.tp and not s.sp:
+            return self.add("moe_in.ag.bwd", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (dsp,),
+                            "bwd", _L, "tp", self.mb, "tp_ag")
+        return dg
+
+    # ---- gradients and optimizer ----
+
+    def grad_kind(self) -> str:
+        """DP gradient reduction: reduce-scatter with a sharded optimizer (ZeRO-1), else all-reduce."""
+        return "reduce_scatter" if self.s.zero1 else "all_reduce"
+
+    def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
+        """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
+        d, s, w, gb = self.d, self.s, self.w, self.d.gb
+        out: list[str] = []
         if s.fsdp:
-            reductions.append(add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, dp, "dp", dp_blk),
-                                  reduce_deps, "bwd", "micro", "dp", mb, "fsdp_rs"))
+            if s.dp:
+                out.append(self.add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, d.dp, "dp", self.dp_blk),
+                                    wg_t, "bwd", _L, "dp", self.mb, "fsdp_rs"))
+            return out
+        if s.dp:
+            out.append(self.add("layer.dp_grad", CollShape(self.grad_kind(), (w.dense if s.ep else w.layer) * gb, d.dp,
+                                                           "dp", self.dp_blk), wg_t, "bwd", _L, "dp", 1, "dp_grad"))
+        if s.ep and s.edp:
+            out.append(self.add("layer.dp_grad_experts", CollShape(self.grad_kind(), w.experts * gb, w.edp, "dp",
+                                                                   d.tp * d.dp), wg_t, "bwd", _L, "dp", 1, "dp_grad"))
+        return out
+
+    def embedding_backward_and_optimizer(self, n1b: str, hd_wg: str, reductions: list[str]) -> None:
+        """Embedding backward, the embeddings' gradient reduction, the optimizer and ZeRO-1's parameter gather."""
+        d, s, w, b, gb = self.d, self.s, self.w, self.d.b, self.d.gb
+        egag = self.tp_gather("embed.bwd", n1b, "bwd", "micro")
+        eb = self.compute("embed.bwd", MemShape(2 * self.T * d.hidden * b + w.emb * 4), (egag or n1b,), "bwd",
+                          "embed", "micro")
+        reduce_deps = (eb, hd_wg)
+        if s.dp:
+            if s.fsdp:
+                reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, d.dp, "dp",
+                                                                       self.dp_blk), reduce_deps, "bwd", "micro",
+                                           "dp", self.mb, "fsdp_rs"))
+            else:
+                reductions.append(self.add("embed.dp_grad", CollShape(self.grad_kind(), w.emb_params * gb, d.dp, "dp",
+                                                                      self.dp_blk), reduce_deps, "bwd", "step", "dp",
+                                           1, "dp_grad"))
+        sharded = s.fsdp or s.zero1
+        shard = d.dp if sharded else 1
+        if s.ep:
+            opt_params = (self.stage_layers * (w.dense / shard + w.experts / (w.edp if sharded and s.dp else 1))
+                          + w.emb_params / shard)
         else:
-            reductions.append(add("embed.dp_grad", CollShape(grad_kind, w.emb_params * gb, dp, "dp", dp_blk),
-                                  reduce_deps, "bwd", "step", "dp", 1, "dp_grad"))
-    shard = dp if (s.fsdp or s.zero1) else 1
-    if s.ep:
-        opt_params = (stage_layers * (w.dense / shard + w.experts / (w.edp if (s.fsdp or s.zero1) and s.dp else 1))
-                      + w.emb_params / shard)
-    else:
-        opt_params = (stage_layers * w.layer + w.emb_params) / shard
-    opt = add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params),
-              tuple(reductions) or (eb,), "opt", "step", "compute", 1, "optimizer")
-    if s.zero1 and s.dp and not s.fsdp:
-        add("dp_param_ag", CollShape("all_gather", (stage_layers * w.layer + w.emb_params) * b, dp, "dp", dp_blk),
-            (opt,), "opt", "step", "dp", 1, "dp_param_ag")
-    return Layer(d, s, tuple(o.ops), w, T, stage_layers)
+            opt_params = (self.stage_layers * w.layer + w.emb_params) / shard
+        opt = self.add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params),
+                       tuple(reductions) or (eb,), "opt", "step", "compute", 1, "optimizer")
+        if s.zero1 and s.dp and not s.fsdp:
+            self.add("dp_param_ag", CollShape("all_gather", (self.stage_layers * w.layer + w.emb_params) * b, d.dp,
+                                              "dp", self.dp_blk), (opt,), "opt", "step", "dp", 1, "dp_param_ag")
 
 
 @dataclass(frozen=True)
