@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -261,3 +262,106 @@ def test_bad_input():
         describe(L70, Parallelism(tp=3), "train", 128)
     with pytest.raises(WorkloadError, match="no op"):
         describe(L70, Parallelism(tp=8), "train", 128).op("nope")
+
+
+# ---- workload features: context parallelism, uneven pipeline stages, ZeRO-2, MoE capacity and imbalance ----
+
+def test_context_parallel_ring_attention_hand_checked():
+    seq, cp = 32768, 4
+    layer = describe(L70, Parallelism(tp=8, sp=True, cp=cp, dp=2), "train", seq)
+    T = seq // cp  # 8192 tokens of each sequence on this GPU
+    assert layer.tokens == T and shape(layer, "qkv") == GemmShape(T, 1280, 8192)
+    att = shape(layer, "attn")
+    assert (att.q_len, att.kv_len, att.balanced) == (T, seq, True)
+    # load-balanced causal chunks: this GPU does 1/cp of the full causal attention
+    full = describe(L70, Parallelism(tp=8, sp=True), "train", seq)
+    assert flops_bytes(layer.op("attn"), 2)[0] * cp == flops_bytes(full.op("attn"), 2)[0]
+    # KV exchange: cp - 1 = 3 ring steps of this GPU's K and V chunk (2 x 1 KV head x 8192 tokens x 128 x 2 B)
+    kv = shape(layer, "attn.cp_kv")
+    chunk = 2 * 1 * 1 * T * 128 * 2
+    assert (kv.kind, kv.bytes, kv.group, kv.block) == ("send_recv", 3 * chunk, "cp", 32)
+    assert shape(layer, "attn.bwd.cp_kv").bytes == 2 * 3 * chunk  # K, V forward and dK, dV back
+    assert layer.op("attn.cp_kv").stream == "cp" and "attn.cp_kv" in layer.op("proj").deps
+    # weights are shared by dp x cp = 8 ranks: the gradient reduction spans tp x cp x dp = 64 ranks
+    dpg = shape(layer, "layer.dp_grad")
+    assert (dpg.ranks, dpg.block) == (8, 64)
+    assert Parallelism(tp=8, cp=4, dp=2).gpus == 64
+    g = build_step(L70, Parallelism(tp=8, sp=True, cp=cp, dp=2), "train", seq)
+    assert g.by_role("cp_kv")[0].op.span == "inter" and g.tokens_per_micro == T
+
+
+def test_context_parallel_bad_input():
+    from c3kit.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="load-balanced"):
+        describe(L70, Parallelism(tp=8, cp=4), "train", 4100)
+    with pytest.raises(WorkloadError, match="decode"):
+        describe(L70, Parallelism(tp=8, cp=2), "decode", 4096)
+    with pytest.raises(WorkloadError, match="expert parallelism"):
+        describe(get_model("Mixtral-8x7B"), Parallelism(tp=2, cp=2, ep=2), "train", 4096)
+    with pytest.raises(WorkloadError, match="cp"):
+        Parallelism(cp=0)
+
+
+def test_uneven_pipeline_stages_price_the_slowest():
+    l405 = get_model("Llama-3-405B")  # 126 layers on 16 stages: ceil = 8 on the fullest stage
+    g = build_step(l405, Parallelism(tp=8, sp=True, pp=16, dp=1, global_batch=16), "train", 8192)
+    assert g.layers_per_stage == 8
+    even = build_step(l405, Parallelism(tp=8, sp=True, pp=14, dp=1, global_batch=14), "train", 8192)
+    assert even.layers_per_stage == 9
+    from c3kit.workload.memory import memory_report
+
+    r = memory_report(l405, 1e15, par=Parallelism(tp=8, sp=True, pp=16, global_batch=16), seq=8192)
+    r8 = memory_report(dataclasses.replace(l405, layers=128), 1e15,
+                       par=Parallelism(tp=8, sp=True, pp=16, global_batch=16), seq=8192)
+    assert r.activations == r8.activations  # 8 layers on the fullest stage either way
+
+
+def test_fast_sweep_agrees_on_uneven_stages():
+    from c3kit.hw import get_gpu
+    from c3kit.step import project
+    from c3kit.step.fast import model_columns, par_columns, project_many
+
+    gpu = get_gpu("H200-SXM")
+    m = ModelConfig(name="u", hidden=1024, layers=7, heads=8, vocab=32000)
+    rows = []
+    for pp in (2, 3, 4):
+        par = Parallelism(tp=2, sp=True, pp=pp, dp=2, global_batch=8)
+        rows.append({**model_columns(m), **par_columns(par, 1024), "gpu": "H200-SXM"})
+        t = project(build_step(m, par, "train", 1024), gpu).totals
+        got = project_many(pd.DataFrame([rows[-1]]), {"H200-SXM": gpu})
+        assert got["step_time"][0] == pytest.approx(t.step_time, rel=1e-9)
+
+
+def test_zero2_communication_like_zero1_gradients_sharded():
+    from c3kit.workload.memory import memory_report
+
+    par1 = Parallelism(tp=8, dp=8, dist_optimizer=True)
+    par2 = Parallelism(tp=8, dp=8, zero2=True)
+    a, b = describe(L70, par1, "train", 4096), describe(L70, par2, "train", 4096)
+    assert [(o.name, o.shape) for o in a.ops] == [(o.name, o.shape) for o in b.ops]
+    assert shape(b, "layer.dp_grad").kind == "reduce_scatter"
+    m1 = memory_report(L70, 1e15, par=par1, seq=4096)
+    m2 = memory_report(L70, 1e15, par=par2, seq=4096)
+    assert m2.gradients == pytest.approx(m1.gradients / 8) and m2.optimizer == m1.optimizer
+
+
+def test_moe_capacity_and_imbalance_token_counts():
+    mix = get_model("Mixtral-8x7B")
+
+    def rows(**kw):
+        return shape(describe(mix, Parallelism(tp=1, dp=8, ep=8, **kw), "train", 4096), "expert_fc1").m
+
+    # 4096 tokens x top-2 on one rank to 8 / 8 = 1 local expert: 8192 rows when routing is balanced
+    assert rows() == 8192
+    assert rows(moe_imbalance=1.25) == 10240  # the busiest expert gets 1.25x its share
+    assert rows(moe_imbalance=1.25, moe_capacity=1.1) == 9012  # capped at ceil(1.1 x 8192) = 9012 (rest dropped)
+    assert rows(moe_capacity=2.0) == 8192  # capacity above the load changes nothing
+    two = describe(mix, Parallelism(tp=1, dp=8, ep=4, moe_imbalance=1.5), "train", 4096)
+    assert shape(two, "expert_fc1") == GemmShape(6144, 28672, 4096, 2)  # ceil(8192 x 1.5 / 2 local experts)
+    from c3kit.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="moe_imbalance"):
+        Parallelism(moe_imbalance=0.9)
+    with pytest.raises(WorkloadError, match="moe_capacity"):
+        Parallelism(moe_capacity=0.5)

@@ -305,7 +305,7 @@ def _check(a: dict) -> None:
         bad |= a[k] <= 0
     if bad.any():
         raise C3kitError(f"{int(bad.sum())} scenario(s) have non-positive sizes (first row {int(np.argmax(bad))})")
-    rules = {"heads % tp": a["heads"] % a["tp"], "layers % pp": a["layers"] % a["pp"],
+    rules = {"heads % tp": a["heads"] % a["tp"], "layers >= pp": a["layers"] < a["pp"],
              "ffn_hidden % tp": a["ffn_hidden"] % a["tp"], "hidden % heads": a["hidden"] % a["heads"],
              "heads % kv_heads": a["heads"] % a["kv_heads"],
              "kv_heads vs tp": np.minimum(a["kv_heads"] % a["tp"], a["tp"] % a["kv_heads"]),

@@ -22,11 +22,11 @@ from c3kit.workload.parallel import Parallelism
 
 NODE_PHASES = ("fwd", "bwd", "opt")
 SCOPES = ("layer", "step", "micro")
-STREAMS = ("compute", "tp", "dp", "ep", "pp")
+STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 # Roles (Node.role). Recomputed forward nodes (recompute="full"/"selective") carry "re_" + role.
 ROLES = ("embed", "norm", "qkv", "attn", "proj", "fc1", "act", "fc2", "router", "experts", "lm_head",
          "loss", "kv_cache", "optimizer", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
-         "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd")
+         "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "ADAM_FLOPS_PER_PARAM", "NODE_PHASES", "PHASES", "ROLES", "SCOPES", "STREAMS",
            "Node", "StepGraph", "build_step", "span_of"]
@@ -126,7 +126,7 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
         return Gemm(spec.name, sh.m, sh.n, sh.k, dtype, sh.batch)
     if isinstance(sh, AttnShape):
         return Attention(spec.name, sh.batch, sh.heads, sh.kv_heads, sh.q_len, sh.kv_len, sh.head_dim, dtype,
-                         sh.causal, sh.backward)
+                         sh.causal, sh.backward, sh.balanced)
     if isinstance(sh, MemShape):
         return MemOp(spec.name, sh.bytes, sh.flops)
     return Collective(spec.name, sh.kind, sh.bytes, sh.ranks, sh.group, span_of(sh.block, gpn))

@@ -18,6 +18,7 @@ shapes at once. See docs/workload.md for the table of shapes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from c3kit.errors import WorkloadError
 from c3kit.hw.model import dtype_bytes
+from c3kit.workload import ops
 from c3kit.workload.config import ModelConfig
 from c3kit.workload.parallel import Parallelism
 
@@ -74,6 +76,7 @@ class AttnShape:
     head_dim: Num
     causal: bool = True
     backward: bool = False
+    balanced: bool = False  # context parallelism: load-balanced causal chunks, half of q_len x kv_len
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ class Dims:
     n_experts: Num = 1
     top_k: Num = 1
     moe_ffn: Num = 0
+    cp: Num = 1
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, seq: int, dtype: str = "bf16", gpus_per_node: int = 8,
@@ -162,14 +166,17 @@ class Dims:
                     norm_w=2 if m.norm == "layernorm" else 1, emb_mult=1 if m.tied_embeddings else 2, seq=seq,
                     micro_batch=par.micro_batch, tp=par.tp, dp=par.dp, pp=par.pp, grad_accum=par.grad_accum,
                     gpn=gpus_per_node, b=dtype_bytes(dtype), gb=dtype_bytes(grad_dtype), vpp=par.vpp, ep=par.ep,
-                    n_experts=m.n_experts, top_k=m.top_k, moe_ffn=m.moe_ffn_hidden)
+                    n_experts=m.n_experts, top_k=m.top_k, moe_ffn=m.moe_ffn_hidden, cp=par.cp)
 
 
 @dataclass(frozen=True)
 class Structure:
     """Which ops exist (the same for every scenario of one evaluation): phase and the layout's switches.
 
-    tp/dp/pp/ep/edp say whether that group has more than one rank; zero1 = distributed optimizer.
+    tp/dp/pp/ep/edp/cp say whether that group has more than one rank (dp: the dp x cp ranks that share
+    weights); zero1 = gradients reduce-scattered and optimizer state sharded (distributed optimizer or
+    ZeRO-2); zero2 = gradients also sharded in memory; moe_factor = the busiest expert rank's tokens over
+    its balanced share (Parallelism.moe_imbalance, capped by moe_capacity).
     """
 
     phase: str = "train"
@@ -183,14 +190,22 @@ class Structure:
     moe: bool = False
     ep: bool = False
     edp: bool = False
+    cp: bool = False
+    zero2: bool = False
+    moe_factor: float = 1.0
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train") -> "Structure":
         """The structure of one model x layout x phase."""
         moe_ep = model.is_moe and par.ep > 1
-        return Structure(phase=phase, tp=par.tp > 1, sp=par.sp and par.tp > 1, dp=par.dp > 1, pp=par.pp > 1,
-                         fsdp=par.fsdp, zero1=par.dist_optimizer, recompute=par.recompute, moe=model.is_moe,
-                         ep=moe_ep, edp=moe_ep and (par.tp * par.dp) // par.ep > 1)
+        factor = float(par.moe_imbalance)
+        if par.moe_capacity > 0:
+            factor = min(factor, float(par.moe_capacity))
+        return Structure(phase=phase, tp=par.tp > 1, sp=par.sp and par.tp > 1, dp=par.dp * par.cp > 1,
+                         pp=par.pp > 1, fsdp=par.fsdp, zero1=par.dist_optimizer or par.zero2,
+                         recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
+                         edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
+                         moe_factor=factor)
 
 
 @dataclass(frozen=True)
@@ -255,39 +270,21 @@ def weights(d: Dims, s: Structure) -> Weights:
     return Weights(attn_w, dense_w, expert_w, dense_w + expert_w, emb_w, emb_w * d.emb_mult, edp)
 
 
-def gemm_flops(m: Num, n: Num, k: Num, batch: Num = 1) -> Num:
-    """FLOPs of a (batched) GEMM: 2 per multiply-add."""
-    return 2.0 * m * n * k * batch
-
-
-def gemm_bytes(m: Num, n: Num, k: Num, elem_bytes: Num, batch: Num = 1) -> Num:
-    """Fewest bytes a (batched) GEMM moves: each input read once, the output written once."""
-    e = m * k + k * n + m * n
-    return (float(e) if isinstance(e, int) else np.asarray(e, dtype=float)) * elem_bytes * batch
-
-
 def attention_flops(a: AttnShape) -> Num:
-    """FLOPs of QK^T and PV (x0.5 when causal and q_len == kv_len; backward is 2.5x forward)."""
-    f = 4.0 * a.batch * a.heads * a.q_len * a.kv_len * a.head_dim
-    if a.causal:
-        same = a.q_len == a.kv_len
-        f = f * (0.5 if same else 1.0) if isinstance(same, bool) else f * np.where(same, 0.5, 1.0)
-    return f * (2.5 if a.backward else 1.0)
+    """FLOPs of an attention shape (ops.attention_flops)."""
+    return ops.attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal, a.backward, a.balanced)
 
 
 def attention_bytes(a: AttnShape, elem_bytes: Num) -> Num:
-    """Bytes of Q, K, V and O (read and written once, flash-attention style)."""
-    q_o = 2 * a.batch * a.heads * a.q_len * a.head_dim
-    kv = 2 * a.batch * a.kv_heads * a.kv_len * a.head_dim
-    e = q_o + kv
-    return (float(e) if isinstance(e, int) else np.asarray(e, dtype=float)) * elem_bytes * (2.0 if a.backward else 1.0)
+    """Bytes of an attention shape (ops.attention_bytes)."""
+    return ops.attention_bytes(a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim, elem_bytes, a.backward)
 
 
 def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
     """(FLOPs, bytes) of a compute op (GEMM, attention or memory-bound), ints or arrays."""
     sh = op.shape
     if isinstance(sh, GemmShape):
-        return gemm_flops(sh.m, sh.n, sh.k, sh.batch), gemm_bytes(sh.m, sh.n, sh.k, elem_bytes, sh.batch)
+        return ops.gemm_flops(sh.m, sh.n, sh.k, sh.batch), ops.gemm_bytes(sh.m, sh.n, sh.k, elem_bytes, sh.batch)
     if isinstance(sh, AttnShape):
         return attention_flops(sh), attention_bytes(sh, elem_bytes)
     if isinstance(sh, MemShape):
@@ -306,6 +303,12 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
     if not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
         raise WorkloadError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
     par.validate(model)
+    if par.cp > 1:
+        if phase == "decode":
+            raise WorkloadError("context parallelism (cp > 1) splits long prompts: use cp 1 for decode")
+        if seq % (2 * par.cp):
+            raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
+                                "load-balanced chunks")
     return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype), Structure.of(model, par, phase))
 
 
@@ -341,7 +344,7 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     emb, emb_c = b.embedding()
     fsdp_f = None
     if b.fsdp:
-        fsdp_f = b.add("layer.fsdp_ag", CollShape("all_gather", b.w.layer * d.b, d.dp, "dp", b.dp_blk), (), "fwd",
+        fsdp_f = b.add("layer.fsdp_ag", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (), "fwd",
                        _L, "dp", b.mb, "fsdp_ag")
     b.layer_forward("fwd", False, fsdp_f, emb_c or emb)
     last_fwd = b.last()
@@ -354,7 +357,7 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     hd_wg, fnb = b.loss_and_head_backward(head)
     fsdp_b = None
     if b.fsdp:
-        fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, d.dp, "dp", b.dp_blk), (),
+        fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (),
                        "bwd", _L, "dp", b.mb, "fsdp_ag")
     if s.recompute == "full":
         b.layer_forward("bwd", True, fsdp_b, fnb)
@@ -375,26 +378,31 @@ class _Builder(_Ops):
     """The sizes every op of one evaluation shares, and one method per part of the step."""
 
     __slots__ = ("d", "s", "mb", "T", "Tsp", "qn", "kvn", "n_qkv", "k_proj", "tp_blk", "dp_blk", "ep_blk", "pp_blk",
-                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes")
+                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes", "dp_ranks", "cp_blk", "seq_local")
 
     def __init__(self, d: Dims, s: Structure) -> None:
         super().__init__()
         self.d, self.s = d, s
         tp, dp = d.tp, d.dp
         self.mb = d.grad_accum  # micro-batches per step per DP rank
-        self.T = d.micro_batch * (1 if s.phase == "decode" else d.seq)
+        self.seq_local = d.seq // d.cp if s.cp else d.seq  # context parallelism: this GPU's tokens of a sequence
+        self.T = d.micro_batch * (1 if s.phase == "decode" else self.seq_local)
         self.Tsp = cdiv(self.T, tp) if s.sp else self.T
         self.qn = d.heads // tp
         self.kvn = at_least_one(d.kv_heads // tp)  # KV heads are replicated when tp > kv_heads
         self.n_qkv = (self.qn + 2 * self.kvn) * d.head_dim
         self.k_proj = self.qn * d.head_dim
-        self.tp_blk, self.dp_blk, self.ep_blk, self.pp_blk = tp, tp * dp, d.ep, tp * dp * d.pp
+        # rank order tp, cp, dp, pp: a group spans this many consecutive ranks; weights are shared by dp x cp
+        cp = d.cp
+        self.dp_ranks = dp * cp if s.cp else dp
+        self.tp_blk, self.cp_blk, self.ep_blk = tp, tp * cp, d.ep
+        self.dp_blk, self.pp_blk = tp * cp * dp, tp * cp * dp * d.pp
         self.act_bytes = self.T * d.hidden * d.b  # one T x H activation, the size every TP collective moves
         self.w = weights(d, s)
         self.F = d.moe_ffn if s.moe else d.ffn
         self.Fl = self.F // tp
         self.fsdp = s.fsdp and s.dp
-        self.stage_layers = d.layers // d.pp
+        self.stage_layers = cdiv(d.layers, d.pp)  # uneven stages: price the slowest (ceil)
         self.pp_bytes = (self.T // tp if s.sp else self.T) * d.hidden * d.b
 
     def last(self) -> str:
@@ -434,12 +442,31 @@ class _Builder(_Ops):
         Tsp, H = self.Tsp, self.d.hidden
         return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H), (dep,), ph, role)
 
+    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
+        """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
+        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank."""
+        if not self.s.cp:
+            return None
+        d = self.d
+        chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+        return self.add(name + ".cp_kv", CollShape("send_recv", tensors * (d.cp - 1) * chunk, 2, "cp", self.cp_blk),
+                        (dep,), ph, _L, "cp", self.mb, "cp_kv")
+
+    def expert_rows(self, rows, experts):
+        """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
+        f = self.s.moe_factor
+        if f == 1.0:
+            return cdiv(rows, experts)
+        if isinstance(rows, int) and isinstance(experts, int):
+            return math.ceil(rows * f / experts)
+        return np.ceil(rows * f / experts).astype(np.int64)
+
     def moe_ep_sizes(self):
         """(local experts, token rows per local expert, all-to-all bytes) with expert parallelism."""
         d = self.d
         tl = cdiv(self.T, d.tp)  # each TP rank routes its own 1/tp of the tokens
         el = d.n_experts // d.ep
-        return el, cdiv(tl * d.top_k, el), tl * d.top_k * d.hidden * d.b
+        return el, self.expert_rows(tl * d.top_k, el), tl * d.top_k * d.hidden * d.b
 
     def a2a(self, name: str, nbytes, deps, ph: str, role: str) -> str:
         """An expert-parallel all-to-all."""
@@ -459,7 +486,7 @@ class _Builder(_Ops):
         d = self.d
         emb_fsdp = None
         if self.fsdp:
-            emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, d.dp, "dp",
+            emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, self.dp_ranks, "dp",
                                                            self.dp_blk), (), "fwd", "micro", "dp", self.mb, "fsdp_ag")
         emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b), (emb_fsdp,), "fwd", "embed", "micro")
         return emb, self.tp_after("embed", emb, "fwd", "micro")
@@ -474,10 +501,11 @@ class _Builder(_Ops):
         last = self.compute(pre + "qkv", GemmShape(T, self.n_qkv, H), (ag or n1, fsdp_dep), ph, r + "qkv")
         if s.phase != "train":
             last = self.compute("kv_write", MemShape(2 * T * self.kvn * hd * d.b), (last,), ph, "kv_cache")
-        q_len = 1 if s.phase == "decode" else d.seq
-        at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True), (last,),
-                          ph, r + "attn")
-        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at,), ph, r + "proj")
+        q_len = 1 if s.phase == "decode" else self.seq_local
+        at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
+                                                  s.cp), (last,), ph, r + "attn")
+        ring = self.cp_ring(pre + "attn", last, ph, 1)
+        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
         n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
         if not s.moe:
@@ -566,13 +594,15 @@ class _Builder(_Ops):
         gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
         dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
         wgrads.append(wg)
-        att_dep = dg
-        attn = (d.micro_batch, self.qn, self.kvn, d.seq, d.seq, d.head_dim, True)
+        att_dep = (dg,)
+        attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
         if s.recompute == "selective":
-            att_dep = self.compute("re.attn", AttnShape(*attn), (dg,), "bwd", "re_attn")
-        ab = self.compute("attn.bwd", AttnShape(*attn, True), (att_dep,), "bwd", "attn")
+            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp), (dg,), "bwd", "re_attn")
+            att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
+        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp), att_dep, "bwd", "attn")
+        ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
-        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag), "qkv")
+        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
         wgrads.append(wg)
         c = self.tp_after("qkv.dgrad", dg, "bwd")
         n1b = self.compute("attn_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (c or dg,), "bwd",
@@ -636,11 +666,11 @@ class _Builder(_Ops):
         out: list[str] = []
         if s.fsdp:
             if s.dp:
-                out.append(self.add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, d.dp, "dp", self.dp_blk),
+                out.append(self.add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, self.dp_ranks, "dp", self.dp_blk),
                                     wg_t, "bwd", _L, "dp", self.mb, "fsdp_rs"))
             return out
         if s.dp:
-            out.append(self.add("layer.dp_grad", CollShape(self.grad_kind(), (w.dense if s.ep else w.layer) * gb, d.dp,
+            out.append(self.add("layer.dp_grad", CollShape(self.grad_kind(), (w.dense if s.ep else w.layer) * gb, self.dp_ranks,
                                                            "dp", self.dp_blk), wg_t, "bwd", _L, "dp", 1, "dp_grad"))
         if s.ep and s.edp:
             out.append(self.add("layer.dp_grad_experts", CollShape(self.grad_kind(), w.experts * gb, w.edp, "dp",
@@ -656,15 +686,15 @@ class _Builder(_Ops):
         reduce_deps = (eb, hd_wg)
         if s.dp:
             if s.fsdp:
-                reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, d.dp, "dp",
+                reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",
                                                                        self.dp_blk), reduce_deps, "bwd", "micro",
                                            "dp", self.mb, "fsdp_rs"))
             else:
-                reductions.append(self.add("embed.dp_grad", CollShape(self.grad_kind(), w.emb_params * gb, d.dp, "dp",
+                reductions.append(self.add("embed.dp_grad", CollShape(self.grad_kind(), w.emb_params * gb, self.dp_ranks, "dp",
                                                                       self.dp_blk), reduce_deps, "bwd", "step", "dp",
                                            1, "dp_grad"))
         sharded = s.fsdp or s.zero1
-        shard = d.dp if sharded else 1
+        shard = self.dp_ranks if sharded else 1
         if s.ep:
             opt_params = (self.stage_layers * (w.dense / shard + w.experts / (w.edp if sharded and s.dp else 1))
                           + w.emb_params / shard)
@@ -673,7 +703,7 @@ class _Builder(_Ops):
         opt = self.add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params),
                        tuple(reductions) or (eb,), "opt", "step", "compute", 1, "optimizer")
         if s.zero1 and s.dp and not s.fsdp:
-            self.add("dp_param_ag", CollShape("all_gather", (self.stage_layers * w.layer + w.emb_params) * b, d.dp,
+            self.add("dp_param_ag", CollShape("all_gather", (self.stage_layers * w.layer + w.emb_params) * b, self.dp_ranks,
                                               "dp", self.dp_blk), (opt,), "opt", "step", "dp", 1, "dp_param_ag")
 
 
