@@ -109,11 +109,12 @@ def family(variant: str, comm: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    calib = Path(__file__).resolve().parents[1] / "src/c3kit/cost/data/calib"
+    from c3kit.cost.calib_store import calibration_path
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--c3", default=str(calib / "h200-sxm-c3.json"))
+    ap.add_argument("--c3", default=str(calibration_path("H200-SXM", "c3")))
     ap.add_argument("--gpu", default="H200-SXM")
-    ap.add_argument("--out", default=str(calib / "h200-sxm-contention.json"))
+    ap.add_argument("--out", default=str(calibration_path("H200-SXM", "contention")))
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     from c3kit.hw.catalog import get_gpu

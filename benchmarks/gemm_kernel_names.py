@@ -17,7 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-CALIB = Path(__file__).resolve().parents[1] / "src" / "c3kit" / "cost" / "data" / "calib"
+from c3kit.cost.calib_store import calib_dir  # noqa: E402
+
+CALIB = calib_dir()
 FILES = ("h200-sxm-gemm.json", "h200-sxm-gemm-holdout.json", "h200-sxm-gemm-workload.json")
 BATCH = 1500
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from c3kit.cost.calib_store import calib_dir
 from c3kit.cost.efficiency import fit_efficiency, relative_errors
 from c3kit.cost.fit_cache import save_fit
 from c3kit.cost.table import GemmTable, read_calibration
 from c3kit.errors import C3kitError
 from c3kit.hw.catalog import get_gpu
 
-CALIB = Path(__file__).resolve().parents[1] / "src" / "c3kit" / "cost" / "data" / "calib"
+CALIB = calib_dir()
 
 
 def main() -> None:

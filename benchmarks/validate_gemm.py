@@ -206,9 +206,10 @@ def steady_check(doc_fit: dict, doc_steady: dict, gpu_name: str, curve) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    calib = Path(__file__).resolve().parents[1] / "src/c3kit/cost/data/calib"
-    ap.add_argument("--file", default=str(calib / "h200-sxm-gemm.json"), help="gemm table the model is fitted to")
-    ap.add_argument("--holdout", default=str(calib / "h200-sxm-gemm-holdout.json"),
+    from c3kit.cost.calib_store import calibration_path
+
+    ap.add_argument("--file", default=str(calibration_path("H200-SXM", "gemm")), help="gemm table the model is fitted to")
+    ap.add_argument("--holdout", default=str(calibration_path("H200-SXM", "gemm", variant="holdout")),
                     help="held-out shapes ('' or a missing file: split --file by its set column)")
     ap.add_argument("--gpu", default="H200-SXM", help="catalog GPU the table was measured on")
     ap.add_argument("--time-col", default="time_s", help="time column fitted and checked (time_s or time_raw_s)")

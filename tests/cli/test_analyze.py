@@ -51,7 +51,7 @@ BAD = [
     (["--model", "llama-3-71b"], "did you mean"),
     (["--hw", "H300"], "unknown hardware"),
     (["--tp", "3"], "divisible"),
-    (["--model", "Llama-3-8B", "--pp", "5", "--tp", "1", "--gpus", "5"], "layers"),
+    (["--model", "Llama-3-8B", "--pp", "40", "--tp", "1", "--gpus", "40"], "layers"),
     (["--gpus", "12", "--tp", "8"], "divisible"),
     (["--gpus", "16", "--tp", "8", "--dp", "4"], "GPUs"),
     (["--seq", "0"], "positive"),

@@ -129,7 +129,7 @@ def test_table_rejects_bad_columns():
 
 
 def test_shipped_calibration_calibrates_the_efficiency_model(tmp_path, monkeypatch):
-    import c3kit.cost.table as table_mod
+    import c3kit.cost.calib_store as store
     from c3kit.cost.efficiency import EfficiencyCurve, curve_times
     from c3kit.hw import project
 
@@ -137,7 +137,7 @@ def test_shipped_calibration_calibrates_the_efficiency_model(tmp_path, monkeypat
     sizes = [512, 1024, 2048, 4096, 8192]
     shapes = [(m, n, k) for m in sizes for n in sizes for k in sizes]
     ts = curve_times(truth, H200, *zip(*shapes), ["bf16"] * len(shapes))
-    monkeypatch.setattr(table_mod, "calib_dir", lambda: tmp_path)
+    monkeypatch.setattr(store, "calib_dir", lambda: tmp_path)
     write_calibration(tmp_path / "h200-sxm-gemm.json", "gemm", COLS,
                       [[m, n, k, "bf16", float(t)] for (m, n, k), t in zip(shapes, ts)], META)
     cost.clear_caches()

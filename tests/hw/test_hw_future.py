@@ -8,18 +8,18 @@ from hypothesis import strategies as st
 
 from c3kit.errors import HardwareError
 from c3kit.hw import get_gpu, list_rules, project
-from c3kit.hw.future import AMD_CHAIN, RULES, ScalingRule, historical_factors
+from c3kit.hw.future import AMD_CHAIN, HISTORICAL_CHAIN, RULES, ScalingRule, historical_factors
 
 
 def test_historical_rule_matches_catalog_trend():
-    derived = historical_factors()
+    derived = historical_factors([get_gpu(n) for n in HISTORICAL_CHAIN])
     rule = RULES["historical"].factors()
     for k, v in derived.items():
         assert rule[k] == pytest.approx(v, rel=1e-3), k
 
 
 def test_amd_rule_matches_catalog():
-    derived = historical_factors(AMD_CHAIN)
+    derived = historical_factors([get_gpu(n) for n in AMD_CHAIN])
     for k, v in RULES["historical-amd"].factors().items():
         assert v == pytest.approx(derived[k], rel=1e-3), k
 

@@ -14,7 +14,7 @@ DATA = Path(__file__).parent / "data"
     (["--model", str(DATA / "malformed.json")], "malformed JSON at line 2"),
     (["--model", str(DATA / "gpt2_unsupported.json")], "unsupported model_type 'gpt2'"),
     (["--model", "T-NLG", "--tp", "8"], "28 attention heads are not divisible by tp 8: use tp in 1, 2, 4, 7, 14, 28"),
-    (["--model", "Llama-3-70B", "--tp", "8", "--pp", "3", "--gpus", "24"], "80 layers are not divisible by pp 3"),
+    (["--model", "Llama-3-70B", "--tp", "1", "--pp", "81", "--gpus", "81"], "80 layers cannot fill pp 81 stages"),
 ])
 def test_bad_workload_input_exit_2(args, msg, capsys, tmp_path):
     assert main(["analyze", *args, "--out", str(tmp_path / "out")]) == 2

@@ -185,8 +185,8 @@ def test_bad_phase_seq():
         build_step(L70, Parallelism(tp=8), "inference")
     with pytest.raises(WorkloadError, match="sequence length"):
         build_step(L70, Parallelism(tp=8), "train", seq=0)
-    with pytest.raises(WorkloadError, match="not divisible by pp 3"):
-        build_step(L70, Parallelism(pp=3))
+    with pytest.raises(WorkloadError, match="cannot fill pp 81"):
+        build_step(L70, Parallelism(pp=81))
 
 
 @pytest.mark.parametrize("rc,passes", [("none", 72), ("selective", 72), ("full", 96)])

@@ -37,8 +37,9 @@ def test_kv_heads_and_tp():
 
 
 def test_layers_not_divisible_by_pp():
-    with pytest.raises(WorkloadError, match="80 layers are not divisible by pp 3"):
-        Parallelism(pp=3).validate(L70)
+    Parallelism(pp=3).validate(L70)  # uneven stages are priced as the slowest (ceil(80 / 3) = 27 layers)
+    with pytest.raises(WorkloadError, match="80 layers cannot fill pp 81 stages"):
+        Parallelism(pp=81).validate(L70)
     with pytest.raises(WorkloadError, match="pp 4 x vpp 3"):
         Parallelism(pp=4, vpp=3, global_batch=4).validate(L70)
 

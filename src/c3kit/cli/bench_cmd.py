@@ -12,6 +12,8 @@ from pathlib import Path
 import typer
 
 from c3kit.cli.common import JSON_OPT, emit_json
+from c3kit.cost.calib_store import calib_stem, variant_path
+from c3kit.cost.calib_store import out_path as calib_out_path
 from c3kit.errors import RuntimeSetupError
 
 bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
@@ -61,9 +63,9 @@ def _gpu(dev, name: str | None):
         name = _torch().cuda.get_device_name(dev).replace("NVIDIA ", "")
     try:
         g = get_gpu(name)
-        return g, g.name.lower()
+        return g, calib_stem(g.name)
     except HardwareError:
-        return None, re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        return None, calib_stem(name)
 
 
 def _peak(g, dtypes) -> dict[str, float]:
@@ -77,7 +79,7 @@ def _peak(g, dtypes) -> dict[str, float]:
 
 
 def _out_path(out: Path | None, slug: str, kind: str) -> Path:
-    return out if out is not None else Path("c3kit-out") / "calib" / f"{slug}-{kind}.json"
+    return out if out is not None else calib_out_path(slug, kind)
 
 
 def _meta(script: str, extra: dict | None = None) -> dict:
@@ -164,19 +166,12 @@ def gemm_cmd(
     from c3kit.runtime.bench import gemm as g
 
     dts = _dtypes(dtypes)
-    if shapes_opt:
-        shapes = [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
-    else:
-        shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick,
-                                n_holdout=holdout_shapes, n_align=align_shapes)
-        if workload and "bf16" in dts:
-            shapes += g.workload_shapes("bf16", seed=seed, quick=quick)
+    shapes = _gemm_shapes(dts, shapes_opt, random_shapes, odd_shapes, holdout_shapes, align_shapes, workload, seed,
+                          quick)
     counts = Counter((s.dtype, s.set) for s in shapes)
     ranges = {dt: g.dtype_range(dt, quick) for dt in dts}
     if plan:
-        for (dt, st), c in sorted(counts.items()):
-            typer.echo(f"{dt:>5} {st:>8} {c:>6}")
-        typer.echo(f"total {len(shapes)} shapes x {passes} passes; ranges (M, N, K) {ranges}")
+        _gemm_plan(counts, len(shapes), passes, ranges)
         return
     if steady_only and steady <= 0:
         raise RuntimeSetupError("--steady-only needs --steady N (N > 0 shapes of each set)")
@@ -195,23 +190,9 @@ def gemm_cmd(
         _echo(_table(cols, [[*r[:6], r[6] * 1e6, r[7] / 1e12, r[8], r[9], r[10]]], widths)[1], quiet)
 
     errors: list[str] = []
-    from c3kit.runtime.calib import write_calibration
 
     def steady_step(path: Path, extra: dict) -> None:
-        st_shapes = g.steady_shapes(shapes, steady, seed)
-        _echo(f"# steady state: {len(st_shapes)} shapes, {steady_hold_s:g} s each", quiet)
-        st_errors: list[str] = []
-        st_rows = g.run_steady(st_shapes, dev, peak, hold_s=steady_hold_s, seed=seed, on_row=show, errors=st_errors,
-                               budget_s=budget_s)
-        for e in st_errors:
-            _echo(f"# not run: {e}", quiet)
-        if not st_rows:
-            raise RuntimeSetupError(f"bench gemm --steady measured nothing: {'; '.join(st_errors[:3])}")
-        st_path = write_calibration(path.with_name(path.stem + "-steady.json"), "gemm", g.STEADY_COLUMNS, st_rows,
-                                    _meta(script, {**extra, "errors": json.dumps(st_errors),
-                                                   "note": "steady state: each shape back to back for hold_s, "
-                                                           "timed at the end"}))
-        _echo(f"# wrote {len(st_rows)} steady-state rows to {st_path}", quiet)
+        _gemm_steady(path, extra, shapes, steady, steady_hold_s, seed, dev, peak, show, budget_s, script, quiet)
 
     g.warm_up(dev, warmup_s)
     if steady_only:
@@ -246,33 +227,15 @@ def gemm_cmd(
                                      "clock_ref_hz": g.CLOCK_REF_HZ, "steady": steady, "steady_hold_s": steady_hold_s, **stats}),
              "time_s": f"{stats['time_s']} (median over passes); time_raw_s: median of raw timings",
              "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
-    path = write_calibration(_out_path(out, slug, "gemm"), "gemm", columns, rows,
-                             _meta(script, {**extra, "note": "grid, align and random rows: the fit set"}))
-    for suffix, rs, note in (("-holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
-                             ("-odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)"),
-                             ("-workload", workload_rows, "the catalog models' training GEMMs off the grid: never fitted")):
-        if rs:
-            write_calibration(path.with_name(path.stem + suffix + ".json"), "gemm", columns, rs,
-                              _meta(script, {**extra, "note": note}))
-    if srows:
-        write_calibration(path.with_name(path.stem + "-sentinel.json"), "gemm", g.SENTINEL_COLUMNS, srows,
-                          _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
+    path = _write_gemm_sweep(_out_path(out, slug, "gemm"), columns, rows, held_rows, odd_rows, workload_rows, srows,
+                             extra, script)
     _echo(f"# sweep: {stats}", quiet)
     if steady > 0:
         steady_step(path, extra)
     split_rows, split_path = [], None
     if splits:
-        # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
-        base = _parse_shapes(split_shapes) if split_shapes else list(g.DEFAULT_SPLIT_SHAPES)
-        chunks = [c for c in g.SPLIT_CHUNKS if c <= max_chunks]
-        split_errors: list[str] = []
-        split_rows = g.run_splits(base, dts[0], dev, peak, chunks=chunks, target_s=target_ms / 1e3, seed=seed,
-                                  on_row=show, budget_s=budget_s, errors=split_errors)
-        for e in split_errors:
-            _echo(f"# not run: {e}", quiet)
-        extra = {**extra, "errors": json.dumps(split_errors)}
-        split_path = write_calibration(path.with_name(path.stem + "-split.json"), "gemm", g.COLUMNS, split_rows,
-                                       _meta(script, extra))
+        split_rows, split_path = _gemm_splits(path, split_shapes, max_chunks, dts[0], dev, peak, target_ms, seed, show,
+                                              budget_s, extra, script, quiet)
     if as_json:
         emit_json({"path": str(path), "columns": columns, "rows": rows,
                    "split_path": str(split_path) if split_path else None, "split_rows": split_rows})
@@ -280,6 +243,86 @@ def gemm_cmd(
         tail = f", {len(held_rows)} held out, {len(odd_rows)} misaligned" if (held_rows or odd_rows) else ""
         tail += f" and {len(split_rows)} to {split_path}" if split_path else ""
         _echo(f"# wrote {len(rows)} rows to {path}{tail}", quiet)
+
+
+def _gemm_shapes(dts, shapes_opt, random_shapes, odd_shapes, holdout_shapes, align_shapes, workload, seed, quick):
+    """The shapes of `bench gemm`: the --shapes list, or the sweep (plus the catalog models' workload GEMMs)."""
+    from c3kit.runtime.bench import gemm as g
+
+    if shapes_opt:
+        return [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
+    shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick,
+                            n_holdout=holdout_shapes, n_align=align_shapes)
+    if workload and "bf16" in dts:
+        shapes += g.workload_shapes("bf16", seed=seed, quick=quick)
+    return shapes
+
+
+def _gemm_plan(counts, n_shapes: int, passes: int, ranges) -> None:
+    """`bench gemm --plan`: shape counts per dtype and set."""
+    for (dt, st), c in sorted(counts.items()):
+        typer.echo(f"{dt:>5} {st:>8} {c:>6}")
+    typer.echo(f"total {n_shapes} shapes x {passes} passes; ranges (M, N, K) {ranges}")
+
+
+def _gemm_steady(path: Path, extra: dict, shapes, steady, steady_hold_s, seed, dev, peak, show, budget_s, script,
+                 quiet) -> None:
+    """`bench gemm --steady`: time shapes back to back and write the steady-state companion file."""
+    from c3kit.runtime.bench import gemm as g
+    from c3kit.runtime.calib import write_calibration
+
+    st_shapes = g.steady_shapes(shapes, steady, seed)
+    _echo(f"# steady state: {len(st_shapes)} shapes, {steady_hold_s:g} s each", quiet)
+    st_errors: list[str] = []
+    st_rows = g.run_steady(st_shapes, dev, peak, hold_s=steady_hold_s, seed=seed, on_row=show, errors=st_errors,
+                           budget_s=budget_s)
+    for e in st_errors:
+        _echo(f"# not run: {e}", quiet)
+    if not st_rows:
+        raise RuntimeSetupError(f"bench gemm --steady measured nothing: {'; '.join(st_errors[:3])}")
+    st_path = write_calibration(variant_path(path, "steady"), "gemm", g.STEADY_COLUMNS, st_rows,
+                                _meta(script, {**extra, "errors": json.dumps(st_errors),
+                                               "note": "steady state: each shape back to back for hold_s, "
+                                                       "timed at the end"}))
+    _echo(f"# wrote {len(st_rows)} steady-state rows to {st_path}", quiet)
+
+
+def _write_gemm_sweep(out_path: Path, columns, rows, held_rows, odd_rows, workload_rows, srows, extra, script) -> Path:
+    """Write the sweep's fit set and its companions (held out, misaligned, workload, sentinel); the fit set's path."""
+    from c3kit.runtime.bench import gemm as g
+    from c3kit.runtime.calib import write_calibration
+
+    path = write_calibration(out_path, "gemm", columns, rows,
+                             _meta(script, {**extra, "note": "grid, align and random rows: the fit set"}))
+    for suffix, rs, note in (("holdout", held_rows, "held-out random shapes (multiples of 8): never fitted"),
+                             ("odd", odd_rows, "misaligned shapes (a dimension not a multiple of 8)"),
+                             ("workload", workload_rows, "the catalog models' training GEMMs off the grid: never fitted")):
+        if rs:
+            write_calibration(variant_path(path, suffix), "gemm", columns, rs,
+                              _meta(script, {**extra, "note": note}))
+    if srows:
+        write_calibration(variant_path(path, "sentinel"), "gemm", g.SENTINEL_COLUMNS, srows,
+                          _meta(script, {**extra, "note": "every sentinel timing, in time order"}))
+    return path
+
+
+def _gemm_splits(path: Path, split_shapes, max_chunks, dtype, dev, peak, target_ms, seed, show, budget_s, extra,
+                 script, quiet):
+    """`bench gemm --splits`: time 2..max_chunks-way splits into their own file; (rows, path)."""
+    from c3kit.runtime.bench import gemm as g
+    from c3kit.runtime.calib import write_calibration
+
+    # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
+    base = _parse_shapes(split_shapes) if split_shapes else list(g.DEFAULT_SPLIT_SHAPES)
+    chunks = [c for c in g.SPLIT_CHUNKS if c <= max_chunks]
+    split_errors: list[str] = []
+    split_rows = g.run_splits(base, dtype, dev, peak, chunks=chunks, target_s=target_ms / 1e3, seed=seed,
+                              on_row=show, budget_s=budget_s, errors=split_errors)
+    for e in split_errors:
+        _echo(f"# not run: {e}", quiet)
+    extra = {**extra, "errors": json.dumps(split_errors)}
+    split_path = write_calibration(variant_path(path, "split"), "gemm", g.COLUMNS, split_rows, _meta(script, extra))
+    return split_rows, split_path
 
 
 def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
@@ -443,12 +486,12 @@ def comm_cmd(
                                                                 "NVSHMEM_DISABLE_NVLS")})}
     path = write_calibration(_out_path(out, slug, "comm"), "comm", cb.COLUMNS, rows, _meta(script, extra))
     if val.get("dma_rows"):
-        write_calibration(path.with_name(path.stem.replace("-comm", "") + "-dma.json"), "dma", cb.DMA_COLUMNS,
+        write_calibration(variant_path(path, "", "dma"), "dma", cb.DMA_COLUMNS,
                           val["dma_rows"], _meta(script, {**extra, "note": "single copy_ pulls from the next rank's "
                                                           "symmetric buffer (one copy-engine command each)"}))
     c3_path = None
     if val["c3_rows"]:
-        c3_path = write_calibration(path.with_name(path.stem.replace("-comm", "") + "-c3-multi.json"), "c3",
+        c3_path = write_calibration(variant_path(path, "multi", "c3"), "c3",
                                     cb.C3_COLUMNS, val["c3_rows"], _meta(script, extra))
     if as_json:
         emit_json({"path": str(path), "columns": cb.COLUMNS, "rows": rows, "c3_rows": val["c3_rows"],

@@ -6,14 +6,11 @@ Every report that prices ops on a GPU can say, per op class, `basis(gpu)[op_clas
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective")
-_PROJECTED = re.compile(r"\+\d+g\([\w-]+\)$")
 
 
 @dataclass(frozen=True)
@@ -29,7 +26,9 @@ class Transfer:
 @lru_cache(maxsize=1)
 def transfers() -> dict[str, Transfer]:
     """The shipped calibration transfers by GPU name."""
-    text = resources.files("c3kit.cost").joinpath("data", "transfers.toml").read_text(encoding="utf-8")
+    from c3kit.cost.calib_store import transfers_path
+
+    text = transfers_path().read_text(encoding="utf-8")
     doc = tomllib.loads(text)
     return {name: Transfer(name, t["from"], tuple(t["classes"]), t["reason"])
             for name, t in doc.get("transfer", {}).items()}
@@ -37,17 +36,20 @@ def transfers() -> dict[str, Transfer]:
 
 def catalog_name(gpu_name: str) -> str:
     """The catalog GPU under a projection ('H200-SXM+2g(historical)' -> 'H200-SXM')."""
-    return _PROJECTED.sub("", gpu_name)
+    from c3kit.hw.future import base_name
+
+    return base_name(gpu_name)
 
 
 @lru_cache(maxsize=256)
 def _measured(gpu_name: str, op_class: str) -> bool:
-    from c3kit.cost.table import calib_dir, calib_stem
+    from c3kit.cost.calib_store import calibration_path, op_calibration_path
 
-    stem = calib_stem(gpu_name)
-    files = {"gemm": ("gemm",), "attention": ("ops-attention",), "memory": ("ops-memory",),
-             "floor": ("ops-floor",), "collective": ("comm",)}[op_class]
-    return any((calib_dir() / f"{stem}-{f}.json").is_file() for f in files)
+    if op_class in ("gemm", "collective"):
+        path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
+    else:
+        path = op_calibration_path(gpu_name, op_class)
+    return path.is_file()
 
 
 def source_gpu(gpu_name: str, op_class: str) -> str | None:

@@ -274,13 +274,18 @@ def _unpack(x: np.ndarray, base: EfficiencyCurve, dtypes: Sequence[str], names: 
 
 
 def _rows_of(data) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
-    """(m, n, k, batch, dtype, time_s) from a GemmTable, a calibration document, or rows of dicts."""
-    from c3kit.cost.table import GemmTable
-
-    if isinstance(data, GemmTable):
-        return data.arrays()
+    """(m, n, k, batch, dtype, time_s) of a GemmTable (anything with .arrays()) or a calibration document."""
+    arrays = getattr(data, "arrays", None)
+    if callable(arrays):
+        return arrays()
     if isinstance(data, Mapping) and "columns" in data:
-        return GemmTable.from_doc(data).arrays()
+        from c3kit.cost.calib_store import gemm_columns
+
+        m, n, k, batch, dtype, time_s = gemm_columns(data)
+        m = np.asarray(m, dtype=float)
+        return (m, np.asarray(n, dtype=float), np.asarray(k, dtype=float),
+                np.ones_like(m) if batch is None else np.asarray(batch, dtype=float), [str(d) for d in dtype],
+                np.asarray(time_s, dtype=float))
     raise CostError("fit_efficiency needs a GemmTable or a calibration document of kind 'gemm'")
 
 

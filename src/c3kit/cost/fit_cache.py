@@ -22,8 +22,9 @@ def file_sha256(path: str | Path) -> str:
 
 def fit_path(table_path: str | Path) -> Path:
     """The fit file that belongs to a gemm calibration file (…-gemm.json -> …-gemm-fit.json)."""
-    p = Path(table_path)
-    return p.with_name(p.name.removesuffix(".json") + "-fit.json")
+    from c3kit.cost.calib_store import variant_path
+
+    return variant_path(table_path, "fit")
 
 
 def load_fit(table_path: str | Path) -> EfficiencyCurve | None:

@@ -25,10 +25,11 @@ assumed for every fabric). These are the numbers to calibrate next.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
+from c3kit.cost.default_curve import clear_default_curves, default_curve_for
 from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve
+from c3kit.hw.future import base_name
 from c3kit.errors import CostError
 
 KINDS = ("roofline", "efficiency", "table")
@@ -94,53 +95,12 @@ class CostModel:
         return cls(kind="table", curve=curve, table=table)
 
 
-_BASE = re.compile(r"\+\d+g\([\w-]+\)$")
-_fitted: dict[str, tuple[EfficiencyCurve, str]] = {}
-
-
-def base_name(gpu_name: str) -> str:
-    """The catalog name under a projection ('H200-SXM+2g(historical)' -> 'H200-SXM')."""
-    return _BASE.sub("", gpu_name)
-
-
-def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
-    """(curve, origin): fitted once per process to the shipped gemm calibration of gpu (or of the GPU a
-    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'."""
-    name = gpu.name
-    hit = _fitted.get(name)
-    if hit is not None:
-        return hit
-    from c3kit.cost.basis import source_gpu
-    from c3kit.cost.efficiency import fit_efficiency
-    from c3kit.cost.table import cached_gemm_table
-
-    base = source_gpu(name, "gemm") or base_name(name)  # own, projected or transferred (cost/basis.py)
-    table = cached_gemm_table(base)
-    out = (DEFAULT_CURVE, "default")
-    if table is not None:
-        try:
-            # fit against the base GPU: the curve's shape is the library's, the peaks come from `gpu` at use
-            from c3kit.hw.catalog import get_gpu
-
-            from c3kit.cost.fit_cache import load_fit
-
-            stored = load_fit(table.origin)
-            if stored is None:
-                ref = get_gpu(base) if base != name else gpu
-                stored = fit_efficiency(table, ref).curve
-            out = (stored, f"fitted:{table.origin}")
-        except CostError:
-            pass  # a table too small or inconsistent to fit: keep the documented default
-    _fitted[name] = out
-    return out
-
-
 def clear_caches() -> None:
     """Forget loaded calibration tables and fitted curves (after writing a new calibration file)."""
     from c3kit.cost.power import sustained_for
     from c3kit.cost.table import cached_gemm_table
 
-    _fitted.clear()
+    clear_default_curves()
     cached_gemm_table.cache_clear()
     sustained_for.cache_clear()
 
@@ -150,8 +110,7 @@ def curve_of(model: "CostModel", gpu) -> EfficiencyCurve:
     c = model.curve
     if c is not None:
         return c
-    hit = _fitted.get(gpu.name)
-    return hit[0] if hit is not None else default_curve_for(gpu)[0]
+    return default_curve_for(gpu)[0]
 
 
 ROOFLINE = CostModel()

@@ -192,11 +192,11 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 @lru_cache(maxsize=16)
 def op_calibration(gpu_name: str) -> OpCalibration | None:
     """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
-    from c3kit.cost.table import calib_dir, calib_stem
+    from c3kit.cost.calib_store import OP_FAMILIES, op_calibration_path
 
     found = {}
-    for fam in ("memory", "attention", "floor"):
-        p = calib_dir() / f"{calib_stem(gpu_name)}-ops-{fam}.json"
+    for fam in OP_FAMILIES:
+        p = op_calibration_path(gpu_name, fam)
         if p.is_file():
             found[fam] = p
     if not found:

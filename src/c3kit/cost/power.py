@@ -115,16 +115,17 @@ def burst_predictions(rows, table, gpu, curve=None) -> tuple[np.ndarray, np.ndar
 @functools.lru_cache(maxsize=16)
 def sustained_for(gpu_name: str) -> SustainedClock:
     """The SustainedClock fitted to the GPU's shipped steady-state rows and gemm table (NO_THROTTLE if none)."""
-    from c3kit.cost.model import base_name, default_curve_for
-    from c3kit.cost.table import cached_gemm_table, calibration_path, read_calibration
+    from c3kit.cost.calib_store import calibration_path, read_calibration
+    from c3kit.cost.default_curve import default_curve_for
+    from c3kit.cost.table import cached_gemm_table
     from c3kit.hw.catalog import get_gpu
+    from c3kit.hw.future import base_name
 
     from c3kit.cost.basis import source_gpu
 
     base = source_gpu(gpu_name, "gemm") or base_name(gpu_name)
     table = cached_gemm_table(base)
-    gemm_path = calibration_path(base, "gemm")
-    path = gemm_path.with_name(gemm_path.stem + "-steady.json")
+    path = calibration_path(base, "gemm", variant="steady")
     if table is None or not path.is_file():
         return NO_THROTTLE
     gpu = get_gpu(base)

@@ -1,10 +1,8 @@
-"""Calibration files (docs/CONVENTIONS.md) and the measured GEMM lookup table with log-space interpolation.
+"""The measured GEMM lookup table with log-space interpolation, read from calibration files.
 
-File: src/c3kit/cost/data/calib/<gpu>-<kind>.json =
-    {"meta": {"machine", "gpu", "driver", "torch", "cuda", "date", "command", "script"},
-     "kind": "gemm" | "c3" | "comm" | "overlap" | "contention" | "dma",
-     "columns": [...], "rows": [[...], ...]}
-A gemm table has at least the columns m, n, k, dtype, time_s (optional: batch).
+Where calibration files live, how they are named, and their format: c3kit.cost.calib_store (the
+names it defines are re-exported here for existing callers). A gemm table has at least the columns
+m, n, k, dtype, time_s (optional: batch).
 
 Lookup (GemmTable.lookup): per dtype, when the measured shapes hold a full grid over M x N x K (the
 axis values that occur in many rows; other rows may lie between them), trilinear interpolation of
@@ -23,126 +21,26 @@ A batched GEMM (batch b) is looked up as M x b rows, since grouped GEMMs run as 
 from __future__ import annotations
 
 import bisect
-import json
 import math
-import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
+from c3kit.cost.calib_store import (KINDS, META_KEYS, REQUIRED_COLUMNS, calib_dir, calib_stem,  # noqa: F401
+                                    calibration_path, find_calibration, gemm_columns, read_calibration, validate_calibration,
+                                    write_calibration)
 from c3kit.errors import CostError
-
-KINDS = ("gemm", "c3", "comm", "overlap", "contention", "dma")
-META_KEYS = ("machine", "gpu", "driver", "torch", "cuda", "date", "command", "script")
-REQUIRED_COLUMNS = {"gemm": ("m", "n", "k", "dtype", "time_s")}
-
-
-def calib_dir() -> Path:
-    """The shipped calibration folder, src/c3kit/cost/data/calib."""
-    return Path(str(resources.files("c3kit.cost"))) / "data" / "calib"
-
-
-def calib_stem(gpu_name: str) -> str:
-    """File-name form of a GPU name: lower case, runs of other characters as '-' ('H200-SXM' -> 'h200-sxm')."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-
-
-def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None) -> Path:
-    """Where the calibration file of a GPU and kind lives (root defaults to the shipped folder)."""
-    _check_kind(kind)
-    return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-{kind}.json"
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise CostError(f"unknown calibration kind {kind!r}: use one of {', '.join(KINDS)}")
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
-
-
-def validate_calibration(doc: Mapping, origin: str = "<calibration>") -> None:
-    """Check a calibration document's shape (keys, kind, columns, row widths, gemm values); raise CostError."""
-    for key in ("meta", "kind", "columns", "rows"):
-        if key not in doc:
-            raise CostError(f"{origin}: calibration document lacks {key!r}")
-    _check_kind(doc["kind"])
-    cols = list(doc["columns"])
-    if len(set(cols)) != len(cols):
-        raise CostError(f"{origin}: duplicate column names in {cols}")
-    need = [c for c in REQUIRED_COLUMNS.get(doc["kind"], ()) if c not in cols]
-    if need:
-        raise CostError(f"{origin}: a {doc['kind']} table needs columns {', '.join(need)} (has {cols})")
-    bad = [i for i, r in enumerate(doc["rows"]) if len(r) != len(cols)]
-    if bad:
-        raise CostError(f"{origin}: rows {bad[:5]} do not have {len(cols)} values")
-    if doc["kind"] == "gemm":
-        ix = {c: cols.index(c) for c in ("m", "n", "k", "time_s")}
-        for i, r in enumerate(doc["rows"]):
-            try:
-                vals = [float(r[ix[c]]) for c in ("m", "n", "k", "time_s")]
-            except (TypeError, ValueError):
-                raise CostError(f"{origin}: row {i} has a non-numeric m, n, k or time_s: {r}") from None
-            if min(vals) <= 0 or not all(math.isfinite(v) for v in vals):
-                raise CostError(f"{origin}: row {i} needs positive finite m, n, k and time_s: {r}")
-
-
-def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-                      meta: Mapping) -> Path:
-    """Write a calibration file atomically (validated; missing meta keys become null, date defaults to now)."""
-    meta = dict(meta or {})
-    for key in META_KEYS:
-        meta.setdefault(key, None)
-    if meta["date"] is None:
-        meta["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    doc = {"meta": meta, "kind": kind, "columns": list(columns),
-           "rows": [[_plain(v) for v in r] for r in rows]}
-    validate_calibration(doc, str(path))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def read_calibration(path: str | Path) -> dict:
-    """Read and validate one calibration file."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CostError(f"{path}: not a readable calibration file ({e})") from None
-    if not isinstance(doc, dict):
-        raise CostError(f"{path}: a calibration file holds one JSON object")
-    validate_calibration(doc, str(path))
-    return doc
-
 
 def load_calibration(gpu_name: str, kind: str, root: str | Path | None = None) -> "dict | GemmTable | None":
     """The calibration of a GPU (name or alias) and kind: a GemmTable for 'gemm', the document otherwise; None if absent."""
-    _check_kind(kind)
-    names = [gpu_name]
-    try:
-        from c3kit.hw.catalog import get_gpu
-
-        canonical = get_gpu(gpu_name).name
-        if canonical != gpu_name:
-            names.insert(0, canonical)
-    except Exception:  # an uncatalogued name is still a valid file stem
-        pass
-    for nm in names:
-        p = calibration_path(nm, kind, root)
-        if p.is_file():
-            doc = read_calibration(p)
-            return GemmTable.from_doc(doc, str(p)) if kind == "gemm" else doc
-    return None
+    p = find_calibration(gpu_name, kind, root)
+    if p is None:
+        return None
+    doc = read_calibration(p)
+    return GemmTable.from_doc(doc, str(p)) if kind == "gemm" else doc
 
 
 @lru_cache(maxsize=64)
@@ -238,13 +136,8 @@ class GemmTable:
     @classmethod
     def from_doc(cls, doc: Mapping, origin: str = "<calibration>") -> "GemmTable":
         """A table from a calibration document of kind 'gemm'."""
-        validate_calibration(doc, origin)
-        if doc["kind"] != "gemm":
-            raise CostError(f"{origin}: kind is {doc['kind']!r}, a GEMM table needs kind 'gemm'")
-        cols = list(doc["columns"])
-        col = {c: [r[cols.index(c)] for r in doc["rows"]] for c in cols}
-        return cls(col["m"], col["n"], col["k"], col["dtype"], col["time_s"], col.get("batch"),
-                   meta=doc["meta"], origin=origin)
+        m, n, k, batch, dtype, time_s = gemm_columns(doc, origin)
+        return cls(m, n, k, dtype, time_s, batch, meta=doc["meta"], origin=origin)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]:
         """(m, n, k, batch, dtype, time_s) as arrays, one entry per measured row."""

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from c3kit.errors import HardwareError
+from c3kit.hw.future import PROJECTED, project
 from c3kit.hw.model import DTYPE_BYTES, GPU, DMAEngines, ScaleUp
 
-_PROJECTED = re.compile(r"^(?P<base>.+)\+(?P<gens>\d+)g\((?P<rule>[\w-]+)\)$")
 
 _SCALARS = ("sms", "clock", "hbm_bytes", "hbm_bw", "l2_bytes", "gpus_per_node", "scaleout_bw", "scaleout_latency")
 
@@ -79,8 +78,6 @@ def _index() -> dict[str, GPU]:
 
 @lru_cache(maxsize=256)
 def _projected(base: str, rule: str, gens: int) -> GPU:
-    from c3kit.hw.future import project
-
     return project(get_gpu(base), rule, gens)
 
 
@@ -96,7 +93,7 @@ def get_gpu(name: str) -> GPU:
             return gpu_from_dict(tomllib.loads(Path(name).read_text()), name)
         except tomllib.TOMLDecodeError as e:
             raise HardwareError(f"{name}: not valid TOML ({e})") from None
-    m = _PROJECTED.match(name.strip())
+    m = PROJECTED.match(name.strip())
     if m:
         return _projected(m["base"], m["rule"].lower(), int(m["gens"]))
     index = _index()

@@ -10,7 +10,7 @@ Where the factors come from (see docs/hardware.md):
 - historical: geometric mean per generation of NVIDIA A100-SXM-80G -> H100-SXM -> B200 taken from
   this catalog (two generations): bf16 312 -> 989.4 -> 2250 TFLOP/s, HBM 2.039 -> 3.35 -> 8 TB/s,
   80 -> 80 -> 180 GB, NVLink 300 -> 450 -> 900 GB/s, NIC 25 -> 50 -> 50 GB/s per GPU.
-  `historical_factors()` recomputes them from the catalog; a test keeps the two in step.
+  `historical_factors(chain)` recomputes them from catalog GPUs; a test keeps the two in step.
 - historical-amd: AMD MI300X -> MI355X (one generation) from this catalog.
 - compute-heavy: assumed; the trend the Comp-vs-Comm paper (arXiv 2302.02825) warns of, compute
   outgrowing memory and network (3x compute, ~1.4-1.6x everything else per generation).
@@ -22,7 +22,9 @@ Where the factors come from (see docs/hardware.md):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from c3kit.errors import HardwareError
 from c3kit.hw.model import GPU
@@ -87,11 +89,13 @@ def get_rule(rule: str | ScalingRule) -> ScalingRule:
     return hit
 
 
-def _chain_factors(names: tuple[str, ...]) -> dict[str, float]:
-    from c3kit.hw.catalog import get_gpu
-
-    first, last = get_gpu(names[0]), get_gpu(names[-1])
-    gens = len(names) - 1
+def historical_factors(chain: Sequence[GPU]) -> dict[str, float]:
+    """Per-generation geometric-mean factors along a chain of GPUs (one generation per step), e.g.
+    historical_factors([get_gpu(n) for n in HISTORICAL_CHAIN])."""
+    if len(chain) < 2 or not all(isinstance(g, GPU) for g in chain):
+        raise HardwareError("a generation chain needs at least two GPU objects (look names up with hw.get_gpu)")
+    first, last = chain[0], chain[-1]
+    gens = len(chain) - 1
     ratio = {
         "compute": last.peak_flops("bf16") / first.peak_flops("bf16"),
         "mem_bw": last.hbm_bw / first.hbm_bw,
@@ -102,16 +106,18 @@ def _chain_factors(names: tuple[str, ...]) -> dict[str, float]:
     return {k: v ** (1.0 / gens) for k, v in ratio.items()}
 
 
-def historical_factors(chain: tuple[str, ...] = HISTORICAL_CHAIN) -> dict[str, float]:
-    """Per-generation geometric-mean factors along a chain of catalog GPUs (one generation per step)."""
-    if len(chain) < 2:
-        raise HardwareError("a generation chain needs at least two GPUs")
-    return _chain_factors(tuple(chain))
-
-
 def projected_name(base: str, rule: str, generations: int) -> str:
     """The catalog-style name of a projection, e.g. 'H200-SXM+2g(historical)'."""
     return f"{base}+{generations}g({rule})"
+
+
+PROJECTED = re.compile(r"^(?P<base>.+)\+(?P<gens>\d+)g\((?P<rule>[\w-]+)\)$")
+
+
+def base_name(gpu_name: str) -> str:
+    """The catalog name under a projection ('H200-SXM+2g(historical)' -> 'H200-SXM'); other names unchanged."""
+    m = PROJECTED.match(gpu_name.strip())
+    return m["base"] if m else gpu_name
 
 
 def project(gpu: GPU, rule: str | ScalingRule, generations: int) -> GPU:

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
 from c3kit.errors import OverlapError, WorkloadError
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.workload.model import get_model, list_models
-
-@dataclass(frozen=True)
-class Shape:
-    """The sizes of a model that decide its communication pairs."""
-
-    name: str
-    hidden: int
-    ffn: int
-    q_dim: int
-    kv_dim: int
-    gated: bool
-    experts: int
-    top_k: int
-    moe_ffn: int
-    layers: int
-
-
-def model_shape(name: str) -> Shape:
-    """A model preset's shape (from workload.get_model)."""
-    c = get_model(name)
-    return Shape(c.name, c.hidden, c.ffn_hidden, c.q_dim, c.kv_dim, c.gated_mlp, c.n_experts, c.top_k,
-                 c.moe_ffn_hidden, c.layers)
-
 
 def model_names() -> list[str]:
     """Model presets available for scenarios."""
@@ -46,6 +24,22 @@ class Pair:
     count: int
 
 
+# which GEMM of the layer description each labelled pair is: (GEMM name, pattern family) -> label
+_LABELS = (
+    ("qkv", "ag", "fwd qkv (AG->GEMM)"),
+    ("proj", "out", "fwd attn-out (GEMM->{})"),
+    ("fc1", "ag", "fwd fc1 (AG->GEMM)"),
+    ("fc2", "out", "fwd fc2 (GEMM->{})"),
+    ("qkv.dgrad", "out", "bwd qkv dgrad (GEMM->{})"),
+    ("proj.dgrad", "ag", "bwd attn-out dgrad (AG->GEMM)"),
+    ("fc1.dgrad", "out", "bwd fc1 dgrad (GEMM->{})"),
+    ("fc2.dgrad", "ag", "bwd fc2 dgrad (AG->GEMM)"),
+    ("expert_fc1", "moe", "fwd moe up (A2A->GroupedGEMM->A2A)"),
+    ("expert_fc2.dgrad", "moe", "bwd moe down dgrad (A2A->GroupedGEMM->A2A)"),
+)
+_FAMILY = {"ag_gemm": "ag", "gemm_rs": "out", "gemm_ar": "out", "moe": "moe"}
+
+
 def model_pairs(name: str, tp: int = 8, ep: int = 0, tokens: int = 8192, dtype: str = "bf16", sp: bool = True,
                 backward: bool = True) -> list[Pair]:
     """Every TP (and EP) communication pair of one layer x layers, forward (and backward dgrad).
@@ -53,56 +47,40 @@ def model_pairs(name: str, tp: int = 8, ep: int = 0, tokens: int = 8192, dtype: 
     tokens = sequence x micro-batch on the TP group. With sequence parallelism (sp) the TP pairs are
     all-gather -> GEMM and GEMM -> reduce-scatter (Megatron-SP); without, GEMM -> all-reduce.
     MoE layers with ep > 1: dispatch all-to-all -> grouped GEMM (expert up projection) -> combine.
+    Shapes come from the layer description (c3kit.workload.layer): each TP rank routes its 1/tp of
+    the tokens, so a MoE pair's m = tokens / tp x top_k rows per GPU.
     """
-    s = model_shape(name)
+    from c3kit.workload.layer import comm_gemm_pairs, describe_tokens
+    from c3kit.workload.parallel import Parallelism
+
+    model = get_model(name)
     if tp < 2 and ep < 2:
         raise OverlapError("tp or ep must be at least 2: with one GPU there is no communication to overlap")
     if tokens <= 0:
         raise OverlapError("tokens must be positive")
+    if tp >= 2 and tokens % tp:
+        raise OverlapError(f"tokens = {tokens} does not divide by tp = {tp}")
+    use_ep = ep if model.is_moe and ep >= 2 else 1
+    if use_ep > 1 and model.n_experts % use_ep:
+        raise OverlapError(f"{model.name}: {model.n_experts} experts do not divide by ep = {use_ep}")
+    try:
+        par = Parallelism(tp=max(tp, 1), sp=sp, ep=use_ep, dp=use_ep // math.gcd(max(tp, 1), use_ep))
+        layer = describe_tokens(model, par, tokens, "train", dtype)
+    except WorkloadError as e:
+        raise OverlapError(str(e)) from None
+    found = {(p.gemm.name, _FAMILY[p.pattern]): p for p in comm_gemm_pairs(layer)}
     pairs: list[Pair] = []
-    L = s.layers
-    if tp >= 2:
-        qkv = s.q_dim + 2 * s.kv_dim
-        up = s.ffn * (2 if s.gated else 1)
-        for what, total in (("q_dim", s.q_dim), ("qkv", qkv), ("ffn", up), ("ffn_hidden", s.ffn)):
-            if total % tp:
-                raise OverlapError(f"{name}: {what} = {total} does not divide by tp = {tp}")
-        fwd_in = "ag_gemm" if sp else None
-        fwd_out = "gemm_rs" if sp else "gemm_ar"
-        if tokens % tp:
-            raise OverlapError(f"tokens = {tokens} does not divide by tp = {tp}")
-        mk = lambda pat, n, k: OverlapProblem(pat, tokens, n, k, dtype, tp)  # noqa: E731
-        if fwd_in:
-            pairs.append(Pair("fwd qkv (AG->GEMM)", mk("ag_gemm", qkv // tp, s.hidden), L))
-        pairs.append(Pair(f"fwd attn-out (GEMM->{'RS' if sp else 'AR'})", mk(fwd_out, s.hidden, s.q_dim // tp), L))
-        if not s.experts > 1 or ep < 2:
-            if fwd_in:
-                pairs.append(Pair("fwd fc1 (AG->GEMM)", mk("ag_gemm", up // tp, s.hidden), L))
-            pairs.append(Pair(f"fwd fc2 (GEMM->{'RS' if sp else 'AR'})", mk(fwd_out, s.hidden, s.ffn // tp), L))
-        if backward:
-            if fwd_in:
-                pairs.append(Pair("bwd qkv dgrad (GEMM->RS)", mk("gemm_rs", s.hidden, qkv // tp), L))
-                pairs.append(Pair("bwd attn-out dgrad (AG->GEMM)", mk("ag_gemm", s.q_dim // tp, s.hidden), L))
-            else:
-                pairs.append(Pair("bwd qkv dgrad (GEMM->AR)", mk("gemm_ar", s.hidden, qkv // tp), L))
-            if not s.experts > 1 or ep < 2:
-                if fwd_in:
-                    pairs.append(Pair("bwd fc1 dgrad (GEMM->RS)", mk("gemm_rs", s.hidden, up // tp), L))
-                    pairs.append(Pair("bwd fc2 dgrad (AG->GEMM)", mk("ag_gemm", s.ffn // tp, s.hidden), L))
-                else:
-                    pairs.append(Pair("bwd fc1 dgrad (GEMM->AR)", mk("gemm_ar", s.hidden, up // tp), L))
-    if s.experts > 1 and ep >= 2:
-        if s.experts % ep:
-            raise OverlapError(f"{name}: {s.experts} experts do not divide by ep = {ep}")
-        rows = tokens * s.top_k
-        if rows % ep:
-            raise OverlapError(f"tokens x top_k = {rows} does not divide by ep = {ep}")
-        up = s.moe_ffn * (2 if s.gated else 1)
-        pairs.append(Pair("fwd moe up (A2A->GroupedGEMM->A2A)",
-                          OverlapProblem("moe", rows, up, s.hidden, dtype, ep, experts=s.experts), L))
-        if backward:
-            pairs.append(Pair("bwd moe down dgrad (A2A->GroupedGEMM->A2A)",
-                              OverlapProblem("moe", rows, s.moe_ffn, s.hidden, dtype, ep, experts=s.experts), L))
+    for gemm, family, label in _LABELS:
+        p = found.get((gemm, family)) or found.get(("expert_" + gemm, family))  # MoE with ep 1: TP-sharded experts
+        if p is None or (not backward and label.startswith("bwd")):
+            continue
+        if p.pattern == "moe":
+            if p.m % use_ep:
+                raise OverlapError(f"tokens / tp x top_k = {p.m} does not divide by ep = {use_ep}")
+            problem = OverlapProblem("moe", p.m, p.n, p.k, dtype, use_ep, experts=model.n_experts)
+        else:
+            problem = OverlapProblem(p.pattern, p.m, p.n, p.k, dtype, tp)
+        pairs.append(Pair(label.format("RS" if p.pattern == "gemm_rs" else "AR"), problem, model.layers))
     return pairs
 
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from c3kit.cost.table import KINDS
-from c3kit.cost.table import write_calibration as cost_write
+from c3kit.cost.calib_store import KINDS
+from c3kit.cost.calib_store import write_calibration as cost_write
 from c3kit.errors import RuntimeSetupError
 
 
@@ -65,7 +65,7 @@ def _plain(o: Any) -> Any:
 
 def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                       meta: dict) -> Path:
-    """Write a calibration file through c3kit.cost.table.write_calibration (kind and row widths checked here first)."""
+    """Write a calibration file through the calibration store (kind and row widths checked here first)."""
     if kind not in KINDS:
         raise RuntimeSetupError(f"unknown calibration kind {kind!r}: use one of {', '.join(KINDS)}")
     width = len(columns)

@@ -168,7 +168,6 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     n = len(tasks)
     S = resources.sms
     H = resources.hbm_bw
-    L = resources.link_bw
     share = p.noprio_comm_sm_share
     a_g = p.gemm_interference
     a_gm = p.gemm_mem_interference
@@ -179,30 +178,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     cols = tuple(zip(*tasks))
     _check(cols)
     (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles, curves) = cols
-    index = {nm: i for i, nm in enumerate(names)}
-    if len(index) != n:
-        dup = next(nm for nm in names if names.count(nm) > 1)
-        raise SimError(f"two tasks are named {dup!r}")
-    if max(eng) > resources.dma_engines:
-        i = max(range(n), key=lambda j: eng[j])
-        raise SimError(f"task {names[i]} needs {eng[i]} DMA engines; the GPU has {resources.dma_engines}")
-    order: list[str] = []
-    queues: dict[str, list[int]] = {}
-    for i, st in enumerate(stream_of):
-        q = queues.get(st)
-        if q is None:
-            queues[st] = q = []
-            order.append(st)
-        q.append(i)
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    deps_left = [0] * n
-    for i, ds in enumerate(depss):
-        for d in ds:
-            j = index.get(d)
-            if j is None:
-                raise SimError(f"task {names[i]} depends on unknown task {d!r}")
-            dependents[j].append(i)
-            deps_left[i] += 1
+    order, queues, dependents, deps_left = _task_graph(names, stream_of, depss, eng, resources)
 
     is_comm = [kd == "comm" for kd in kinds]
     prio = [prio_of.get(st, 0) for st in stream_of]
@@ -210,13 +186,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     rem = list(work)
     tol = [1e-9 * w for w in work]
     req = smss
-    # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
-    cap = [float(c if 0 < c < S else S) for c in smss]
-    cap = [c if not tl or c <= tl else float(tl) for c, tl in zip(cap, tiles)]
-    all_links = (1 << resources.links) - 1
-    masks = [(m & all_links) or all_links for m in lfs]
-    per_link = L / resources.links
-    comm_link = [bin(m).count("1") * per_link for m in masks]
+    cap, masks, per_link, comm_link = _task_limits(smss, tiles, lfs, resources)
     # tasks that the contention model cannot tell apart share a signature, so the rates of an active
     # set recur across the steps of a pipeline and are computed once
     sig_ids: dict[tuple, int] = {}
@@ -364,14 +334,68 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             else:  # completion sync over
                 finish(i)
 
+    return _timeline(cols, resources, order, prio_of, start, wstart, wend, end, is_comm, work, cap, comm_link,
+                     tuple(segments))
+
+
+def _task_graph(names, stream_of, depss, eng, resources: Resources):
+    """Check the tasks (unique names, known deps, DMA engines) and index them: (stream order, per-stream
+    queues of task indices, dependents of each task, dependency count of each task)."""
+    n = len(names)
+    index = {nm: i for i, nm in enumerate(names)}
+    if len(index) != n:
+        dup = next(nm for nm in names if names.count(nm) > 1)
+        raise SimError(f"two tasks are named {dup!r}")
+    if max(eng) > resources.dma_engines:
+        i = max(range(n), key=lambda j: eng[j])
+        raise SimError(f"task {names[i]} needs {eng[i]} DMA engines; the GPU has {resources.dma_engines}")
+    order: list[str] = []
+    queues: dict[str, list[int]] = {}
+    for i, st in enumerate(stream_of):
+        q = queues.get(st)
+        if q is None:
+            queues[st] = q = []
+            order.append(st)
+        q.append(i)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    deps_left = [0] * n
+    for i, ds in enumerate(depss):
+        for d in ds:
+            j = index.get(d)
+            if j is None:
+                raise SimError(f"task {names[i]} depends on unknown task {d!r}")
+            dependents[j].append(i)
+            deps_left[i] += 1
+    return order, queues, dependents, deps_left
+
+
+def _task_limits(smss, tiles, lfs, resources: Resources):
+    """(SM cap per task, link mask per task, bandwidth per link, link bandwidth per task)."""
+    S = resources.sms
+    # a compute task never occupies more SMs than it has output tiles (one tile per SM at a time)
+    cap = [float(c if 0 < c < S else S) for c in smss]
+    cap = [c if not tl or c <= tl else float(tl) for c, tl in zip(cap, tiles)]
+    all_links = (1 << resources.links) - 1
+    masks = [(m & all_links) or all_links for m in lfs]
+    per_link = resources.link_bw / resources.links
+    comm_link = [bin(m).count("1") * per_link for m in masks]
+    return cap, masks, per_link, comm_link
+
+
+def _timeline(cols, resources: Resources, order, prio_of, start, wstart, wend, end, is_comm, work, cap, comm_link,
+              segments) -> Timeline:
+    """The Timeline of a finished run: one Interval per task (with its time alone), streams, segments."""
+    (names, stream_of, _, kinds, cats, _, pre, post, smss, eng, comm_bw, _, hbm, phi, tiles, curves) = cols
+    S, H = resources.sms, resources.hbm_bw
+    n = len(names)
     alone = [pre[i] + post[i] + _alone_work(is_comm[i], work[i], cap[i], S, phi[i], tiles[i], hbm[i], H,
                                              comm_link[i], comm_bw[i], curves[i]) for i in range(n)]
     cat = [c or ("comm" if ic else "comp") for c, ic in zip(cats, is_comm)]
-    uses = [_USES[(ic, e > 0, r > 0)] for ic, e, r in zip(is_comm, eng, req)]
+    uses = [_USES[(ic, e > 0, r > 0)] for ic, e, r in zip(is_comm, eng, smss)]
     intervals = tuple(map(Interval, names, stream_of, cat, kinds, start, wstart, wend, end, alone, uses))
     stream_prios = tuple((s, prio_of.get(s, 0)) for s in order)
-    res = (("sms", float(S)), ("hbm", H), ("engines", float(resources.dma_engines)), ("link", L))
-    return Timeline(intervals, stream_prios, tuple(segments), res)
+    res = (("sms", float(S)), ("hbm", H), ("engines", float(resources.dma_engines)), ("link", resources.link_bw))
+    return Timeline(intervals, stream_prios, segments, res)
 
 
 def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, H,

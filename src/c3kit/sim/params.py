@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -205,29 +203,11 @@ class ContentionParams:
 _INT_FIELDS = {"comm_sms", "partition_sms", "tile_m", "tile_n"}
 
 
-def _slug(gpu_name: str) -> str:
-    # the same file-name form as the cost layer's calibration files ('H200-SXM' -> 'h200-sxm')
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-
-
 def calibration_path(gpu_name: str) -> Path | None:
     """The shipped contention calibration file for a GPU (name or alias, e.g. 'H200-SXM' or 'h200'), if any."""
-    try:
-        calib = resources.files("c3kit.cost").joinpath("data").joinpath("calib")
-    except ModuleNotFoundError:  # pragma: no cover - cost is always installed with c3kit
-        return None
-    names = [gpu_name]
-    try:  # an alias ('h200') names the catalog GPU ('H200-SXM') whose file this is
-        from c3kit.hw.catalog import get_gpu
+    from c3kit.cost.calib_store import find_calibration
 
-        names.append(get_gpu(gpu_name).name)
-    except Exception:  # not a catalog name: only the name itself
-        pass
-    for name in (f"{_slug(n)}-contention.json" for n in names):
-        p = calib.joinpath(name)
-        if p.is_file():
-            return Path(str(p))
-    return None
+    return find_calibration(gpu_name, "contention")
 
 
 def _params_from_doc(doc: Any, origin: str) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 The per-node path (build_step -> cost.time per node -> plan.evaluate) costs about half a millisecond
 per scenario. Here scenarios are grouped by graph structure (which nodes exist: TP, SP, DP, FSDP,
 ZeRO-1, PP, recomputation, one or several micro-batches); each group gets one template graph and
-one overlap plan, and the op shapes and times of every node are computed as numpy arrays over the
-group's scenarios with the same formulas as c3kit.workload.graph (shapes) and c3kit.cost's roofline
-and ring models (times). tests/step/test_fast.py checks agreement with the per-node path to 1e-9.
+one overlap plan; the op shapes of every node come from the layer description
+(c3kit.workload.layer) evaluated over numpy arrays of the group's scenarios, and their times from the
+same formulas as c3kit.cost's roofline and ring models. tests/step/test_fast.py checks agreement with the per-node path to 1e-9.
 
 Cost models: c3kit.cost's "roofline" and "efficiency" kinds (GEMMs through the cost layer's own
 vectorized curve, cost.efficiency.curve_times), collectives with any algorithm setting (ring, tree,
@@ -101,131 +101,70 @@ def _structure(df: pd.DataFrame) -> np.ndarray:
     return code
 
 
+def dims_of_columns(c: dict):
+    """The layer description's Dims (int arrays) of scenario columns (MODEL_ and PAR_COLUMNS plus "gpn")."""
+    from c3kit.workload.layer import Dims
+
+    i64 = lambda k: np.asarray(c[k], dtype=np.int64)  # noqa: E731
+    H, heads, dp, mb = i64("hidden"), i64("heads"), i64("dp"), i64("micro_batch")
+    return Dims(
+        hidden=H, heads=heads, kv_heads=i64("kv_heads"), head_dim=H // heads, ffn=i64("ffn_hidden"),
+        vocab=i64("vocab"), layers=i64("layers"), g=np.where(np.asarray(c["gated_mlp"], dtype=bool), 2, 1),
+        norm_w=np.where(np.asarray(c["layernorm"], dtype=bool), 2, 1),
+        emb_mult=np.where(np.asarray(c["tied_embeddings"], dtype=bool), 1, 2), seq=i64("seq"), micro_batch=mb,
+        tp=i64("tp"), dp=dp, pp=i64("pp"), grad_accum=i64("global_batch") // (mb * dp), gpn=i64("gpn"),
+        b=2, gb=4)  # bf16 activations and weights, fp32 gradients
+
+
 class _Shapes:
-    """Op sizes of every node of a dense training graph, as arrays over scenarios (mirrors workload.graph)."""
+    """Op sizes of every node of a dense training graph as arrays over scenarios: the layer description
+    (c3kit.workload.layer) evaluated over the group's columns."""
 
-    def __init__(self, c: dict):
-        i64 = lambda k: np.asarray(c[k], dtype=np.int64)  # noqa: E731
-        self.H, self.heads, self.kvh = i64("hidden"), i64("heads"), i64("kv_heads")
-        self.F, self.V, self.seq = i64("ffn_hidden"), i64("vocab"), i64("seq")
-        self.mb, self.tp, self.dp, self.pp = i64("micro_batch"), i64("tp"), i64("dp"), i64("pp")
-        self.g = np.where(np.asarray(c["gated_mlp"], dtype=bool), 2, 1)
-        self.norm_w = np.where(np.asarray(c["layernorm"], dtype=bool), 2, 1)
-        self.tied = np.asarray(c["tied_embeddings"], dtype=bool)
-        self.sp = np.asarray(c["sp"], dtype=bool) & (self.tp > 1)
-        self.fsdp = np.asarray(c["fsdp"], dtype=bool)
-        self.zero1 = np.asarray(c["dist_optimizer"], dtype=bool)
-        self.stage_layers = i64("layers") // self.pp
-        self.b, self.gb = 2, 4  # bf16 activations and weights, fp32 gradients
-        H, tp = self.H, self.tp
-        self.hd = H // self.heads
-        self.T = self.mb * self.seq
-        self.Tsp = np.where(self.sp, -(-self.T // tp), self.T)
-        self.qn = self.heads // tp
-        self.kvn = np.maximum(1, self.kvh // tp)
-        self.n_qkv = (self.qn + 2 * self.kvn) * self.hd
-        self.k_proj = self.qn * self.hd
-        self.Fl = self.F // tp
-        self.Vl = -(-self.V // tp)
-        attn_w = H * self.n_qkv + self.k_proj * H + 2 * H * self.norm_w
-        self.layer_w = attn_w + (self.g + 1) * H * self.Fl
-        self.emb_w = self.Vl * H
-        self.emb_params = self.emb_w * np.where(self.tied, 1, 2)
-        self.act_bytes = self.T * H * self.b
-        gpn = np.asarray(c["gpn"], dtype=np.int64)
-        self.gpn = gpn
+    def __init__(self, c: dict, structure):
+        from c3kit.workload.layer import evaluate
+
+        self.dims = dims_of_columns(c)
+        tp, dp = self.dims.tp, self.dims.dp
+        self.layer = evaluate(self.dims, structure)
+        self.ops = self.layer.by_name()
+        self.T = np.broadcast_to(self.layer.tokens, tp.shape)
+        self.stage_layers = self.layer.stage_layers
+        self.tp, self.dp, self.gpn = tp, dp, self.dims.gpn
         self._memo: dict = {}
-        self.intra = {k: (blk <= gpn) & (gpn % blk == 0) for k, blk in
-                      (("tp", tp), ("dp", tp * self.dp), ("pp", tp * self.dp * self.pp))}
-
-    def gemm(self, m, n, k, batch=1):
-        self.dims = (m, n, k)  # read back by the efficiency-curve path
-        return 2.0 * m * n * k * batch, (m * k + k * n + m * n).astype(float) * self.b * batch
-
-    def mem(self, nbytes, flops=0):
-        return np.asarray(flops, dtype=float) + 0.0 * self.T, np.asarray(nbytes, dtype=float) + 0.0 * self.T
-
-    def attention(self, backward: bool):
-        f = 4.0 * self.mb * self.qn * self.seq * self.seq * self.hd * 0.5
-        q_o = 2 * self.mb * self.qn * self.seq * self.hd
-        kv = 2 * self.mb * self.kvn * self.seq * self.hd
-        by = (q_o + kv).astype(float) * self.b
-        return (f * 2.5, by * 2.0) if backward else (f, by)
 
     def compute(self, name: str):
-        """(flops, bytes) of a compute node by op name (recomputed "re." ops have the forward's shape)."""
-        base = name[3:] if name.startswith("re.") else name
-        hit = self._memo.get(base)
+        """(flops, bytes) of a compute node by op name, and its (M, N, K) when it is a GEMM."""
+        hit = self._memo.get(name)
         if hit is None:
-            self.dims = None
-            fb = self._compute(base)
-            hit = self._memo[base] = (fb, self.dims)
-        self.dims = hit[1]
-        return hit[0]
+            from c3kit.workload.layer import GemmShape, flops_bytes
 
-    def _compute(self, base: str):
-        T, Tsp, H, b, g, Fl = self.T, self.Tsp, self.H, self.b, self.g, self.Fl
-        table = {
-            "attn_norm": lambda: self.mem(4 * Tsp * H * b, 5 * Tsp * H),
-            "mlp_norm": lambda: self.mem(4 * Tsp * H * b, 5 * Tsp * H),
-            "qkv": lambda: self.gemm(T, self.n_qkv, H),
-            "attn": lambda: self.attention(False),
-            "proj": lambda: self.gemm(T, H, self.k_proj),
-            "fc1": lambda: self.gemm(T, g * Fl, H),
-            "act": lambda: self.mem((g + 1) * T * Fl * b, 8 * g * T * Fl),
-            "fc2": lambda: self.gemm(T, H, Fl),
-            "embed": lambda: self.mem(2 * T * H * b),
-            "final_norm": lambda: self.mem(2 * Tsp * H * b),
-            "lm_head": lambda: self.gemm(T, self.Vl, H),
-            "loss": lambda: self.mem(3 * T * self.Vl * 4, 5 * T * self.Vl),
-            "loss.bwd": lambda: self.mem(2 * T * self.Vl * b, 2 * T * self.Vl),
-            "lm_head.dgrad": lambda: self.gemm(T, H, self.Vl),
-            "lm_head.wgrad": lambda: self.gemm(H, self.Vl, T),
-            "final_norm.bwd": lambda: self.mem(4 * Tsp * H * b),
-            "fc2.dgrad": lambda: self.gemm(T, Fl, H),
-            "fc2.wgrad": lambda: self.gemm(Fl, H, T),
-            "act.bwd": lambda: self.mem((2 * g + 1) * T * Fl * b, 8 * g * T * Fl),
-            "fc1.dgrad": lambda: self.gemm(T, H, g * Fl),
-            "fc1.wgrad": lambda: self.gemm(H, g * Fl, T),
-            "mlp_norm.bwd": lambda: self.mem(8 * Tsp * H * b, 8 * Tsp * H),
-            "proj.dgrad": lambda: self.gemm(T, self.k_proj, H),
-            "proj.wgrad": lambda: self.gemm(self.k_proj, H, T),
-            "attn.bwd": lambda: self.attention(True),
-            "qkv.dgrad": lambda: self.gemm(T, H, self.n_qkv),
-            "qkv.wgrad": lambda: self.gemm(H, self.n_qkv, T),
-            "attn_norm.bwd": lambda: self.mem(8 * Tsp * H * b, 8 * Tsp * H),
-            "embed.bwd": lambda: self.mem(2 * T * H * b + self.emb_w * 4),
-        }
-        if base == "optimizer":
-            shard = np.where(self.fsdp | self.zero1, self.dp, 1)
-            p = (self.stage_layers * self.layer_w + self.emb_params) / shard
-            return self.mem(30 * p, 12 * p)
-        if base not in table:
-            raise C3kitError(f"vectorized sweep: no shape rule for node {base!r}")
-        return table[base]()
+            op = self.ops.get(name)
+            if op is None:
+                raise C3kitError(f"vectorized sweep: the layer description has no op {name!r}")
+            f, by = flops_bytes(op, self.dims.b)
+            zero = 0.0 * self.T
+            sh = op.shape
+            dims = (sh.m, sh.n, sh.k) if isinstance(sh, GemmShape) else None
+            hit = self._memo[name] = ((np.asarray(f, dtype=float) + zero, np.asarray(by, dtype=float) + zero), dims)
+        return hit
 
-    def collective(self, name: str, kind: str, group: str):
+    def collective(self, name: str):
         """(bytes, ranks, intra mask, GPUs of the group per node) of a collective node by op name."""
+        from c3kit.workload.layer import intra
+
+        sh = self.ops[name].shape
         ones = np.ones_like(self.T)
-        if group == "tp":
-            nbytes = (2 * self.T * 4) if name == "loss.ar" else self.act_bytes
-            return nbytes.astype(float), self.tp, self.intra["tp"], self.contiguous(self.tp)
-        if group == "pp":
-            pp_bytes = np.where(self.sp, self.T // self.tp, self.T) * self.H * self.b
-            return pp_bytes.astype(float), 2 * ones, self.intra["pp"], self.contiguous(2 * ones)
-        sizes = {
-            "layer.fsdp_ag": self.layer_w * self.b, "layer.fsdp_ag.bwd": self.layer_w * self.b,
-            "layer.fsdp_rs": self.layer_w * self.gb, "layer.dp_grad": self.layer_w * self.gb,
-            "embed.fsdp_ag": self.emb_w * self.b * np.where(self.tied, 1, 2),
-            "embed.fsdp_rs": self.emb_params * self.gb, "embed.dp_grad": self.emb_params * self.gb,
-            "dp_param_ag": (self.stage_layers * self.layer_w + self.emb_params) * self.b,
-        }
-        if name not in sizes:
-            raise C3kitError(f"vectorized sweep: no size rule for collective {name!r}")
+        nbytes = np.asarray(sh.bytes, dtype=float) + 0.0 * self.T
+        ranks = sh.ranks * ones
+        inside = intra(sh.block, self.gpn)
+        if sh.group == "tp":
+            return nbytes, ranks, inside, self.contiguous(ranks)
+        if sh.group == "pp":
+            return nbytes, ranks, inside, self.contiguous(ranks)
         # step.project.placement: a cross-node DP group has gpus_per_node / tp ranks per node
         g = np.where((self.tp <= self.gpn) & (self.gpn % self.tp == 0), self.gpn // np.maximum(self.tp, 1), 1)
         g = np.where(self.dp % g == 0, g, 1)
-        return sizes[name].astype(float), self.dp, self.intra["dp"], g
+        return nbytes, ranks, inside, g
 
     def contiguous(self, n):
         """step.project.placement of a contiguous group (TP): whole nodes when it divides into them."""
@@ -319,7 +258,10 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
     """
     from c3kit.workload.ops import Attention, Collective, Gemm
 
-    sh = _Shapes({**cols, "gpn": h["gpn"]})
+    from c3kit.workload.layer import Structure
+
+    model, par = scenario_objects({k: v[0] for k, v in cols.items()})
+    sh = _Shapes({**cols, "gpn": h["gpn"]}, Structure.of(model, par, "train"))
     n, N = len(template.nodes), len(sh.T)
     t = np.empty((n, N))
     flops = np.zeros((n, N))
@@ -330,14 +272,14 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
         if isinstance(op, Collective):
             key = (op.kind, op.group, "act" if op.group == "tp" and op.name != "loss.ar" else op.name)
             if key not in memo:
-                nbytes, ranks, intra, g = sh.collective(op.name, op.kind, op.group)
+                nbytes, ranks, intra, g = sh.collective(op.name)
                 memo[key] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff)
             t[i] = memo[key]
             continue
-        f, by = sh.compute(op.name)
+        (f, by), dims = sh.compute(op.name)
         flops[i] = f
         if isinstance(op, Gemm) and eff:
-            gemms.append((i, *(np.broadcast_to(np.asarray(x, dtype=float), (N,)) for x in sh.dims)))
+            gemms.append((i, *(np.broadcast_to(np.asarray(x, dtype=float), (N,)) for x in dims)))
             continue
         if isinstance(op, Gemm):
             peak, fe, me = h["peak"], 1.0, 1.0
@@ -363,7 +305,7 @@ def _check(a: dict) -> None:
         bad |= a[k] <= 0
     if bad.any():
         raise C3kitError(f"{int(bad.sum())} scenario(s) have non-positive sizes (first row {int(np.argmax(bad))})")
-    rules = {"heads % tp": a["heads"] % a["tp"], "layers % pp": a["layers"] % a["pp"],
+    rules = {"heads % tp": a["heads"] % a["tp"], "layers >= pp": a["layers"] < a["pp"],
              "ffn_hidden % tp": a["ffn_hidden"] % a["tp"], "hidden % heads": a["hidden"] % a["heads"],
              "heads % kv_heads": a["heads"] % a["kv_heads"],
              "kv_heads vs tp": np.minimum(a["kv_heads"] % a["tp"], a["tp"] % a["kv_heads"]),

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from c3kit import cost
 from c3kit.cost.table import c3_variant_family
 from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.catalog import get_gpu
@@ -53,22 +52,23 @@ class GemmCase:
 
 def gemm_cases(quick: bool = False) -> list[GemmCase]:
     """GEMM shapes from model presets: TP-8 layer GEMMs at 2048 and 8192 tokens, plus small-M (decode-like) ones."""
-    from c3kit.workload import get_model
+    from c3kit.workload import Parallelism, get_model
+    from c3kit.workload.layer import describe_tokens
 
     out = []
     models = ("Llama-3-70B",) if quick else ("Llama-3-70B", "GPT-3-175B", "Llama-3-8B")
     for name in models:
         c = get_model(name)
-        tp = 8
-        up = c.ffn_hidden * (2 if c.gated_mlp else 1)
-        shapes = (("qkv", (c.q_dim + 2 * c.kv_dim) // tp, c.hidden), ("fc1", up // tp, c.hidden),
-                  ("fc2", c.hidden, c.ffn_hidden // tp))
+        par = Parallelism(tp=8, sp=True)
         for tokens in ((8192,) if quick else (2048, 8192)):
-            for label, n, k in shapes:
-                out.append(GemmCase(f"{c.name} {label} T={tokens}", tokens, n, k))
+            layer = describe_tokens(c, par, tokens)
+            for label in ("qkv", "fc1", "fc2"):
+                g = layer.op(label).shape
+                out.append(GemmCase(f"{c.name} {label} T={tokens}", g.m, g.n, g.k))
         if not quick:
             # memory-bound: few token rows against a full weight shard
-            out.append(GemmCase(f"{c.name} fc1 T=128", 128, up // tp, c.hidden))
+            g = describe_tokens(c, par, 128).op("fc1").shape
+            out.append(GemmCase(f"{c.name} fc1 T=128", g.m, g.n, g.k))
     return out
 
 
@@ -77,7 +77,9 @@ def _scale(k_mi300x: int, sms: int) -> int:
 
 
 def _calib_dir() -> Path:
-    return Path(cost.__file__).parent / "data" / "calib"
+    from c3kit.cost.calib_store import calib_dir
+
+    return calib_dir()
 
 
 def contention_params(gpu_name: str, calib_dir: Path | None = None):
@@ -86,11 +88,12 @@ def contention_params(gpu_name: str, calib_dir: Path | None = None):
 
     from c3kit.sim import ContentionParams
 
-    slug = gpu_name.lower()
+    from c3kit.cost.calib_store import calibration_path
+
     calib_dir = calib_dir or _calib_dir()
     skipped = ""
     for suffix in ("contention", "c3"):
-        path = calib_dir / f"{slug}-{suffix}.json"
+        path = calibration_path(gpu_name, suffix, calib_dir)
         if not path.is_file():
             continue
         try:
@@ -118,7 +121,9 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
     """Fraction of ideal per strategy and class measured on a real GPU (calib/<gpu>-c3.json, kind c3), if shipped."""
     import json
 
-    path = (calib_dir or _calib_dir()) / f"{gpu_name.lower()}-c3.json"
+    from c3kit.cost.calib_store import calibration_path
+
+    path = calibration_path(gpu_name, "c3", calib_dir or _calib_dir())
     if not path.is_file():
         return pd.DataFrame(), ""
     try:

@@ -68,12 +68,21 @@ def mi300x_params() -> tuple[DMAParams, str]:
     return DMAParams.from_gpu(gpu, **MI300X_LATTE), "catalog MI300X + DMA-Latte fit (dma_latte.MI300X_LATTE)"
 
 
+def _shipped_dma_name() -> str:
+    """Where the shipped H200 dma calibration file lives, relative to the repository."""
+    from c3kit.cost.calib_store import calibration_path
+
+    p = calibration_path("H200-SXM", "dma")
+    return "src/" + str(p.relative_to(Path(cost.__file__).parents[2])) if "src" in p.parts else str(p)
+
+
 def h200_params(overrides: dict | None = None, calib: str | Path | None = None) -> tuple[DMAParams, str]:
     """H200 copy-engine parameters: catalog, then a dma calibration file when present, then overrides."""
     gpu = gpu_or("H200-SXM", _missing("H200-SXM"))
     if calib is None:
-        here = Path(cost.__file__).parent / "data" / "calib" / "h200-sxm-dma.json"
-        calib = here if here.is_file() else None
+        from c3kit.cost.calib_store import find_calibration
+
+        calib = find_calibration("H200-SXM", "dma")
     if calib is not None:
         p, origin = DMAParams.from_calibration(calib, gpu), f"calibration {Path(calib).name}"
     else:
@@ -229,7 +238,7 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
         f"MI300X parameters: {mi_origin}. The fit used the published shares and speedups, so agreement on "
         "MI300X shows the model can express the published shape, not an independent prediction.",
         f"H200 parameters: {h2_origin}. Set them from measurements with `--set NAME=VALUE` or a calibration file "
-        "src/c3kit/cost/data/calib/h200-sxm-dma.json (kind \"dma\": columns param, value, or measured single "
+        f"{_shipped_dma_name()} (kind \"dma\": columns param, value, or measured single "
         "copies bytes, seconds).",
         "SM-library curve: c3kit.cost.time of the same Collective with CostModel(kind='efficiency'), algo ring for "
         "all-gather and direct for all-to-all (comm_eff 0.8), standing in for RCCL / NCCL. Its per-step latency is the "

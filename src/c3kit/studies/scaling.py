@@ -112,9 +112,14 @@ def model_row(hidden: int, layers: int) -> dict:
 
 
 def params_of(hidden, layers) -> np.ndarray:
-    """Parameter count of the family (12 h^2 per layer + biases-free norms + 2 V h embeddings)."""
-    h = np.asarray(hidden, dtype=float)
-    return np.asarray(layers, dtype=float) * (12 * h * h + 4 * h) + 2 * VOCAB * h
+    """Parameter count of the family (12 h^2 per layer + biases-free norms + 2 V h embeddings), from the layer description."""
+    from c3kit.step.fast import dims_of_columns
+    from c3kit.workload.layer import Structure, weights
+
+    h, L = np.asarray(hidden, dtype=np.int64), np.asarray(layers, dtype=np.int64)
+    cols = {**model_row(h, L), "seq": 1, "micro_batch": 1, "global_batch": 1, "tp": 1, "dp": 1, "pp": 1, "gpn": 1}
+    w = weights(dims_of_columns(cols), Structure())
+    return np.asarray(L * w.layer + w.emb_params, dtype=float)
 
 
 def _gpus(base: str, rules, generations) -> dict:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from c3kit.errors import WorkloadError
-from c3kit.workload.model import ModelConfig
+from c3kit.workload.config import ModelConfig
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")

@@ -72,8 +72,9 @@ def layer_activation_bytes(model: ModelConfig, par: Parallelism, seq: int, dtype
     rc = p.recompute if recompute is None else recompute
     t = p.tp
     b = dtype_bytes(dtype)
-    sbh = p.micro_batch * seq * m.hidden
-    tok = p.micro_batch * seq
+    s_loc = seq // p.cp  # context parallelism: this GPU's tokens of each sequence
+    sbh = p.micro_batch * s_loc * m.hidden
+    tok = p.micro_batch * s_loc
     sp_div = t if p.sp else 1
     if rc == "full":
         return b * sbh / sp_div  # only the layer input is kept
@@ -102,7 +103,7 @@ def layer_activation_bytes(model: ModelConfig, par: Parallelism, seq: int, dtype
     if rc == "none" and not flash_attention:
         # softmax output (b bytes), plus dropout mask and dropout output when the model uses dropout
         per_elem = b + (1 + b) * mask
-        per_layer += per_elem * qn * p.micro_batch * seq * seq
+        per_layer += per_elem * qn * p.micro_batch * s_loc * seq
     elif rc == "none" or flash_attention:
         per_layer += 4 * qn * tok  # flash attention keeps the fp32 log-sum-exp per row
     return float(per_layer)
@@ -120,27 +121,14 @@ def in_flight_micro_batches(par: Parallelism) -> float:
 
 def _param_shards(model: ModelConfig, par: Parallelism) -> tuple[float, float, float]:
     """(dense parameters, expert parameters, dp ranks sharing an expert) per GPU of the first stage."""
+    from c3kit.workload.layer import Dims, Structure, weights
+
     m, p = model, par
-    t = p.tp
-    qn, kvn = m.heads // t, max(1, m.kv_heads // t)
-    attn = m.hidden * (qn + 2 * kvn) * m.head_dim + qn * m.head_dim * m.hidden
-    norms = m.norm_params()
-    g = m.ffn_matrices
-    if m.is_moe:
-        dense = attn + norms + m.hidden * m.n_experts
-        if p.ep == 1:
-            experts = m.n_experts * g * m.hidden * (m.moe_ffn_hidden // t)
-            edp = p.dp
-        else:
-            experts = (m.n_experts // p.ep) * g * m.hidden * m.moe_ffn_hidden
-            edp = (p.tp * p.dp) // p.ep
-    else:
-        dense = attn + norms + g * m.hidden * (m.ffn_hidden // t)
-        experts, edp = 0, p.dp
-    layers = m.layers // p.pp
-    vl = -(-m.vocab // t)
+    w = weights(Dims.of(m, p, m.max_seq), Structure.of(m, p))  # per-rank weights from the layer description
+    dense, experts, edp = w.dense, w.experts, w.edp
+    layers = -(-m.layers // p.pp)  # the fullest stage when layers do not divide by pp
     # The first stage holds the input embedding; with pp == 1 it also holds the untied output layer.
-    emb = vl * m.hidden * (1 if (m.tied_embeddings or p.pp > 1) else 2)
+    emb = w.emb * (1 if (m.tied_embeddings or p.pp > 1) else 2)
     if m.position == "learned":
         emb += m.max_seq * m.hidden
     return float(layers * dense + emb), float(layers * experts), float(edp)
@@ -169,23 +157,25 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
     gb = dtype_bytes(grad_dtype)
     dense, experts, edp = _param_shards(m, p)
     train = phase == "train"
-    shard_w = p.dp if p.fsdp else 1
+    dpc = p.dp * p.cp  # ranks that hold the same weights
+    shard_w = dpc if p.fsdp else 1
     shard_e = edp if p.fsdp else 1
     weights = (dense / shard_w + experts / shard_e) * b
     grads = opt = acts = kv = buffers = 0.0
-    layers = m.layers // p.pp
+    layers = -(-m.layers // p.pp)
     layer_w = (dense + experts) / max(layers, 1)
     if p.fsdp and shard_w > 1:
         buffers += 2 * layer_w * b  # the gathered current layer and the prefetched next one
     if train:
-        grads = (dense / shard_w + experts / shard_e) * gb
-        o_w = p.dp if (p.fsdp or p.dist_optimizer) else 1
-        o_e = edp if (p.fsdp or p.dist_optimizer) else 1
+        g_w = dpc if p.zero2 else shard_w  # ZeRO-2 shards gradients too
+        grads = (dense / g_w + experts / shard_e) * gb
+        o_w = dpc if (p.fsdp or p.dist_optimizer or p.zero2) else 1
+        o_e = edp if (p.fsdp or p.dist_optimizer or p.zero2) else 1
         opt = (dense / o_w + experts / o_e) * OPTIMIZER_BYTES_PER_PARAM
         per_layer = layer_activation_bytes(m, p, seq, dtype, flash_attention)
         inflight = in_flight_micro_batches(p)
         acts = per_layer * layers * inflight
-        tok = p.micro_batch * seq
+        tok = p.micro_batch * (seq // p.cp)
         sbh = tok * m.hidden
         if m.dropout:
             acts += sbh * inflight / (p.tp if p.sp else 1)  # embedding dropout mask
@@ -197,8 +187,8 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
     else:
         t = p.tp
         kvn = max(1, m.kv_heads // t)
-        kv = 2.0 * layers * p.micro_batch * seq * kvn * m.head_dim * b
-        tok = p.micro_batch * (1 if phase == "decode" else seq)
+        kv = 2.0 * layers * p.micro_batch * (seq // p.cp) * kvn * m.head_dim * b
+        tok = p.micro_batch * (1 if phase == "decode" else seq // p.cp)
         # working set of one layer at a time (nothing is kept for a backward pass)
         qn = m.heads // t
         f = (m.moe_ffn_hidden if m.is_moe else m.ffn_hidden)

@@ -4,11 +4,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from c3kit.errors import WorkloadError
 from c3kit.hw.model import dtype_bytes
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 GROUPS = ("tp", "dp", "ep", "pp", "cp")
+
+
+# The formulas below take Python numbers or numpy arrays (the vectorized sweep evaluates them over many
+# scenarios at once); the op classes call them on their fields.
+
+def _as_float(e):
+    return float(e) if isinstance(e, int) else np.asarray(e, dtype=float)
+
+
+def gemm_flops(m, n, k, batch=1):
+    """FLOPs of a (batched) GEMM: 2 per multiply-add."""
+    return 2.0 * m * n * k * batch
+
+
+def gemm_bytes(m, n, k, elem_bytes, batch=1):
+    """Fewest bytes a (batched) GEMM moves: each input read once, the output written once."""
+    return _as_float(m * k + k * n + m * n) * elem_bytes * batch
+
+
+def attention_flops(batch, heads, q_len, kv_len, head_dim, causal=True, backward=False, balanced=False):
+    """FLOPs of QK^T and PV: x0.5 when causal and q_len == kv_len, or when the queries are load-balanced
+    causal chunks of the kv sequence (context parallelism); backward is 2.5x forward."""
+    f = 4.0 * batch * heads * q_len * kv_len * head_dim
+    if causal:
+        half = balanced or (q_len == kv_len)
+        f = f * (0.5 if half else 1.0) if isinstance(half, (bool, np.bool_)) else f * np.where(half, 0.5, 1.0)
+    return f * (2.5 if backward else 1.0)
+
+
+def attention_bytes(batch, heads, kv_heads, q_len, kv_len, head_dim, elem_bytes, backward=False):
+    """Bytes of Q, K, V and O (read and written once, flash-attention style; backward twice)."""
+    q_o = 2 * batch * heads * q_len * head_dim
+    kv = 2 * batch * kv_heads * kv_len * head_dim
+    return _as_float(q_o + kv) * elem_bytes * (2.0 if backward else 1.0)
 
 
 @dataclass(frozen=True)
@@ -30,12 +66,12 @@ class Gemm:
     @property
     def flops(self) -> float:
         """Floating-point operations (2 per multiply-add)."""
-        return 2.0 * self.m * self.n * self.k * self.batch
+        return gemm_flops(self.m, self.n, self.k, self.batch)
 
     @property
     def bytes(self) -> float:
         """Fewest bytes moved: each input read once, the output written once."""
-        return float(self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes(self.dtype) * self.batch
+        return gemm_bytes(self.m, self.n, self.k, dtype_bytes(self.dtype), self.batch)
 
 
 @dataclass(frozen=True)
@@ -52,6 +88,7 @@ class Attention:
     dtype: str = "bf16"
     causal: bool = True
     backward: bool = False
+    balanced: bool = False  # context parallelism: q_len is load-balanced causal chunks of kv_len
 
     def __post_init__(self) -> None:
         if min(self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim) <= 0:
@@ -59,19 +96,15 @@ class Attention:
 
     @property
     def flops(self) -> float:
-        """FLOPs of QK^T and PV (x0.5 when causal and q_len == kv_len; backward is 2.5x forward)."""
-        f = 4.0 * self.batch * self.heads * self.q_len * self.kv_len * self.head_dim
-        if self.causal and self.q_len == self.kv_len:
-            f *= 0.5
-        return f * (2.5 if self.backward else 1.0)
+        """FLOPs of QK^T and PV (x0.5 when causal and q_len == kv_len or balanced; backward is 2.5x forward)."""
+        return attention_flops(self.batch, self.heads, self.q_len, self.kv_len, self.head_dim, self.causal,
+                               self.backward, self.balanced)
 
     @property
     def bytes(self) -> float:
         """Bytes of Q, K, V and O (read and written once, flash-attention style)."""
-        b = dtype_bytes(self.dtype)
-        q_o = 2 * self.batch * self.heads * self.q_len * self.head_dim
-        kv = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
-        return float(q_o + kv) * b * (2.0 if self.backward else 1.0)
+        return attention_bytes(self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim,
+                               dtype_bytes(self.dtype), self.backward)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from c3kit.errors import WorkloadError
-from c3kit.workload.model import ModelConfig
+from c3kit.workload.config import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -17,12 +17,24 @@ def _divisors(n: int, limit: int = 64) -> str:
 
 @dataclass(frozen=True)
 class Parallelism:
-    """A parallel layout. GPUs = tp * pp * dp; rank order is tp fastest, then dp, then pp (Megatron).
+    """A parallel layout. GPUs = tp * cp * pp * dp; rank order is tp fastest, then cp, dp, pp (Megatron).
 
     ep (expert parallelism) folds into the tp x dp ranks of a pipeline stage (MoE parallel folding):
     ep must divide tp * dp; with ep == 1 experts are tensor-sharded like a dense MLP, with ep > 1
     each rank holds n_experts / ep whole experts. global_batch = 0 means micro_batch * dp (no
     gradient accumulation). vpp is the number of virtual pipeline stages (interleaved 1F1B) per GPU.
+
+    cp (context parallelism, ring attention): each GPU holds seq / cp tokens of every sequence as two
+    load-balanced causal chunks; KV chunks circulate around the cp ranks. Weights are replicated over
+    cp, so gradients are reduced (and ZeRO state sharded) over dp x cp ranks.
+    zero2 (ZeRO-2): gradients and optimizer state sharded over the data-parallel ranks (gradients
+    reduce-scattered, parameters all-gathered after the step, like dist_optimizer; gradient memory / dp).
+    moe_capacity: expert capacity factor (0 = dropless): an expert takes at most capacity x its
+    balanced share of tokens, the rest are dropped. moe_imbalance (>= 1): the busiest expert's tokens
+    over the balanced share (routing is never perfectly even; the slowest rank sets the step). Expert
+    GEMMs are sized for the busiest expert: balanced share x min(imbalance, capacity).
+    Layer counts that do not divide by pp (vpp 1): every stage is priced as the slowest one, with
+    ceil(layers / pp) layers (the first and last stages hold fewer).
     """
 
     tp: int = 1
@@ -36,9 +48,13 @@ class Parallelism:
     recompute: str = "none"
     vpp: int = 1
     dist_optimizer: bool = False  # ZeRO-1 (Megatron distributed optimizer): optimizer state sharded over dp
+    cp: int = 1  # context parallelism (ring attention over cp ranks)
+    zero2: bool = False  # ZeRO-2: gradients and optimizer state sharded over dp
+    moe_capacity: float = 0.0  # expert capacity factor; 0 = dropless
+    moe_imbalance: float = 1.0  # busiest expert's tokens / the balanced share
 
     def __post_init__(self) -> None:
-        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp"):
+        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise WorkloadError(f"parallelism: {key} must be a positive integer, got {v!r}")
@@ -55,11 +71,18 @@ class Parallelism:
                                 f"{self.micro_batch} x dp {self.dp} = {self.micro_batch * self.dp}")
         if self.vpp > 1 and self.pp == 1:
             raise WorkloadError("parallelism: virtual pipeline stages (vpp > 1) need pp > 1")
+        for key, lo in (("moe_capacity", 0.0), ("moe_imbalance", 1.0)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v < float("inf")):
+                raise WorkloadError(f"parallelism: {key} must be a number >= {lo:g}, got {v!r}")
+        if 0 < self.moe_capacity < 1:
+            raise WorkloadError(f"parallelism: moe_capacity {self.moe_capacity} drops tokens of a balanced routing: "
+                                "use 0 (dropless) or a factor >= 1")
 
     @property
     def gpus(self) -> int:
-        """GPUs used: tp * pp * dp."""
-        return self.tp * self.pp * self.dp
+        """GPUs used: tp * cp * pp * dp."""
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def grad_accum(self) -> int:
@@ -76,8 +99,8 @@ class Parallelism:
         """Check that this layout divides the model (and the GPU count when given); returns self."""
         m = model
         if gpus is not None and gpus != self.gpus:
-            raise WorkloadError(f"{gpus} GPUs != tp {self.tp} x pp {self.pp} x dp {self.dp} = {self.gpus}: "
-                                "change --gpus or the parallel sizes")
+            raise WorkloadError(f"{gpus} GPUs != tp {self.tp}" + (f" x cp {self.cp}" if self.cp > 1 else "")
+                                + f" x pp {self.pp} x dp {self.dp} = {self.gpus}: change --gpus or the parallel sizes")
         if m.heads % self.tp:
             raise WorkloadError(f"{m.name}: {m.heads} attention heads are not divisible by tp {self.tp}: "
                                 f"use tp in {_divisors(m.heads)}")
@@ -86,10 +109,13 @@ class Parallelism:
         ffn = m.moe_ffn_hidden if m.is_moe and self.ep == 1 else m.ffn_hidden
         if ffn % self.tp:
             raise WorkloadError(f"{m.name}: FFN width {ffn} is not divisible by tp {self.tp}: use a smaller tp")
-        if m.layers % (self.pp * self.vpp):
-            raise WorkloadError(f"{m.name}: {m.layers} layers are not divisible by pp {self.pp}"
-                                + (f" x vpp {self.vpp}" if self.vpp > 1 else "")
-                                + f": use pp x vpp in {_divisors(m.layers)}")
+        if self.vpp > 1 and m.layers % (self.pp * self.vpp):
+            raise WorkloadError(f"{m.name}: {m.layers} layers are not divisible by pp {self.pp} x vpp {self.vpp}: "
+                                f"use pp x vpp in {_divisors(m.layers)}")
+        if m.layers < self.pp:
+            raise WorkloadError(f"{m.name}: {m.layers} layers cannot fill pp {self.pp} stages: use pp <= {m.layers}")
+        if self.cp > 1 and self.ep > 1:
+            raise WorkloadError("context parallelism with expert parallelism is not modelled yet: use cp 1 or ep 1")
         if self.ep > 1:
             if not m.is_moe:
                 raise WorkloadError(f"{m.name} is dense: expert parallelism ep {self.ep} needs a MoE model (use ep 1)")

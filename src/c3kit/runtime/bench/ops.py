@@ -512,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import json
 
+    from c3kit.cost.calib_store import op_calibration_path
     from c3kit.runtime.calib import _plain, machine_meta
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -527,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = _time.perf_counter()
         _Budget.deadline = t0 + a.budget_s
         cols, rows = BENCHES[fam](device, a.quick)
-        path = out / f"{a.gpu}-ops-{fam}.json"
+        path = op_calibration_path(a.gpu, fam, out)
         meta = machine_meta(" ".join(["python -m c3kit.runtime.bench.ops"] + (argv or sys.argv[1:])), a.script)
         doc = {"meta": meta, "kind": "ops-" + fam, "columns": cols, "rows": [[_plain(v) for v in r] for r in rows]}
         path.write_text(json.dumps(doc) + "\n")

@@ -1,41 +1,62 @@
 """Overlapped ops against serial NCCL + cuBLAS, PyTorch's fused symm_mem ops and ideal (`c3kit bench overlap`).
 
-Shapes are tensor-parallel layers of real models at TP = the group size: all-gather + GEMM is the
-column-parallel FC1 (x [T/tp, H] gathered, times W [H, F/tp]); GEMM + reduce-scatter is the
-row-parallel FC2 (x [T, F/tp] times W [F/tp, H], scattered over tokens); MoE is dispatch ->
-grouped GEMM of the local experts (W [E/tp, H, F_moe]) -> combine, balanced routing, top-k tokens.
+Shapes are tensor-parallel layers of real models at TP = the group size, read from the layer
+description (c3kit.workload.layer): all-gather + GEMM is the column-parallel FC1 (x [T/tp, H]
+gathered, times W [H, g F/tp], g = 2 for a gated MLP's fused gate and up projections); GEMM +
+reduce-scatter is the row-parallel FC2 (x [T, F/tp] times W [F/tp, H], scattered over tokens); MoE
+is dispatch -> grouped GEMM of the local experts (W [E/tp, H, g F_moe]) -> combine, balanced
+routing, T/tp x top-k token rows per GPU.
 For every case: t_comp (the GEMM alone on the whole input), t_comm (the collective alone), serial =
 both, ideal = max, then every schedule x comm backend of c3kit, and the fused op where PyTorch has one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from c3kit.errors import RuntimeSetupError
 from c3kit.runtime._torch import require_torch, torch_dtype
 from c3kit.runtime.bench.timing import median_time, slowest_rank
+from c3kit.workload.layer import comm_gemm_pairs, describe_tokens
+from c3kit.workload.model import ModelConfig, get_model
+from c3kit.workload.parallel import Parallelism
 
 COLUMNS = ["op", "model", "tp", "m", "n", "k", "experts", "dtype", "impl", "schedule", "comm", "time_s", "t_comp_s",
            "t_comm_s", "serial_s", "ideal_s", "speedup_vs_serial", "fraction_of_ideal"]
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """Hidden size, FFN size, experts (0 = dense) and experts per token of a model preset."""
-
-    hidden: int
-    ffn: int
-    experts: int = 0
-    topk: int = 1
-
-
+# model presets by benchmark name; "tiny" is a small MoE for CPU tests
 MODELS = {
-    "llama3-70b": ModelShape(8192, 28672),
-    "llama3-405b": ModelShape(16384, 53248),
-    "mixtral-8x7b": ModelShape(4096, 14336, 8, 2),
-    "tiny": ModelShape(64, 128, 4, 2),  # for CPU tests
+    "llama3-70b": "Llama-3-70B",
+    "llama3-405b": "Llama-3-405B",
+    "mixtral-8x7b": "Mixtral-8x7B",
+    "tiny": ModelConfig(name="tiny", hidden=64, layers=1, heads=4, ffn_hidden=128, n_experts=4, top_k=2),
 }
+
+
+def case_shape(name: str, op: str, tp: int, tokens: int) -> tuple[int, int, int, int]:
+    """(m, n, k, local experts) of one benchmark case, read from the layer description at TP = tp.
+
+    ag: the column-parallel FC1 (all-gather -> GEMM); rs: the row-parallel FC2 (GEMM -> reduce-scatter);
+    moe: dispatch -> the local experts' up projection with EP = tp, rows trimmed to a multiple of
+    tp x local experts so that routing is balanced.
+    """
+    model = MODELS[name] if isinstance(MODELS[name], ModelConfig) else get_model(MODELS[name])
+    ep = tp if op == "moe" else 1
+    layer = describe_tokens(model, Parallelism(tp=tp, sp=True, ep=ep), tokens)
+    pattern, gemm = {"ag": ("ag_gemm", "fc1"), "rs": ("gemm_rs", "fc2"), "moe": ("moe", "expert_fc1")}[op]
+    for p in comm_gemm_pairs(layer):
+        if p.pattern == pattern and p.gemm.name.removeprefix("expert_") == gemm.removeprefix("expert_"):
+            if op != "moe":
+                return int(p.m), int(p.n), int(p.k), 0
+            e_loc = int(p.gemm.shape.batch)
+            return int(p.m - p.m % (tp * e_loc)), int(p.n), int(p.k), e_loc
+    raise RuntimeSetupError(f"{name} has no {op} pair at tp {tp} (a dense model has no moe case)")
+
+
+def _is_moe(name: str) -> bool:
+    m = MODELS[name]
+    return (m if isinstance(m, ModelConfig) else get_model(m)).is_moe
 
 
 def _timed(fn, device, iters: int) -> float:
@@ -72,13 +93,12 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
     tp = world
     g = torch.Generator(device="cpu").manual_seed(rank)
     for name in models:
-        ms = MODELS[name]
         for op in ops_:
-            if op == "moe" and not ms.experts:
+            if op == "moe" and not _is_moe(name):
                 continue
             try:
+                m, n, k, e_loc = case_shape(name, op, tp, tokens)
                 if op == "ag":
-                    m, n, k = tokens, ms.ffn // tp, ms.hidden
                     x = torch.randn(m // tp, k, generator=g).to(tdt).to(device)
                     w = torch.randn(k, n, generator=g).to(tdt).to(device)
                     full = torch.randn(m, k, generator=g).to(tdt).to(device)
@@ -90,7 +110,6 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                     fused_call = (lambda: fused(x, [w], 0, dist.group.WORLD.group_name)) if fused else None
                     experts = 0
                 elif op == "rs":
-                    m, n, k = tokens, ms.hidden, ms.ffn // tp
                     x = torch.randn(m, k, generator=g).to(tdt).to(device)
                     w = torch.randn(k, n, generator=g).to(tdt).to(device)
                     part = torch.randn(m, n, generator=g).to(tdt).to(device)
@@ -102,11 +121,7 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                     fused_call = (lambda: fused(x, w, "sum", 0, dist.group.WORLD.group_name)) if fused else None
                     experts = 0
                 else:
-                    e_loc = max(1, ms.experts // tp)
                     experts = e_loc * tp
-                    rows_tok = tokens // tp * ms.topk
-                    rows_tok -= rows_tok % (tp * e_loc)
-                    m, n, k = rows_tok, ms.ffn, ms.hidden
                     x = torch.randn(m, k, generator=g).to(tdt).to(device)
                     w = torch.randn(e_loc, k, n, generator=g).to(tdt).to(device)
                     recv = torch.empty_like(x)

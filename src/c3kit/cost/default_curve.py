@@ -1,0 +1,44 @@
+"""The calibrated default efficiency curve of a GPU: fitted once per process to its shipped gemm table."""
+
+from __future__ import annotations
+
+from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve, fit_efficiency
+from c3kit.errors import CostError
+from c3kit.hw.future import base_name
+
+_fitted: dict[str, tuple[EfficiencyCurve, str]] = {}
+
+
+def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
+    """(curve, origin): fitted once per process to the shipped gemm calibration of gpu (or of the GPU a
+    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'."""
+    name = gpu.name
+    hit = _fitted.get(name)
+    if hit is not None:
+        return hit
+    from c3kit.cost.basis import source_gpu
+    from c3kit.cost.fit_cache import load_fit
+    from c3kit.cost.table import cached_gemm_table
+
+    base = source_gpu(name, "gemm") or base_name(name)  # own, projected or transferred (cost/basis.py)
+    table = cached_gemm_table(base)
+    out = (DEFAULT_CURVE, "default")
+    if table is not None:
+        try:
+            # fit against the base GPU: the curve's shape is the library's, the peaks come from `gpu` at use
+            stored = load_fit(table.origin)
+            if stored is None:
+                from c3kit.hw.catalog import get_gpu
+
+                ref = get_gpu(base) if base != name else gpu
+                stored = fit_efficiency(table, ref).curve
+            out = (stored, f"fitted:{table.origin}")
+        except CostError:
+            pass  # a table too small or inconsistent to fit: keep the documented default
+    _fitted[name] = out
+    return out
+
+
+def clear_default_curves() -> None:
+    """Forget the curves fitted in this process."""
+    _fitted.clear()

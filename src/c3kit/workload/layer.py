@@ -1,0 +1,750 @@
+"""One description of a Transformer layer: every op of one GPU's step with its shapes, from model,
+parallelism, phase and tokens.
+
+This module is the only place where c3kit derives the shapes of a layer. `describe` lists every op
+of one step on one GPU (one layer's body plus the embedding, head, loss, gradient reductions and
+optimizer): GEMMs with M, N, K, attention, memory-bound ops, collectives with their bytes, group,
+ranks and the contiguous rank block that decides their span, and the dependencies between ops by
+name. The step graph (workload.graph) turns the list into Nodes; the vectorized sweep (step.fast)
+evaluates the same formulas over numpy arrays of many scenarios; the overlap scenarios, the
+studies and the runtime benchmarks read the GEMM and collective shapes from it.
+
+Two inputs: `Dims` (sizes: Python ints for one scenario, or int numpy arrays of one length for many;
+every formula here is written with operators that work on both) and `Structure` (which ops exist:
+Python bools and strings, the same for every scenario of one evaluation). No formula here compares
+a size: the branches read Structure only, so one evaluation over arrays gives every scenario's
+shapes at once. See docs/workload.md for the table of shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from c3kit.errors import WorkloadError
+from c3kit.hw.model import dtype_bytes
+from c3kit.workload import ops
+from c3kit.workload.config import ModelConfig
+from c3kit.workload.parallel import Parallelism
+
+PHASES = ("train", "prefill", "decode")
+ADAM_BYTES_PER_PARAM = 30  # read fp32 master, grad, m, v (16 B); write master, m, v (12 B) and bf16 weight (2 B)
+ADAM_FLOPS_PER_PARAM = 12
+
+Num = Any  # a Python int/float or a numpy array of them
+
+
+def cdiv(a: Num, b: Num) -> Num:
+    """Ceiling division for ints and int arrays."""
+    return -(-a // b)
+
+
+def at_least_one(a: Num) -> Num:
+    """max(1, a) for ints and int arrays."""
+    return max(1, a) if isinstance(a, int) else np.maximum(1, a)
+
+
+def intra(block: Num, gpus_per_node: Num) -> Num:
+    """True where a block of consecutive ranks of this size fits in (aligned) nodes."""
+    return (block <= gpus_per_node) & (gpus_per_node % block == 0)
+
+
+# ---- op specs: the shapes of one op; fields are ints or arrays ----
+
+@dataclass(frozen=True)
+class GemmShape:
+    """C[m, n] = A[m, k] @ B[k, n], `batch` independent products."""
+
+    m: Num
+    n: Num
+    k: Num
+    batch: Num = 1
+
+
+@dataclass(frozen=True)
+class AttnShape:
+    """Fused attention core of `batch` sequences: heads / kv_heads on this GPU, q_len x kv_len."""
+
+    batch: Num
+    heads: Num
+    kv_heads: Num
+    q_len: Num
+    kv_len: Num
+    head_dim: Num
+    causal: bool = True
+    backward: bool = False
+    balanced: bool = False  # context parallelism: load-balanced causal chunks, half of q_len x kv_len
+
+
+@dataclass(frozen=True)
+class MemShape:
+    """A memory-bound op: bytes moved and FLOPs."""
+
+    bytes: Num
+    flops: Num = 0
+
+
+@dataclass(frozen=True)
+class CollShape:
+    """A collective: kind, nccl-tests bytes S per rank, ranks, group, and the block of consecutive ranks it spans."""
+
+    kind: str
+    bytes: Num
+    ranks: Num
+    group: str
+    block: Num
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op of the step: name, role, where it runs, how often (count), its deps (op names) and shape."""
+
+    name: str
+    role: str
+    phase: str  # "fwd" | "bwd" | "opt"
+    scope: str  # "layer" | "micro" | "step"
+    stream: str  # "compute" | "tp" | "dp" | "ep" | "pp"
+    count: Num
+    deps: tuple[str, ...]
+    shape: GemmShape | AttnShape | MemShape | CollShape
+    grad: str = ""
+
+    @property
+    def kind(self) -> str:
+        """"gemm", "attn", "mem" or "coll"."""
+        return _KIND[type(self.shape)]
+
+
+_KIND = {GemmShape: "gemm", AttnShape: "attn", MemShape: "mem", CollShape: "coll"}
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes of one scenario (Python ints) or many (int numpy arrays of one length).
+
+    g = 2 for a gated MLP else 1; norm_w = 2 for LayerNorm (scale and shift) else 1; emb_mult = 1 with
+    tied embeddings else 2; b / gb = bytes per activation-or-weight / gradient element; gpn = GPUs per node.
+    For dense models n_experts = top_k = 1 and moe_ffn = ffn.
+    """
+
+    hidden: Num
+    heads: Num
+    kv_heads: Num
+    head_dim: Num
+    ffn: Num
+    vocab: Num
+    layers: Num
+    g: Num
+    norm_w: Num
+    emb_mult: Num
+    seq: Num
+    micro_batch: Num
+    tp: Num
+    dp: Num
+    pp: Num
+    grad_accum: Num
+    gpn: Num
+    b: Num = 2
+    gb: Num = 4
+    vpp: Num = 1
+    ep: Num = 1
+    n_experts: Num = 1
+    top_k: Num = 1
+    moe_ffn: Num = 0
+    cp: Num = 1
+
+    @staticmethod
+    def of(model: ModelConfig, par: Parallelism, seq: int, dtype: str = "bf16", gpus_per_node: int = 8,
+           grad_dtype: str = "fp32") -> "Dims":
+        """The sizes of one model x layout (ints)."""
+        m = model
+        return Dims(hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads, head_dim=m.head_dim, ffn=m.ffn_hidden,
+                    vocab=m.vocab, layers=m.layers, g=2 if m.gated_mlp else 1,
+                    norm_w=2 if m.norm == "layernorm" else 1, emb_mult=1 if m.tied_embeddings else 2, seq=seq,
+                    micro_batch=par.micro_batch, tp=par.tp, dp=par.dp, pp=par.pp, grad_accum=par.grad_accum,
+                    gpn=gpus_per_node, b=dtype_bytes(dtype), gb=dtype_bytes(grad_dtype), vpp=par.vpp, ep=par.ep,
+                    n_experts=m.n_experts, top_k=m.top_k, moe_ffn=m.moe_ffn_hidden, cp=par.cp)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """Which ops exist (the same for every scenario of one evaluation): phase and the layout's switches.
+
+    tp/dp/pp/ep/edp/cp say whether that group has more than one rank (dp: the dp x cp ranks that share
+    weights); zero1 = gradients reduce-scattered and optimizer state sharded (distributed optimizer or
+    ZeRO-2); zero2 = gradients also sharded in memory; moe_factor = the busiest expert rank's tokens over
+    its balanced share (Parallelism.moe_imbalance, capped by moe_capacity).
+    """
+
+    phase: str = "train"
+    tp: bool = False
+    sp: bool = False
+    dp: bool = False
+    pp: bool = False
+    fsdp: bool = False
+    zero1: bool = False
+    recompute: str = "none"
+    moe: bool = False
+    ep: bool = False
+    edp: bool = False
+    cp: bool = False
+    zero2: bool = False
+    moe_factor: float = 1.0
+
+    @staticmethod
+    def of(model: ModelConfig, par: Parallelism, phase: str = "train") -> "Structure":
+        """The structure of one model x layout x phase."""
+        moe_ep = model.is_moe and par.ep > 1
+        factor = float(par.moe_imbalance)
+        if par.moe_capacity > 0:
+            factor = min(factor, float(par.moe_capacity))
+        return Structure(phase=phase, tp=par.tp > 1, sp=par.sp and par.tp > 1, dp=par.dp * par.cp > 1,
+                         pp=par.pp > 1, fsdp=par.fsdp, zero1=par.dist_optimizer or par.zero2,
+                         recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
+                         edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
+                         moe_factor=factor)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Per-rank parameter counts of one layer and of the embeddings (for FSDP, DP gradients, optimizer)."""
+
+    attn: Num
+    dense: Num  # non-expert weights of a layer (attention, norms, router; the MLP of a dense model)
+    experts: Num  # expert weights of a layer on this rank (0 for dense models)
+    layer: Num
+    emb: Num  # one vocab-parallel embedding shard
+    emb_params: Num  # input and (untied) output embedding shards
+    edp: Num  # ranks that share one expert's weights
+
+
+@dataclass(frozen=True)
+class Layer:
+    """The description of one step on one GPU: every op in issue order, with sizes and per-rank weights."""
+
+    dims: Dims
+    structure: Structure
+    ops: tuple[OpSpec, ...]
+    weights: Weights
+    tokens: Num  # T: tokens per micro-batch on this TP group (micro_batch x seq; decode: micro_batch)
+    stage_layers: Num
+
+    def op(self, name: str) -> OpSpec:
+        """The op with this name."""
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise WorkloadError(f"this layer has no op named {name!r}")
+
+    def by_name(self) -> dict[str, OpSpec]:
+        """Name -> op."""
+        return {o.name: o for o in self.ops}
+
+    def gemms(self) -> tuple[OpSpec, ...]:
+        """The GEMM ops."""
+        return tuple(o for o in self.ops if o.kind == "gemm")
+
+    def collectives(self) -> tuple[OpSpec, ...]:
+        """The collective ops."""
+        return tuple(o for o in self.ops if o.kind == "coll")
+
+
+def weights(d: Dims, s: Structure) -> Weights:
+    """Per-rank parameter counts of one layer and the embeddings."""
+    H, tp = d.hidden, d.tp
+    qn, kvn = d.heads // tp, at_least_one(d.kv_heads // tp)
+    n_qkv, k_proj = (qn + 2 * kvn) * d.head_dim, qn * d.head_dim
+    attn_w = H * n_qkv + k_proj * H + 2 * H * d.norm_w
+    if s.moe:
+        F = d.moe_ffn
+        expert_w = (d.n_experts // d.ep) * (d.g + 1) * H * F if s.ep else d.n_experts * (d.g + 1) * H * (F // tp)
+        dense_w = attn_w + H * d.n_experts
+    else:
+        expert_w = 0
+        dense_w = attn_w + (d.g + 1) * H * (d.ffn // tp)
+    edp = (tp * d.dp) // d.ep if s.ep else d.dp
+    emb_w = cdiv(d.vocab, tp) * H
+    return Weights(attn_w, dense_w, expert_w, dense_w + expert_w, emb_w, emb_w * d.emb_mult, edp)
+
+
+def attention_flops(a: AttnShape) -> Num:
+    """FLOPs of an attention shape (ops.attention_flops)."""
+    return ops.attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal, a.backward, a.balanced)
+
+
+def attention_bytes(a: AttnShape, elem_bytes: Num) -> Num:
+    """Bytes of an attention shape (ops.attention_bytes)."""
+    return ops.attention_bytes(a.batch, a.heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim, elem_bytes, a.backward)
+
+
+def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
+    """(FLOPs, bytes) of a compute op (GEMM, attention or memory-bound), ints or arrays."""
+    sh = op.shape
+    if isinstance(sh, GemmShape):
+        return ops.gemm_flops(sh.m, sh.n, sh.k, sh.batch), ops.gemm_bytes(sh.m, sh.n, sh.k, elem_bytes, sh.batch)
+    if isinstance(sh, AttnShape):
+        return attention_flops(sh), attention_bytes(sh, elem_bytes)
+    if isinstance(sh, MemShape):
+        return sh.flops, sh.bytes
+    raise WorkloadError(f"{op.name} is a collective: it has bytes, not FLOPs")
+
+
+def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
+             dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32") -> Layer:
+    """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq)."""
+    if phase not in PHASES:
+        raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
+    seq = model.max_seq if seq is None else seq
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0:
+        raise WorkloadError(f"sequence length must be a positive integer, got {seq!r}")
+    if not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
+        raise WorkloadError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}")
+    par.validate(model)
+    if par.cp > 1:
+        if phase == "decode":
+            raise WorkloadError("context parallelism (cp > 1) splits long prompts: use cp 1 for decode")
+        if seq % (2 * par.cp):
+            raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
+                                "load-balanced chunks")
+    return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype), Structure.of(model, par, phase))
+
+
+def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
+                    dtype: str = "bf16") -> Layer:
+    """The layer at `tokens` tokens per micro-batch on the TP group (one sequence of that length)."""
+    return describe(model, replace(par, micro_batch=1, global_batch=0) if par.micro_batch != 1 else par,
+                    phase, tokens, dtype)
+
+
+class _Ops:
+    """The op list under construction; deps are op names (None entries dropped)."""
+
+    __slots__ = ("ops", "names")
+
+    def __init__(self) -> None:
+        self.ops: list[OpSpec] = []
+        self.names: set[str] = set()
+
+    def add(self, name: str, shape, deps, phase: str, scope: str, stream: str, count, role: str,
+            grad: str = "") -> str:
+        if name in self.names:
+            raise AssertionError(f"duplicate op name {name}")  # a bug in this module, not bad input
+        self.names.add(name)
+        self.ops.append(OpSpec(name, role, phase, scope, stream, count, tuple(x for x in deps if x is not None),
+                               shape, grad))
+        return name
+
+
+def evaluate(d: Dims, s: Structure) -> Layer:
+    """The description over Dims (ints or arrays) for one Structure."""
+    b = _Builder(d, s)
+    emb, emb_c = b.embedding()
+    fsdp_f = None
+    if b.fsdp:
+        fsdp_f = b.add("layer.fsdp_ag", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (), "fwd",
+                       _L, "dp", b.mb, "fsdp_ag")
+    b.layer_forward("fwd", False, fsdp_f, emb_c or emb)
+    last_fwd = b.last()
+    if s.pp:
+        b.add("pp.fwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (last_fwd,), "fwd", "micro", "pp",
+              b.mb * d.vpp, "pp_fwd")
+    head = b.head(last_fwd)
+    if s.phase != "train":
+        return b.layer()
+    hd_wg, fnb = b.loss_and_head_backward(head)
+    fsdp_b = None
+    if b.fsdp:
+        fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (),
+                       "bwd", _L, "dp", b.mb, "fsdp_ag")
+    if s.recompute == "full":
+        b.layer_forward("bwd", True, fsdp_b, fnb)
+    start = b.last() if s.recompute == "full" else fnb
+    wgrads, n1b = b.layer_backward(start, fsdp_b)
+    reductions = b.layer_grad_reductions(tuple(wgrads))
+    if s.pp:
+        b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
+              b.mb * d.vpp, "pp_bwd")
+    b.embedding_backward_and_optimizer(n1b, hd_wg, reductions)
+    return b.layer()
+
+
+_L = "layer"
+
+
+class _Builder(_Ops):
+    """The sizes every op of one evaluation shares, and one method per part of the step."""
+
+    __slots__ = ("d", "s", "mb", "T", "Tsp", "qn", "kvn", "n_qkv", "k_proj", "tp_blk", "dp_blk", "ep_blk", "pp_blk",
+                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes", "dp_ranks", "cp_blk", "seq_local")
+
+    def __init__(self, d: Dims, s: Structure) -> None:
+        super().__init__()
+        self.d, self.s = d, s
+        tp, dp = d.tp, d.dp
+        self.mb = d.grad_accum  # micro-batches per step per DP rank
+        self.seq_local = d.seq // d.cp if s.cp else d.seq  # context parallelism: this GPU's tokens of a sequence
+        self.T = d.micro_batch * (1 if s.phase == "decode" else self.seq_local)
+        self.Tsp = cdiv(self.T, tp) if s.sp else self.T
+        self.qn = d.heads // tp
+        self.kvn = at_least_one(d.kv_heads // tp)  # KV heads are replicated when tp > kv_heads
+        self.n_qkv = (self.qn + 2 * self.kvn) * d.head_dim
+        self.k_proj = self.qn * d.head_dim
+        # rank order tp, cp, dp, pp: a group spans this many consecutive ranks; weights are shared by dp x cp
+        cp = d.cp
+        self.dp_ranks = dp * cp if s.cp else dp
+        self.tp_blk, self.cp_blk, self.ep_blk = tp, tp * cp, d.ep
+        self.dp_blk, self.pp_blk = tp * cp * dp, tp * cp * dp * d.pp
+        self.act_bytes = self.T * d.hidden * d.b  # one T x H activation, the size every TP collective moves
+        self.w = weights(d, s)
+        self.F = d.moe_ffn if s.moe else d.ffn
+        self.Fl = self.F // tp
+        self.fsdp = s.fsdp and s.dp
+        self.stage_layers = cdiv(d.layers, d.pp)  # uneven stages: price the slowest (ceil)
+        self.pp_bytes = (self.T // tp if s.sp else self.T) * d.hidden * d.b
+
+    def last(self) -> str:
+        """The name of the op added last."""
+        return self.ops[-1].name
+
+    def layer(self) -> Layer:
+        """The finished description."""
+        return Layer(self.d, self.s, tuple(self.ops), self.w, self.T, self.stage_layers)
+
+    # ---- building blocks ----
+
+    def tp_after(self, name: str, dep: str, ph: str, scope: str = _L, cnt=None) -> str | None:
+        """TP reduction of a row-parallel output: all-reduce, or reduce-scatter with SP."""
+        if not self.s.tp:
+            return None
+        cnt = self.mb if cnt is None else cnt
+        if self.s.sp:
+            return self.add(name + ".rs", CollShape("reduce_scatter", self.act_bytes, self.d.tp, "tp", self.tp_blk),
+                            (dep,), ph, scope, "tp", cnt, "tp_rs")
+        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                        ph, scope, "tp", cnt, "tp_ar")
+
+    def tp_gather(self, name: str, dep: str | None, ph: str, scope: str = _L, cnt=None) -> str | None:
+        """SP all-gather of a sequence-sharded activation before a column-parallel GEMM."""
+        if not (self.s.tp and self.s.sp):
+            return None
+        return self.add(name + ".ag", CollShape("all_gather", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                        ph, scope, "tp", self.mb if cnt is None else cnt, "tp_ag")
+
+    def compute(self, name: str, shape, deps, ph: str, role: str, scope: str = _L, grad: str = "") -> str:
+        """A compute op (count = micro-batches)."""
+        return self.add(name, shape, deps, ph, scope, "compute", self.mb, role, grad)
+
+    def norm(self, name: str, dep, ph: str, role: str) -> str:
+        """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
+        Tsp, H = self.Tsp, self.d.hidden
+        return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H), (dep,), ph, role)
+
+    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
+        """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
+        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank."""
+        if not self.s.cp:
+            return None
+        d = self.d
+        chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+        return self.add(name + ".cp_kv", CollShape("send_recv", tensors * (d.cp - 1) * chunk, 2, "cp", self.cp_blk),
+                        (dep,), ph, _L, "cp", self.mb, "cp_kv")
+
+    def expert_rows(self, rows, experts):
+        """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
+        f = self.s.moe_factor
+        if f == 1.0:
+            return cdiv(rows, experts)
+        if isinstance(rows, int) and isinstance(experts, int):
+            return math.ceil(rows * f / experts)
+        return np.ceil(rows * f / experts).astype(np.int64)
+
+    def moe_ep_sizes(self):
+        """(local experts, token rows per local expert, all-to-all bytes) with expert parallelism."""
+        d = self.d
+        tl = cdiv(self.T, d.tp)  # each TP rank routes its own 1/tp of the tokens
+        el = d.n_experts // d.ep
+        return el, self.expert_rows(tl * d.top_k, el), tl * d.top_k * d.hidden * d.b
+
+    def a2a(self, name: str, nbytes, deps, ph: str, role: str) -> str:
+        """An expert-parallel all-to-all."""
+        return self.add(name, CollShape("all_to_all", nbytes, self.d.ep, "ep", self.ep_blk), deps, ph, _L, "ep",
+                        self.mb, role)
+
+    def bwd_gemm(self, name: str, fwd_m, fwd_n, fwd_k, deps, role: str, batch=1) -> tuple[str, str]:
+        """dgrad (M x K from M x N and N x K) and wgrad (K x N over M tokens) of a forward GEMM."""
+        dg = self.compute(name + ".dgrad", GemmShape(fwd_m, fwd_k, fwd_n, batch), deps, "bwd", role, grad="dgrad")
+        wg = self.compute(name + ".wgrad", GemmShape(fwd_k, fwd_n, fwd_m, batch), deps, "bwd", role, grad="wgrad")
+        return dg, wg
+
+    # ---- forward ----
+
+    def embedding(self) -> tuple[str, str | None]:
+        """Once per micro-batch on the first stage: (embedding, its TP reduction or None)."""
+        d = self.d
+        emb_fsdp = None
+        if self.fsdp:
+            emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, self.dp_ranks, "dp",
+                                                           self.dp_blk), (), "fwd", "micro", "dp", self.mb, "fsdp_ag")
+        emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b), (emb_fsdp,), "fwd", "embed", "micro")
+        return emb, self.tp_after("embed", emb, "fwd", "micro")
+
+    def layer_forward(self, ph: str, re: bool, fsdp_dep: str | None, entry: str | None) -> None:
+        """One layer's forward ops (re: recomputed inside backward); entry: the op the first layer waits for."""
+        d, s, T, H, hd = self.d, self.s, self.T, self.d.hidden, self.d.head_dim
+        r = "re_" if re else ""
+        pre = "re." if re else ""
+        n1 = self.norm(pre + "attn_norm", entry, ph, r + "norm")
+        ag = self.tp_gather(pre + "attn_in", n1, ph)
+        last = self.compute(pre + "qkv", GemmShape(T, self.n_qkv, H), (ag or n1, fsdp_dep), ph, r + "qkv")
+        if s.phase != "train":
+            last = self.compute("kv_write", MemShape(2 * T * self.kvn * hd * d.b), (last,), ph, "kv_cache")
+        q_len = 1 if s.phase == "decode" else self.seq_local
+        at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
+                                                  s.cp), (last,), ph, r + "attn")
+        ring = self.cp_ring(pre + "attn", last, ph, 1)
+        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
+        c = self.tp_after(pre + "proj", pr, ph)
+        n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
+        if not s.moe:
+            self.dense_mlp_forward(ph, r, pre, n2)
+        elif not s.ep:
+            self.tp_experts_forward(ph, r, pre, n2)
+        else:
+            self.ep_experts_forward(ph, r, pre, n2)
+
+    def dense_mlp_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """FC1, activation, FC2 (column- then row-parallel)."""
+        T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        ag = self.tp_gather(pre + "mlp_in", n2, ph)
+        f1 = self.compute(pre + "fc1", GemmShape(T, g * Fl, H), (ag or n2,), ph, r + "fc1")
+        a = self.compute(pre + "act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl), (f1,), ph, r + "act")
+        f2 = self.compute(pre + "fc2", GemmShape(T, H, Fl), (a,), ph, r + "fc2")
+        self.tp_after(pre + "fc2", f2, ph)
+
+    def tp_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """MoE with ep 1: router, then every expert's 1/tp slice like a dense MLP."""
+        d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        E, k = d.n_experts, d.top_k
+        rt = self.compute(pre + "router", GemmShape(self.Tsp, E, H), (n2,), ph, r + "router")
+        ag = self.tp_gather(pre + "mlp_in", n2, ph)
+        me = cdiv(T * k, E)
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (rt, ag), ph, r + "experts")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (e1,), ph, r + "act")
+        e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, r + "experts")
+        self.tp_after(pre + "expert_fc2", e2, ph)
+
+    def ep_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
+        """MoE with ep > 1: router, dispatch, the local whole experts, combine."""
+        d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
+        rt = self.compute(pre + "router", GemmShape(self.Tsp, d.n_experts, H), (n2,), ph, r + "router")
+        el, me, a2a = self.moe_ep_sizes()
+        dsp = self.a2a(pre + "ep_dispatch", a2a, (rt,), ph, "ep_dispatch")
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp,), ph, r + "experts")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F), (e1,), ph, r + "act")
+        e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, F, el), (a,), ph, r + "experts")
+        cb = self.a2a(pre + "ep_combine", a2a, (e2,), ph, "ep_combine")
+        if s.tp and not s.sp:
+            self.add(pre + "moe_out.ag", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (cb,), ph,
+                     _L, "tp", self.mb, "tp_ag")
+
+    def head(self, last_fwd: str) -> str:
+        """Final norm and LM head on the last stage (inference: logits of the last position only)."""
+        d, train = self.d, self.s.phase == "train"
+        T_out = self.T if train else d.micro_batch
+        Vl = cdiv(d.vocab, d.tp)
+        fn = self.compute("final_norm", MemShape(2 * (self.Tsp if train else T_out) * d.hidden * d.b), (last_fwd,),
+                          "fwd", "norm", "micro")
+        hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
+        return self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
+
+    # ---- backward ----
+
+    def loss_and_head_backward(self, head: str) -> tuple[str, str]:
+        """Loss, its TP all-reduce, the LM head's backward and the final norm's: (head wgrad, final-norm bwd)."""
+        d, T, H, b = self.d, self.T, self.d.hidden, self.d.b
+        Vl = cdiv(d.vocab, d.tp)
+        loss = self.compute("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl), (head,), "fwd", "loss", "micro")
+        if self.s.tp:
+            self.add("loss.ar", CollShape("all_reduce", 2 * T * 4, d.tp, "tp", self.tp_blk), (head,), "fwd", "micro",
+                     "tp", self.mb, "loss_ar")
+        lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl), (loss,), "bwd", "loss", "micro")
+        hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
+        hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
+        hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
+        fnb = self.compute("final_norm.bwd", MemShape(4 * self.Tsp * H * b), (hc or hd_dg,), "bwd", "norm", "micro")
+        return hd_wg, fnb
+
+    def layer_backward(self, start: str, fsdp_b: str | None) -> tuple[list[str], str]:
+        """One layer's backward in reverse order: (its wgrads, the attention norm's backward)."""
+        d, s, T, H, b = self.d, self.s, self.T, self.d.hidden, self.d.b
+        wgrads: list[str] = []
+        if s.ep:
+            mlp_end = self.ep_experts_backward(start, fsdp_b, wgrads)
+        else:
+            gag = self.tp_gather("mlp_out.bwd", start, "bwd")
+            first_dep = (gag or start, fsdp_b)
+            dg = (self.tp_experts_backward if s.moe else self.dense_mlp_backward)(first_dep, wgrads)
+            c = self.tp_after("fc1.dgrad", dg, "bwd")
+            mlp_end = c or dg
+        n2b = self.compute("mlp_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (mlp_end,), "bwd",
+                           "norm")
+        gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
+        dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
+        wgrads.append(wg)
+        att_dep = (dg,)
+        attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
+        if s.recompute == "selective":
+            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp), (dg,), "bwd", "re_attn")
+            att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
+        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp), att_dep, "bwd", "attn")
+        ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
+        iag = self.tp_gather("attn_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
+        wgrads.append(wg)
+        c = self.tp_after("qkv.dgrad", dg, "bwd")
+        n1b = self.compute("attn_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (c or dg,), "bwd",
+                           "norm")
+        return wgrads, n1b
+
+    def dense_mlp_backward(self, first_dep, wgrads: list[str]) -> str:
+        """FC2, activation and FC1 backward; returns FC1's dgrad."""
+        T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        dg, wg = self.bwd_gemm("fc2", T, H, Fl, first_dep, "fc2")
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl), (dg,), "bwd", "act")
+        iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("fc1", T, g * Fl, H, (ab, iag), "fc1")
+        wgrads.append(wg)
+        return dg
+
+    def tp_experts_backward(self, first_dep, wgrads: list[str]) -> str:
+        """MoE with ep 1: expert FC2, activation, expert FC1 and router backward; returns expert FC1's dgrad."""
+        d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
+        E, k = d.n_experts, d.top_k
+        me = cdiv(T * k, E)
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, Fl, first_dep, "experts", E)
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (dg,), "bwd", "act")
+        iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
+        dg, wg = self.bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
+        wgrads.append(wg)
+        _, rwg = self.bwd_gemm("router", self.Tsp, E, H, (ab,), "router")
+        wgrads.append(rwg)
+        return dg
+
+    def ep_experts_backward(self, start: str, fsdp_b: str | None, wgrads: list[str]) -> str:
+        """MoE with ep > 1: combine, experts, dispatch and router backward; returns the op the norm waits for."""
+        d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
+        el, me, a2a = self.moe_ep_sizes()
+        cb = self.a2a("ep_combine.bwd", a2a, (start, fsdp_b), "bwd", "ep_combine")
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, F, (cb,), "experts", el)
+        wgrads.append(wg)
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F), (dg,), "bwd",
+                          "act")
+        dg, wg = self.bwd_gemm("expert_fc1", me, g * F, H, (ab,), "experts", el)
+        wgrads.append(wg)
+        dsp = self.a2a("ep_dispatch.bwd", a2a, (dg,), "bwd", "ep_dispatch")
+        dg, wg = self.bwd_gemm("router", self.Tsp, d.n_experts, H, (dsp,), "router")
+        wgrads.append(wg)
+        if s.tp and not s.sp:
+            return self.add("moe_in.ag.bwd", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (dsp,),
+                            "bwd", _L, "tp", self.mb, "tp_ag")
+        return dg
+
+    # ---- gradients and optimizer ----
+
+    def grad_kind(self) -> str:
+        """DP gradient reduction: reduce-scatter with a sharded optimizer (ZeRO-1), else all-reduce."""
+        return "reduce_scatter" if self.s.zero1 else "all_reduce"
+
+    def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
+        """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
+        d, s, w, gb = self.d, self.s, self.w, self.d.gb
+        out: list[str] = []
+        if s.fsdp:
+            if s.dp:
+                out.append(self.add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, self.dp_ranks, "dp", self.dp_blk),
+                                    wg_t, "bwd", _L, "dp", self.mb, "fsdp_rs"))
+            return out
+        if s.dp:
+            out.append(self.add("layer.dp_grad", CollShape(self.grad_kind(), (w.dense if s.ep else w.layer) * gb, self.dp_ranks,
+                                                           "dp", self.dp_blk), wg_t, "bwd", _L, "dp", 1, "dp_grad"))
+        if s.ep and s.edp:
+            out.append(self.add("layer.dp_grad_experts", CollShape(self.grad_kind(), w.experts * gb, w.edp, "dp",
+                                                                   d.tp * d.dp), wg_t, "bwd", _L, "dp", 1, "dp_grad"))
+        return out
+
+    def embedding_backward_and_optimizer(self, n1b: str, hd_wg: str, reductions: list[str]) -> None:
+        """Embedding backward, the embeddings' gradient reduction, the optimizer and ZeRO-1's parameter gather."""
+        d, s, w, b, gb = self.d, self.s, self.w, self.d.b, self.d.gb
+        egag = self.tp_gather("embed.bwd", n1b, "bwd", "micro")
+        eb = self.compute("embed.bwd", MemShape(2 * self.T * d.hidden * b + w.emb * 4), (egag or n1b,), "bwd",
+                          "embed", "micro")
+        reduce_deps = (eb, hd_wg)
+        if s.dp:
+            if s.fsdp:
+                reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",
+                                                                       self.dp_blk), reduce_deps, "bwd", "micro",
+                                           "dp", self.mb, "fsdp_rs"))
+            else:
+                reductions.append(self.add("embed.dp_grad", CollShape(self.grad_kind(), w.emb_params * gb, self.dp_ranks, "dp",
+                                                                      self.dp_blk), reduce_deps, "bwd", "step", "dp",
+                                           1, "dp_grad"))
+        sharded = s.fsdp or s.zero1
+        shard = self.dp_ranks if sharded else 1
+        if s.ep:
+            opt_params = (self.stage_layers * (w.dense / shard + w.experts / (w.edp if sharded and s.dp else 1))
+                          + w.emb_params / shard)
+        else:
+            opt_params = (self.stage_layers * w.layer + w.emb_params) / shard
+        opt = self.add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params),
+                       tuple(reductions) or (eb,), "opt", "step", "compute", 1, "optimizer")
+        if s.zero1 and s.dp and not s.fsdp:
+            self.add("dp_param_ag", CollShape("all_gather", (self.stage_layers * w.layer + w.emb_params) * b, self.dp_ranks,
+                                              "dp", self.dp_blk), (opt,), "opt", "step", "dp", 1, "dp_param_ag")
+
+
+@dataclass(frozen=True)
+class CommGemmPair:
+    """A layer collective with the GEMM it feeds or drains, as an overlap pattern.
+
+    pattern: "ag_gemm" (all-gather -> GEMM), "gemm_rs" / "gemm_ar" (GEMM -> reduce-scatter / all-reduce)
+    or "moe" (all-to-all -> grouped expert GEMM). m = rows of the communicated activation (tokens
+    gathered or scattered; token rows this GPU routes for moe), n and k = the GEMM's N and K.
+    """
+
+    pattern: str
+    coll: OpSpec
+    gemm: OpSpec
+    m: Num
+    n: Num
+    k: Num
+
+
+_PATTERN = {("before", "all_gather"): "ag_gemm", ("after", "reduce_scatter"): "gemm_rs",
+            ("after", "all_reduce"): "gemm_ar", ("before", "all_to_all"): "moe"}
+
+
+def comm_gemm_pairs(layer: Layer) -> list[CommGemmPair]:
+    """Every layer-scope TP/EP collective next to a GEMM (its input or its output), in op order."""
+    ops = layer.by_name()
+    rows_per_byte = layer.dims.hidden * layer.dims.b  # every TP/EP collective moves [rows, hidden] activations
+    out = []
+    for op in layer.ops:
+        if op.scope != "layer":
+            continue
+        found = []
+        if op.kind == "coll" and op.stream in ("tp", "ep"):
+            found += [("after", op, ops[d]) for d in op.deps if ops[d].kind == "gemm"]
+        if op.kind == "gemm":
+            found += [("before", ops[d], op) for d in op.deps if ops[d].kind == "coll" and ops[d].stream in ("tp", "ep")]
+        for where, c, gm in found:
+            pattern = _PATTERN.get((where, c.shape.kind))
+            if pattern == "moe" and gm.role != "experts":
+                continue  # the router's backward after the dispatch is not an expert GEMM
+            if pattern is not None:
+                out.append(CommGemmPair(pattern, c, gm, c.shape.bytes // rows_per_byte, gm.shape.n, gm.shape.k))
+    return out
