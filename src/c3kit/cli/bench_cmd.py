@@ -11,13 +11,13 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, emit_json
+from c3kit.cli.common import JSON_OPT, emit_json, out_file_option
 from c3kit.errors import RuntimeSetupError
 
 bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-OUT_OPT = typer.Option(None, "--out", help="Calibration file to write (default c3kit-out/calib/<gpu>-<kind>.json).")
+OUT_OPT = out_file_option(None, "Calibration file to write (default c3kit-out/calib/<gpu>-<kind>.json).")
 SCRIPT_OPT = typer.Option("", "--script", help="Script that ran this command, recorded in the file's meta.")
 GPU_OPT = typer.Option(None, "--gpu", help="Catalog name for peak FLOP/s and file names (default: detected).")
 DEVICE_OPT = typer.Option(None, "--device", help="torch device (default cuda if available, else cpu).")
@@ -288,7 +288,10 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
         m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", part)
         if not m:
             raise RuntimeSetupError(f"bad shape {part!r}: use MxNxK, e.g. 4096x4096x4096")
-        out.append(tuple(int(x) for x in m.groups()))
+        dims = tuple(int(x) for x in m.groups())
+        if min(dims) <= 0:
+            raise RuntimeSetupError(f"bad shape {part!r}: M, N and K must be positive")
+        out.append(dims)
     return out
 
 
@@ -370,7 +373,14 @@ def _multi_ranks(world: int, backend: str):
     """(torch, GPUs seen, process-group backend, ranks, dtype) of a multi-rank command: by default nccl over
     every GPU in bf16 where there are two or more, else gloo over 2 CPU ranks in fp32."""
     torch = _torch()
+    if world is not None and world < 1:
+        raise RuntimeSetupError(f"--world {world}: give a positive number of ranks (or leave it out: every GPU, "
+                                "or 2 on the CPU)")
+    if backend not in ("", "nccl", "gloo"):
+        raise RuntimeSetupError(f"--backend {backend!r}: use nccl (GPUs) or gloo (CPU)")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus == 0:
+        raise RuntimeSetupError("--backend nccl needs CUDA GPUs and torch sees none: use --backend gloo on the CPU")
     backend = backend or ("nccl" if gpus >= 2 else "gloo")
     world = world or (gpus if backend == "nccl" else 2)
     return torch, gpus, backend, world, "bf16" if backend == "nccl" else "fp32"
@@ -410,7 +420,7 @@ def _sizes(text: str) -> list[int]:
 
 @bench_app.command("comm")
 def comm_cmd(
-    world: int = typer.Option(0, "--world", help="Ranks (default: every GPU, or 2 on the CPU)."),
+    world: int = typer.Option(None, "--world", help="Ranks [default: every GPU, or 2 on the CPU]."),
     backend: str = typer.Option("", "--backend", help="Process-group backend: nccl (GPUs) or gloo (CPU)."),
     backends: str = typer.Option("", "--backends",
                                  help="Comma list: nccl, nccl-ctas<k>, copy-engine, gloo (default by device)."),
@@ -471,7 +481,7 @@ def comm_cmd(
 
 @bench_app.command("overlap")
 def overlap_cmd(
-    world: int = typer.Option(0, "--world", help="Ranks = TP size (default: every GPU, or 2 on the CPU)."),
+    world: int = typer.Option(None, "--world", help="Ranks = TP size [default: every GPU, or 2 on the CPU]."),
     backend: str = typer.Option("", "--backend", help="nccl (GPUs) or gloo (CPU)."),
     models: str = typer.Option("llama3-70b,llama3-405b,mixtral-8x7b", "--models"),
     tokens: int = typer.Option(8192, "--tokens", help="Tokens (rows) of the layer's input."),
@@ -515,7 +525,7 @@ def overlap_cmd(
 
 
 @bench_app.command("props")
-def props_cmd(out: Path = typer.Option(None, "--out", help="Also write the properties to this JSON file."),
+def props_cmd(out: Path = out_file_option(None, "Also write the properties to this JSON file."),
               as_json: bool = JSON_OPT) -> None:
     """Device properties: SMs, L2, clocks, copy engines (asyncEngineCount), driver, torch/CUDA versions."""
     from c3kit.runtime.bench.props import device_properties

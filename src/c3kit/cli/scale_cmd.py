@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, rich_table, with_power
+from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, rich_table, with_power
 
 DEFAULT_OUT = "c3kit-out/scale"
 
@@ -23,7 +23,7 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise StudyError(f"--{what} must be comma-separated whole numbers, got {text!r}") from None
     if not vals or any(v <= 0 for v in vals if what != "generations") or any(v < 0 for v in vals):
@@ -31,8 +31,15 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     return vals
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+def _names(text: str | None, what: str = "rules") -> tuple[str, ...] | None:
+    from c3kit.errors import StudyError
+
+    if text is None:
+        return None
+    names = tuple(x.strip() for x in text.split(","))
+    if not all(names):
+        raise StudyError(f"--{what} must be comma-separated names, got {text!r}")
+    return names
 
 
 def scale(
@@ -50,7 +57,7 @@ def scale(
     grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
     power: str = POWER_OPT,
-    out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
+    out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Sweep future models x hardware generations x parallelism: compute, comm, exposed and hidden comm."""
