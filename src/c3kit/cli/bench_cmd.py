@@ -17,7 +17,7 @@ from c3kit.errors import RuntimeSetupError
 bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-OUT_OPT = out_file_option(None, "Calibration file to write (default c3kit-out/calib/<gpu>-<kind>.json).")
+OUT_OPT = out_file_option(None, "Calibration file to write.", show_default="c3kit-out/calib/<gpu>-<kind>.json")
 SCRIPT_OPT = typer.Option("", "--script", help="Script that ran this command, recorded in the file's meta.")
 GPU_OPT = typer.Option(None, "--gpu", help="Catalog name for peak FLOP/s and file names (default: detected).")
 DEVICE_OPT = typer.Option(None, "--device", help="torch device (default cuda if available, else cpu).")
@@ -420,7 +420,7 @@ def _sizes(text: str) -> list[int]:
 
 @bench_app.command("comm")
 def comm_cmd(
-    world: int = typer.Option(None, "--world", help="Ranks [default: every GPU, or 2 on the CPU]."),
+    world: int = typer.Option(None, "--world", help="Ranks.", show_default="every GPU, or 2 on the CPU"),
     backend: str = typer.Option("", "--backend", help="Process-group backend: nccl (GPUs) or gloo (CPU)."),
     backends: str = typer.Option("", "--backends",
                                  help="Comma list: nccl, nccl-ctas<k>, copy-engine, gloo (default by device)."),
@@ -481,7 +481,7 @@ def comm_cmd(
 
 @bench_app.command("overlap")
 def overlap_cmd(
-    world: int = typer.Option(None, "--world", help="Ranks = TP size [default: every GPU, or 2 on the CPU]."),
+    world: int = typer.Option(None, "--world", help="Ranks = TP size.", show_default="every GPU, or 2 on the CPU"),
     backend: str = typer.Option("", "--backend", help="nccl (GPUs) or gloo (CPU)."),
     models: str = typer.Option("llama3-70b,llama3-405b,mixtral-8x7b", "--models"),
     tokens: int = typer.Option(8192, "--tokens", help="Tokens (rows) of the layer's input."),

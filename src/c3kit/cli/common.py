@@ -39,9 +39,10 @@ def out_dir_option(default: str | None, help: str):
     return typer.Option(default, "--out", help=help, parser=str, callback=_checked_dir, metavar="FOLDER")
 
 
-def out_file_option(default: str | None, help: str, flag: str = "--out"):
+def out_file_option(default: str | None, help: str, flag: str = "--out", show_default: bool | str = True):
     """An output-file option, checked before any work: not empty, not a folder, its folder writable."""
-    return typer.Option(default, flag, help=help, parser=str, callback=_checked_file, metavar="FILE")
+    return typer.Option(default, flag, help=help, parser=str, callback=_checked_file, metavar="FILE",
+                        show_default=show_default)
 
 
 def with_power(cost_model: str, power: str):
