@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 from rich.console import Console
@@ -19,6 +20,26 @@ JSON_OPT = typer.Option(False, "--json", help="Print one JSON document to stdout
 POWER_HELP = ("GEMM clocks: sustained (power-capped, as a step runs GEMMs back to back; factor 1 for GPUs without a "
               "steady-state calibration) or burst (as timed briefly); docs/cost.md.")
 POWER_OPT = typer.Option("sustained", "--power", help=POWER_HELP)
+
+
+@contextmanager
+def progress_bar(what: str, enabled: bool = True) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr for a long step; yields update(done, total=None, label=None).
+
+    Shown only when enabled (commands pass `not as_json`) and stderr is a terminal, so pipes, logs
+    and --json output stay clean.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    show = enabled and err_console.is_terminal
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True, disable=not show) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(done: int, total: int | None = None, label: str | None = None) -> None:
+            bar.update(task, completed=done, total=total, description=label or what)
+
+        yield update
 
 
 def _checked_dir(value):

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, out_file_option, rich_table
+from c3kit.cli.common import JSON_OPT, console, emit_json, out_file_option, progress_bar, rich_table
 from c3kit.errors import OverlapError
 from c3kit.units import fmt_time, parse_bytes
 
@@ -169,7 +169,8 @@ def register(app: typer.Typer) -> None:
             ts = tuple(int(x) for x in tokens.split(",") if x.strip()) if tokens else None
         except ValueError:
             raise OverlapError(f"--tokens must be comma-separated integers, got {tokens!r}") from None
-        rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed, models=ms, tokens=ts)
+        with progress_bar("simulating scenarios", not json_) as update:
+            rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed, models=ms, tokens=ts, progress=update)
         if json_:
             emit_json(rep)
             return

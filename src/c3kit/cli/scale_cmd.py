@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, rich_table, with_power
+from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, progress_bar, rich_table,
+                              with_power)
 
 DEFAULT_OUT = "c3kit-out/scale"
 
@@ -63,8 +64,6 @@ def scale(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Sweep future models x hardware generations x parallelism: compute, comm, exposed and hidden comm."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from c3kit.errors import StudyError
     from c3kit.hw import get_gpu
     from c3kit.studies.scaling import GridSpec, PaperSpec, run
@@ -86,11 +85,8 @@ def scale(
         pspec = replace(pspec, base_gpu=changes["base_gpu"])
     if "rules" in changes:
         pspec = replace(pspec, rules=changes["rules"])
-    with Progress(TextColumn("projecting scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=as_json) as bar:
-        task = bar.add_task("scale", total=None)
-        res = run(gspec, pspec if paper else None, cm,
-                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with progress_bar("projecting scenarios", not as_json) as update:
+        res = run(gspec, pspec if paper else None, cm, progress=update)
     write_report(out, res)
     if as_json:
         emit_json({"headline": res.headline(), "notes": res.notes, "by_generation": res.by_generation,

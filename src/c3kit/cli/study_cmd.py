@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, df_table, emit_json, out_dir_option
+from c3kit.cli.common import JSON_OPT, console, df_table, emit_json, out_dir_option, progress_bar
 from c3kit.errors import StudyError
 
 study_app = typer.Typer(help="Paper studies: C3/ConCCL, DMA-Latte, T3, FiCCO (ours beside published).",
@@ -169,7 +169,8 @@ def ficco(
     from c3kit.studies.all_studies import timed
     from c3kit.studies.ficco import run
 
-    res = timed(run, gpus=_names(gpus), quick=quick)
+    with progress_bar("FiCCO scenarios", not as_json) as update:
+        res = timed(run, gpus=_names(gpus), quick=quick, progress=update)
     _finish(res, out, as_json)
 
 
@@ -180,19 +181,12 @@ def all_(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every study, one report with all figures."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from c3kit.report import Report
     from c3kit.studies.all_studies import STUDIES, run_all, write_report
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json) as bar:
-        task = bar.add_task("studies", total=len(STUDIES))
-
-        def progress(name: str, i: int, n: int) -> None:
-            bar.update(task, completed=i, description=f"study {name}")
-
-        results = run_all(progress=progress, quick=quick)
+    with progress_bar("studies", not as_json) as update:
+        update(0, len(STUDIES))
+        results = run_all(progress=lambda name, i, n: update(i, n, f"study {name}"), quick=quick)
     with Report(out, "c3kit communication studies") as rep:
         rep.text("| study | seconds |\n|---|---|\n" + "\n".join(f"| {r.name} | {r.seconds:.2f} |" for r in results))
         for r in results:

@@ -35,8 +35,11 @@ def _scenarios(gpus: tuple[str, ...], quick: bool):
     return scenarios(hw=gpus, models=EVAL_MODELS, tps=(8,), tokens=TOKENS, dtypes=DTYPES)
 
 
-def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult:
-    """The FiCCO design-space study (every applicable schedule on every scenario; heuristic vs oracle)."""
+def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None) -> StudyResult:
+    """The FiCCO design-space study (every applicable schedule on every scenario; heuristic vs oracle).
+
+    progress(done, total), when given, is called after every scenario.
+    """
     from c3kit.hw.catalog import get_gpu
     from c3kit.overlap import best, evaluate, select
 
@@ -72,6 +75,8 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         oracle = best(res)
         by_name = {r.schedule: r for r in res}
         h = by_name.get(pick)
+        if progress is not None:
+            progress(i + 1, len(scen))
         picks.append(dict(common, oracle=oracle.schedule, oracle_speedup=oracle.speedup, heuristic=pick,
                           heuristic_speedup=h.speedup if h else float("nan"),
                           heuristic_realizable=bool(h and h.realizable),
