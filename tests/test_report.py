@@ -87,3 +87,14 @@ def test_float_noise_prints_as_zero():
     assert fmt_cell(3.2e-9) == "3.2e-09"  # nanoseconds are real values
     assert fmt_time(1.39e-17) == "0 s" and fmt_time(2.5e-9) == "2.5 ns"
     assert markdown_table(pd.DataFrame({"x": [1e-17, 2.0]})).splitlines()[2:] == ["| 0 |", "| 2 |"]
+
+
+def test_repo_path_of_a_shipped_file():
+    from pathlib import Path
+
+    import c3kit
+    from c3kit.report import repo_path
+
+    shipped = Path(c3kit.__file__).parent / "cost" / "data" / "calib" / "h200-sxm-c3.json"
+    assert repo_path(shipped) == "src/c3kit/cost/data/calib/h200-sxm-c3.json"
+    assert repo_path("/tmp/x.json") == "/tmp/x.json"

@@ -18,6 +18,16 @@ _REPORT_SUFFIXES = (".csv", ".png", ".md", ".json")
 NOISE = 1e-15  # no quantity in a report (seconds, bytes, FLOPs, ratios) is this small: below it, rounding noise
 
 
+def repo_path(path: str | Path) -> str:
+    """A file shipped in the c3kit package as its path in the repository (src/c3kit/...); other paths as given."""
+    p = Path(path)
+    pkg = Path(__file__).resolve().parent
+    try:
+        return str(Path("src", "c3kit", p.resolve().relative_to(pkg)))
+    except ValueError:
+        return str(path)
+
+
 def _existing_ancestor(p: Path, flag: str = "--out", shown: Path | None = None) -> Path:
     """The nearest folder at or above p that exists (raises when a regular file is in the way)."""
     for a in (p, *p.parents):

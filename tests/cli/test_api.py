@@ -110,3 +110,17 @@ def test_api_bad_input_raises_c3kit_error():
         c3kit.analyze(fsdp=True, dist_opt=True)
     with pytest.raises(C3kitError, match="policy"):
         c3kit.analyze(policy="fast")
+
+
+def test_report_links_only_files_that_exist(default_run):
+    import re
+    from pathlib import Path
+
+    _, out = default_run
+    md = (out / "report.md").read_text()
+    repo = Path(__file__).resolve().parents[2]
+    named = set(re.findall(r"[\w./-]+\.(?:md|csv|json|png|py|toml)", md))
+    assert named, "the report names its files"
+    for f in named:
+        assert (out / f).exists() or (repo / f).exists(), f
+    assert "|---|\n\n" not in md  # no table without rows

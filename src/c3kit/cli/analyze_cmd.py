@@ -172,8 +172,9 @@ def write_report(out: Path, res) -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
-        rep.text(f"Cost model: c3kit.cost {res.cost_model!r}. Overlap policy: {result.policy} (ops overlap where "
-                 "dependencies allow; see docs/analyze.md in the c3kit repository). "
+        how = "nothing overlaps" if result.policy == "serial" else "ops overlap where dependencies allow"
+        rep.text(f"Cost model: c3kit.cost {res.cost_model!r}. Overlap policy: {result.policy} ({how}; see "
+                 "docs/analyze.md in the c3kit repository). "
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
                  f"{fmt_time(t.comm)} of which {fmt_time(t.exposed)} exposed and {fmt_time(t.hidden)} hidden, "
                  f"pipeline bubble {fmt_time(t.bubble)}; MFU {100 * t.mfu:.1f}%, {t.tokens_per_s:,.0f} tokens/s.")

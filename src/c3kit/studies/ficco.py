@@ -125,9 +125,10 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
     summary = pd.DataFrame(summary_rows)
     summary["gap"] = summary.ours - summary.published
     n_held = int((pk.split == "held-out").sum())
+    from c3kit.report import repo_path
     from c3kit.sim import calibration_path
 
-    calib = "; ".join(f"{spec.name}: " + (f"calibrated ({calibration_path(spec.name).name})"
+    calib = "; ".join(f"{spec.name}: " + (f"calibrated ({repo_path(calibration_path(spec.name))})"
                                           if calibration_path(spec.name) else "sim defaults")
                       for spec in hw.values())
     notes = [
@@ -136,7 +137,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
         + f", dtypes {', '.join(('bf16',) if quick else DTYPES)}; every applicable schedule simulated by "
         f"c3kit.overlap.evaluate; contention parameters: {calib}.",
         "DIL = sum of sub-GEMMs alone / whole GEMM alone - 1; contention loss = time overlapped / time alone - 1 "
-        "(RESEARCH.md stand-in definitions, computed by c3kit.overlap).",
+        "(docs/overlap.md, computed by c3kit.overlap).",
         "Oracle = fastest realizable schedule (fused-dma on GEMM->RS needs T3-style near-memory reduction: "
         "excluded as not realizable). Heuristic = c3kit.overlap.select from static sizes only.",
         "The paper's schedule names, thresholds and scenario list were not available; the schedules are the "
