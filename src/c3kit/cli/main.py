@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error(str(e))
     except x.NoArgsIsHelpError as e:
         e.show()
-        return 0
+        return e.exit_code
     except x.UsageError as e:
         ctx = e.ctx
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
