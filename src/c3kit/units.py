@@ -27,7 +27,9 @@ def fmt_bytes(b: float) -> str:
 
 
 def fmt_time(t: float) -> str:
-    """Format seconds as s, ms, us or ns with three significant digits."""
+    """Format seconds as s, ms, us or ns with three significant digits; below a picosecond (rounding noise) as 0 s."""
+    if abs(t) < 1e-12:
+        return "0 s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(t) >= scale:
             return f"{t / scale:.3g} {unit}"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, rich_table, with_power
-from c3kit.units import fmt_time
+from c3kit import api
+from c3kit.cli.common import JSON_OPT, POWER_HELP, console, emit_json, out_dir_option, rich_table
+from c3kit.units import fmt_bytes, fmt_time
 
 DEFAULT_OUT = "c3kit-out"
 
@@ -17,60 +19,59 @@ def register(app: typer.Typer) -> None:
     app.command("analyze")(analyze)
 
 
+_D = {k: p.default for k, p in inspect.signature(api.analyze).parameters.items()}  # the API's defaults are the CLI's
+
+
 def analyze(
-    model: str = typer.Option("Llama-3-70B", "--model", help="Preset name or path to a Hugging Face config.json."),
-    hw: str = typer.Option("H200-SXM", "--hw", help="GPU from `c3kit hw list` (or a catalog TOML file)."),
-    gpus: int = typer.Option(None, "--gpus", help="GPUs in the job [default: one node]."),
-    tp: int = typer.Option(None, "--tp", help="Tensor-parallel size [default: 8, or fewer GPUs]."),
-    sp: bool = typer.Option(None, "--sp/--no-sp", help="Sequence parallelism [default: on with TP in training]."),
-    dp: int = typer.Option(None, "--dp", help="Data-parallel size [default: gpus / (tp x pp)]."),
-    fsdp: bool = typer.Option(False, "--fsdp", help="Shard weights, gradients, optimizer over DP (ZeRO-3)."),
-    dist_opt: bool = typer.Option(None, "--dist-opt/--no-dist-opt",
-                                  help="Shard the optimizer state over DP (ZeRO-1) [default: when needed to fit]."),
-    pp: int = typer.Option(None, "--pp", help="Pipeline stages [default: the fewest that fit]."),
-    vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE models)."),
-    seq: int = typer.Option(8192, "--seq", help="Sequence length (decode: KV-cache length)."),
-    batch: int = typer.Option(None, "--batch", help="Global batch in sequences [default: 8 micro-batches per DP rank]."),
-    micro_batch: int = typer.Option(None, "--micro-batch",
-                                    help="Micro-batch in sequences [default: 1 in training, batch / dp in inference]."),
-    dtype: str = typer.Option("bf16", "--dtype", help="Compute dtype (bf16, fp16, fp8, fp32)."),
-    phase: str = typer.Option("train", "--phase", help="train, prefill or decode."),
-    recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
-    policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
-    cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
-    power: str = POWER_OPT,
-    out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
+    model: str = typer.Option(_D["model"], "--model", help="Preset name or path to a Hugging Face config.json."),
+    hw: str = typer.Option(_D["hw"], "--hw", help="GPU from `c3kit hw list` (or a catalog TOML file)."),
+    gpus: int = typer.Option(_D["gpus"], "--gpus", help="GPUs in the job.",
+                             show_default="one node; more nodes when the training state does not fit"),
+    tp: int = typer.Option(_D["tp"], "--tp", help="Tensor-parallel size.",
+                           show_default="the largest of 8, 4, 2, 1 dividing the GPUs and the heads"),
+    sp: bool = typer.Option(_D["sp"], "--sp/--no-sp", help="Sequence parallelism.",
+                            show_default="on with TP > 1 in training"),
+    dp: int = typer.Option(_D["dp"], "--dp", help="Data-parallel size.", show_default="gpus / (tp x pp)"),
+    fsdp: bool = typer.Option(_D["fsdp"], "--fsdp", help="Shard weights, gradients, optimizer over DP (ZeRO-3)."),
+    dist_opt: bool = typer.Option(_D["dist_opt"], "--dist-opt/--no-dist-opt",
+                                  help="Shard the optimizer state over DP (ZeRO-1).", show_default="when needed to fit"),
+    pp: int = typer.Option(_D["pp"], "--pp", help="Pipeline stages.", show_default="the fewest that fit"),
+    vpp: int = typer.Option(_D["vpp"], "--vpp", help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
+    ep: int = typer.Option(_D["ep"], "--ep", help="Expert-parallel size (MoE models)."),
+    seq: int = typer.Option(_D["seq"], "--seq", help="Sequence length (decode: KV-cache length)."),
+    batch: int = typer.Option(_D["batch"], "--batch", help="Global batch in sequences.",
+                              show_default="micro-batch x dp x max(8, 4 x pp) in training"),
+    micro_batch: int = typer.Option(_D["micro_batch"], "--micro-batch", help="Micro-batch in sequences.",
+                                    show_default="1 in training, batch / dp in inference"),
+    dtype: str = typer.Option(_D["dtype"], "--dtype", help="Compute dtype (bf16, fp16, fp8, fp32)."),
+    phase: str = typer.Option(_D["phase"], "--phase", help="train, prefill or decode."),
+    recompute: str = typer.Option(_D["recompute"], "--recompute", help="none, selective or full.",
+                                  show_default="the least that fits"),
+    policy: str = typer.Option(_D["policy"], "--policy", help="Overlap policy: simple (dependencies) or serial."),
+    cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
+    power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
+    out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Project one step per operator: compute, communication, exposed communication, share of step."""
-    from c3kit.errors import C3kitError
-    from c3kit.step import SerialOverlap, SimpleOverlap, project
-    from c3kit.step.config import resolve
+    """Project one step per operator: compute, communication, exposed communication, share of step, memory per GPU.
 
-    policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
-    if policy not in policies:
-        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
-    cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
-                  batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt)
-    cm, cost_model = with_power(cost_model, power)
-    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
-    write_report(out, cfg, result, cost_model)
+    Auto layout (options left unset): one node of GPUs; TP the largest of 8, 4, 2, 1 that divides the GPUs and the
+    attention heads; SP on with TP in training; PP the fewest stages and recompute the least (none, selective,
+    full) that fit in memory; in training, when one node cannot hold the state, 2, 4, ... 64 nodes of DP with the
+    optimizer state sharded (ZeRO-1). Batch: 8 micro-batches of 1 sequence per DP rank (4 x PP when more).
+    The same call from Python: c3kit.analyze(...) (docs/analyze.md).
+    """
+    res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
+                      ep=ep, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
+                      recompute=recompute, policy=policy, cost_model=cost_model, power=power)
+    write_report(out, res)
     if as_json:
-        emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,
-                   **result.to_dict(), "out": str(out)})
+        emit_json({**res.to_dict(), "out": str(out)})
         return
-    _print(cfg, result, out, cost_model)
+    _print(res, out)
 
 
-def config_dict(cfg) -> dict:
-    """The resolved configuration as plain data."""
-    p = cfg.par
-    return {"model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
-            "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
-            "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
-            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer}
+config_dict = api.config_dict
 
 
 def _describe(cfg) -> str:
@@ -82,8 +83,24 @@ def _describe(cfg) -> str:
             f"recompute {c['recompute']}, {c['dtype']}")
 
 
-def _print(cfg, result, out: Path, cost_model: str) -> None:
-    console.print(_describe(cfg) + f"; cost model {cost_model}")
+def _memory_rows(res) -> list[tuple[str, str, str]]:
+    m = res.memory
+    rows = [(k.replace("_", " "), fmt_bytes(getattr(m, k)), f"{100 * getattr(m, k) / m.capacity:.1f}%")
+            for k in api.MEMORY_KINDS]
+    rows.append(("total", fmt_bytes(m.total), f"{100 * m.total / m.capacity:.1f}%"))
+    rows.append((f"capacity ({m.gpu})", fmt_bytes(m.capacity), "100.0%"))
+    return rows
+
+
+def _memory_line(res) -> str:
+    m = res.memory
+    return (f"memory per GPU: {fmt_bytes(m.total)} of {fmt_bytes(m.capacity)} ({100 * m.total / m.capacity:.0f}%), "
+            f"{fmt_bytes(m.headroom)} free")
+
+
+def _print(res, out: Path) -> None:
+    cfg, result = res.config, res.step
+    console.print(_describe(cfg) + f"; cost model {res.cost_model}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     roles = result.by_role()
@@ -98,7 +115,9 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
         ("pipeline bubble", fmt_time(t.bubble)), ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
         ("exposed share of step", f"{100 * t.exposed_share:.1f}%"), ("MFU", f"{100 * t.mfu:.1f}%"),
         ("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")]))
+    console.print(rich_table("Memory per GPU", ["kind", "bytes", "of capacity"], _memory_rows(res)))
     console.print(_stream_line(result))
+    console.print(_memory_line(res))
     console.print(f"report: {out}/report.md")
 
 
@@ -108,8 +127,35 @@ def _stream_line(result) -> str:
     return "communication by group: " + ("; ".join(parts) if parts else "none")
 
 
-def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
-    """Write report.md, per-op and per-role CSVs and two PNG figures into out (all or nothing)."""
+def memory_figure(res):
+    """A stacked bar of memory per GPU by kind against the GPU's capacity (a matplotlib Figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = res.memory
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    left = 0.0
+    colors = dict(zip(api.MEMORY_KINDS, ("#4c72b0", "#dd8452", "#c44e52", "#55a868", "#8172b3", "#937860")))
+    for k in api.MEMORY_KINDS:
+        v = getattr(m, k) / 1e9
+        if v > 0:
+            ax.barh([0], [v], left=left, color=colors[k], label=f"{k.replace('_', ' ')} {v:.3g} GB")
+            left += v
+    ax.axvline(m.capacity / 1e9, color="k", ls="--", lw=1.2)
+    ax.text(m.capacity / 1e9, 0.45, f" capacity {m.capacity / 1e9:.3g} GB", va="bottom", ha="right", fontsize=9)
+    ax.set_xlim(0, max(m.total, m.capacity) / 1e9 * 1.05)
+    ax.set_ylim(-0.6, 0.8)
+    ax.set_yticks([])
+    ax.set_xlabel("GB per GPU")
+    ax.set_title(f"Memory per GPU: {m.total / 1e9:.3g} GB of {m.capacity / 1e9:.3g} GB on {m.gpu}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize=8, frameon=False)
+    return fig
+
+
+def write_report(out: Path, res) -> None:
+    """Write report.md, per-op, per-role and memory CSVs and three PNG figures into out (all or nothing)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,21 +164,28 @@ def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
 
     from c3kit.report import Report
 
+    cfg, result = res.config, res.step
     roles = result.by_role()
+    streams = result.by_stream()
     t = result.totals
     with Report(out, f"c3kit analyze: {cfg.model.name} {cfg.phase} step") as rep:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
-        rep.text(f"Cost model: c3kit.cost {cost_name!r}. Overlap policy: {result.policy} (ops overlap where dependencies allow; see docs/analyze.md). "
+        how = "nothing overlaps" if result.policy == "serial" else "ops overlap where dependencies allow"
+        rep.text(f"Cost model: c3kit.cost {res.cost_model!r}. Overlap policy: {result.policy} ({how}; see "
+                 "docs/analyze.md in the c3kit repository). "
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
                  f"{fmt_time(t.comm)} of which {fmt_time(t.exposed)} exposed and {fmt_time(t.hidden)} hidden, "
                  f"pipeline bubble {fmt_time(t.bubble)}; MFU {100 * t.mfu:.1f}%, {t.tokens_per_s:,.0f} tokens/s.")
         rep.text(_stream_line(result) + ". TP collectives that the next op needs are exposed unless an "
                  "independent GEMM (the weight gradient in the backward) covers them; DP gradient reductions hide "
                  "behind the backward of the layers below; FSDP gathers are prefetched one layer ahead.")
-        rep.table("streams", result.by_stream(), "Communication by parallel group (seconds per GPU per step)")
+        rep.text(_memory_line(res)[0].upper() + _memory_line(res)[1:] + " (c3kit.workload.memory).")
+        if len(streams):
+            rep.table("streams", streams, "Communication by parallel group (seconds per GPU per step)")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")
+        rep.table("memory", res.memory_frame(), "Memory per GPU (bytes and GB)")
         rep.table("by_role", roles, "Per operator role and phase (seconds per GPU per step)")
         rep.table("ops", result.frame(), "Every node of the step graph", show_rows=0)
 
@@ -150,14 +203,17 @@ def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
         ax.set_title("Time per operator")
         rep.figure("time_per_op", fig, "Compute, exposed and hidden communication per operator")
 
+        rep.figure("memory", memory_figure(res), "Memory per GPU by kind against the GPU's capacity")
+
         comm = roles[roles["comm_s"] > 0]
-        fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(comm) + 1)))
-        y = range(len(comm))
-        ax.barh(y, comm["exposed_s"], color="#dd5555", label="exposed")
-        ax.barh(y, comm["hidden_s"], left=comm["exposed_s"], color="#8fbf8f", label="hidden")
-        ax.set_yticks(list(y), [f"{r.role}/{r.phase}" for r in comm.itertuples(index=False)])
-        ax.invert_yaxis()
-        ax.set_xlabel("seconds per GPU per step")
-        ax.legend(loc="lower right")
-        ax.set_title("Communication: exposed vs hidden")
-        rep.figure("exposed_vs_hidden", fig, "Exposed and hidden communication per collective")
+        if len(comm):
+            fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(comm) + 1)))
+            y = range(len(comm))
+            ax.barh(y, comm["exposed_s"], color="#dd5555", label="exposed")
+            ax.barh(y, comm["hidden_s"], left=comm["exposed_s"], color="#8fbf8f", label="hidden")
+            ax.set_yticks(list(y), [f"{r.role}/{r.phase}" for r in comm.itertuples(index=False)])
+            ax.invert_yaxis()
+            ax.set_xlabel("seconds per GPU per step")
+            ax.legend(loc="lower right")
+            ax.set_title("Communication: exposed vs hidden")
+            rep.figure("exposed_vs_hidden", fig, "Exposed and hidden communication per collective")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, emit_json
+from c3kit.cli.common import JSON_OPT, emit_json, out_file_option, progress_bar
 from c3kit.cost.calib_store import calib_stem, variant_path
 from c3kit.cost.calib_store import out_path as calib_out_path
 from c3kit.errors import RuntimeSetupError
@@ -19,7 +19,7 @@ from c3kit.errors import RuntimeSetupError
 bench_app = typer.Typer(help="GPU microbenchmarks: gemm, c3, comm, overlap, props (need PyTorch).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-OUT_OPT = typer.Option(None, "--out", help="Calibration file to write (default c3kit-out/calib/<gpu>-<kind>.json).")
+OUT_OPT = out_file_option(None, "Calibration file to write.", show_default="c3kit-out/calib/<gpu>-<kind>.json")
 SCRIPT_OPT = typer.Option("", "--script", help="Script that ran this command, recorded in the file's meta.")
 GPU_OPT = typer.Option(None, "--gpu", help="Catalog name for peak FLOP/s and file names (default: detected).")
 DEVICE_OPT = typer.Option(None, "--device", help="torch device (default cuda if available, else cpu).")
@@ -124,19 +124,22 @@ def _dtypes(text: str) -> list[str]:
 
 @bench_app.command("gemm")
 def gemm_cmd(
-    dtypes: str = typer.Option("bf16,fp16,fp32", "--dtypes", help="Comma list of bf16, fp16, fp32."),
+    dtypes: str = typer.Option(None, "--dtypes", help="Comma list of bf16, fp16, fp32.",
+                               show_default="bf16,fp16,fp32; fp32 with --quick on a CPU"),
     random_shapes: int = typer.Option(None, "--random", help="Random fit shapes (multiples of 8) of the first dtype "
                                       "(others: a fifth); default 2000 bf16, 400 fp16 / fp32."),
     holdout_shapes: int = typer.Option(None, "--holdout", help="Held-out random shapes (never fitted), own file; "
                                        "default 300 bf16, 60 fp16 / fp32."),
     align_shapes: int = typer.Option(None, "--align", help="Grid points with dimensions moved by -8/-16/-32 (fit); "
                                      "default 1500 bf16, 300 fp16 / fp32."),
-    odd_shapes: int = typer.Option(40, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file."),
+    odd_shapes: int = typer.Option(None, "--odd", help="Misaligned shapes (a dimension not a multiple of 8), own file.",
+                                   show_default="40; 4 with --quick"),
     workload: bool = typer.Option(True, "--workload/--no-workload", help="Also the catalog models' bf16 training "
                                   "GEMMs that are off the grid (held out, never fitted), own file -workload.json."),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds of large GEMMs before timing (GPU only)."),
     sentinel_every: int = typer.Option(12, "--sentinel-every", help="Time 8192^3 bf16 between blocks of N shapes (0: never)."),
-    quick: bool = typer.Option(False, "--quick", help="A small grid (tests, CPU)."),
+    quick: bool = typer.Option(False, "--quick", help="Small shapes (64..256), a few per set, small splits: seconds "
+                               "on a CPU (trying it out, tests)."),
     plan: bool = typer.Option(False, "--plan", help="Print the shape counts and exit (no timing)."),
     shapes_opt: str = typer.Option("", "--shapes", help="MxNxK list replacing the sweep (tagged set=given)."),
     splits: bool = typer.Option(True, "--splits/--no-splits", help="Also time 2..64-way splits along M, N, K."),
@@ -165,6 +168,10 @@ def gemm_cmd(
 
     from c3kit.runtime.bench import gemm as g
 
+    if dtypes is None:
+        # CPU half-precision GEMMs run 10x slower than fp32 and say nothing about a GPU: a quick CPU try uses fp32
+        on_cpu = quick and (device == "cpu" or (device is None and not _torch().cuda.is_available()))
+        dtypes = "fp32" if on_cpu else "bf16,fp16,fp32"
     dts = _dtypes(dtypes)
     shapes = _gemm_shapes(dts, shapes_opt, random_shapes, odd_shapes, holdout_shapes, align_shapes, workload, seed,
                           quick)
@@ -235,7 +242,7 @@ def gemm_cmd(
     split_rows, split_path = [], None
     if splits:
         split_rows, split_path = _gemm_splits(path, split_shapes, max_chunks, dts[0], dev, peak, target_ms, seed, show,
-                                              budget_s, extra, script, quiet)
+                                              budget_s, extra, script, quiet, quick)
     if as_json:
         emit_json({"path": str(path), "columns": columns, "rows": rows,
                    "split_path": str(split_path) if split_path else None, "split_rows": split_rows})
@@ -251,6 +258,8 @@ def _gemm_shapes(dts, shapes_opt, random_shapes, odd_shapes, holdout_shapes, ali
 
     if shapes_opt:
         return [g.Shape(m, n, k, dt, "given") for m, n, k in _parse_shapes(shapes_opt) for dt in dts]
+    if odd_shapes is None:
+        odd_shapes = g.QUICK_ODD if quick else g.N_ODD
     shapes = g.sweep_shapes(dts, n_random=random_shapes, n_odd=odd_shapes, seed=seed, quick=quick,
                             n_holdout=holdout_shapes, n_align=align_shapes)
     if workload and "bf16" in dts:
@@ -307,14 +316,15 @@ def _write_gemm_sweep(out_path: Path, columns, rows, held_rows, odd_rows, worklo
 
 
 def _gemm_splits(path: Path, split_shapes, max_chunks, dtype, dev, peak, target_ms, seed, show, budget_s, extra,
-                 script, quiet):
+                 script, quiet, quick=False):
     """`bench gemm --splits`: time 2..max_chunks-way splits into their own file; (rows, path)."""
     from c3kit.runtime.bench import gemm as g
     from c3kit.runtime.calib import write_calibration
 
     # Split runs go to their own file: the gemm table's lookup must see whole GEMMs only.
-    base = _parse_shapes(split_shapes) if split_shapes else list(g.DEFAULT_SPLIT_SHAPES)
-    chunks = [c for c in g.SPLIT_CHUNKS if c <= max_chunks]
+    base = _parse_shapes(split_shapes) if split_shapes else list(
+        g.QUICK_SPLIT_SHAPES if quick else g.DEFAULT_SPLIT_SHAPES)
+    chunks = [c for c in g.SPLIT_CHUNKS if c <= (min(max_chunks, g.QUICK_MAX_CHUNKS) if quick else max_chunks)]
     split_errors: list[str] = []
     split_rows = g.run_splits(base, dtype, dev, peak, chunks=chunks, target_s=target_ms / 1e3, seed=seed,
                               on_row=show, budget_s=budget_s, errors=split_errors)
@@ -331,7 +341,10 @@ def _parse_shapes(text: str) -> list[tuple[int, int, int]]:
         m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", part)
         if not m:
             raise RuntimeSetupError(f"bad shape {part!r}: use MxNxK, e.g. 4096x4096x4096")
-        out.append(tuple(int(x) for x in m.groups()))
+        dims = tuple(int(x) for x in m.groups())
+        if min(dims) <= 0:
+            raise RuntimeSetupError(f"bad shape {part!r}: M, N and K must be positive")
+        out.append(dims)
     return out
 
 
@@ -413,7 +426,14 @@ def _multi_ranks(world: int, backend: str):
     """(torch, GPUs seen, process-group backend, ranks, dtype) of a multi-rank command: by default nccl over
     every GPU in bf16 where there are two or more, else gloo over 2 CPU ranks in fp32."""
     torch = _torch()
+    if world is not None and world < 1:
+        raise RuntimeSetupError(f"--world {world}: give a positive number of ranks (or leave it out: every GPU, "
+                                "or 2 on the CPU)")
+    if backend not in ("", "nccl", "gloo"):
+        raise RuntimeSetupError(f"--backend {backend!r}: use nccl (GPUs) or gloo (CPU)")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus == 0:
+        raise RuntimeSetupError("--backend nccl needs CUDA GPUs and torch sees none: use --backend gloo on the CPU")
     backend = backend or ("nccl" if gpus >= 2 else "gloo")
     world = world or (gpus if backend == "nccl" else 2)
     return torch, gpus, backend, world, "bf16" if backend == "nccl" else "fp32"
@@ -424,19 +444,55 @@ def _multi_slug(torch, gpus: int, backend: str) -> str:
     return _gpu(torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu"), None if gpus else "cpu")[1]
 
 
-def _run_ranks(fn, world: int, backend: str, args: tuple, timeout_s: float):
-    """Run fn on `world` local ranks and return rank 0's value (errors of any rank raise)."""
+def _run_ranks(fn, world: int, backend: str, args: tuple, timeout_s: float, progress=None):
+    """Run fn on `world` local ranks and return rank 0's value (errors of any rank raise).
+
+    With progress(done, total, label), fn gets one more argument, a queue that rank 0 sends
+    (done, total, label) to; this process relays it while the ranks run.
+    """
     from c3kit.runtime.launch import run_local
 
     torch = _torch()
     if backend == "nccl" and torch.cuda.device_count() < world:
         raise RuntimeSetupError(f"--world {world} over NCCL needs {world} GPUs; torch sees {torch.cuda.device_count()} "
                                 "(use --backend gloo on the CPU)")
-    res = run_local(fn, world, backend, args=args, timeout_s=timeout_s, join_timeout_s=max(600.0, 20 * timeout_s))
+    join_s = max(600.0, 20 * timeout_s)
+    if progress is None:
+        res = run_local(fn, world, backend, args=args, timeout_s=timeout_s, join_timeout_s=join_s)
+    else:
+        res = _run_relaying(run_local, fn, world, backend, args, timeout_s, join_s, progress)
     bad = [r for r in res if not r["ok"]]
     if bad:
         raise RuntimeSetupError(f"rank failed: {bad[0]['type']}: {bad[0]['error'][:400]}")
     return res[0]["value"]
+
+
+def _run_relaying(run_local, fn, world, backend, args, timeout_s, join_s, progress):
+    import queue
+    import threading
+
+    import torch.multiprocessing as mp
+
+    q = mp.get_context("spawn").Queue()
+    out: dict = {}
+
+    def target() -> None:
+        try:
+            out["res"] = run_local(fn, world, backend, args=(*args, q), timeout_s=timeout_s, join_timeout_s=join_s)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the calling thread
+            out["err"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    while t.is_alive():
+        try:
+            progress(*q.get(timeout=0.2))
+        except queue.Empty:
+            pass
+    t.join()
+    if "err" in out:
+        raise out["err"]
+    return out["res"]
 
 
 def _sizes(text: str) -> list[int]:
@@ -453,7 +509,7 @@ def _sizes(text: str) -> list[int]:
 
 @bench_app.command("comm")
 def comm_cmd(
-    world: int = typer.Option(0, "--world", help="Ranks (default: every GPU, or 2 on the CPU)."),
+    world: int = typer.Option(None, "--world", help="Ranks.", show_default="every GPU, or 2 on the CPU"),
     backend: str = typer.Option("", "--backend", help="Process-group backend: nccl (GPUs) or gloo (CPU)."),
     backends: str = typer.Option("", "--backends",
                                  help="Comma list: nccl, nccl-ctas<k>, copy-engine, gloo (default by device)."),
@@ -514,12 +570,15 @@ def comm_cmd(
 
 @bench_app.command("overlap")
 def overlap_cmd(
-    world: int = typer.Option(0, "--world", help="Ranks = TP size (default: every GPU, or 2 on the CPU)."),
+    world: int = typer.Option(None, "--world", help="Ranks = TP size.", show_default="every GPU, or 2 on the CPU"),
     backend: str = typer.Option("", "--backend", help="nccl (GPUs) or gloo (CPU)."),
-    models: str = typer.Option("llama3-70b,llama3-405b,mixtral-8x7b", "--models"),
-    tokens: int = typer.Option(8192, "--tokens", help="Tokens (rows) of the layer's input."),
+    models: str = typer.Option(None, "--models", help="Comma list of model shapes.",
+                               show_default="llama3-70b,llama3-405b,mixtral-8x7b on GPUs; small on the CPU"),
+    tokens: int = typer.Option(None, "--tokens", help="Tokens (rows) of the layer's input.",
+                               show_default="8192 on GPUs; 1024 on the CPU"),
     comms: str = typer.Option("", "--comms", help="Comm backends of the ops (default nccl,copy-engine on GPUs)."),
     iters: int = typer.Option(5, "--iters"),
+    quick: bool = typer.Option(False, "--quick", help="The small shape at 1024 tokens, 3 iterations: seconds on a CPU."),
     timeout_s: float = typer.Option(120.0, "--timeout-s"),
     out: Path = OUT_OPT, script: str = SCRIPT_OPT, as_json: bool = JSON_OPT,
 ) -> None:
@@ -527,13 +586,27 @@ def overlap_cmd(
     from c3kit.runtime.bench import overlap as ob
 
     torch, gpus, backend, world, dtype = _multi_ranks(world, backend)
-    ms = [m.strip() for m in models.split(",") if m.strip()]
+    small = quick or backend == "gloo"  # full-size layers take hours on a CPU: trying it out there uses the small shape
+    ms = [m.strip() for m in models.split(",")] if models is not None else list(
+        ob.QUICK_MODELS if small else ob.FULL_MODELS)
     bad = [m for m in ms if m not in ob.MODELS]
     if bad:
         raise RuntimeSetupError(f"unknown models {bad}: use {', '.join(ob.MODELS)}")
+    tokens = tokens if tokens is not None else (ob.QUICK_TOKENS if small else ob.FULL_TOKENS)
+    if tokens <= 0 or tokens % world:
+        raise RuntimeSetupError(f"--tokens {tokens}: give a positive multiple of the {world} ranks")
+    if iters <= 0:
+        raise RuntimeSetupError(f"--iters {iters}: give a positive number")
+    iters = min(iters, 3) if quick else iters
     cl = tuple(c.strip() for c in comms.split(",") if c.strip()) or None
-    val = _run_ranks(ob.overlap_sweep, world, backend, (tuple(ms), tokens, dtype, ("serial", "ring", "ficco", "auto"),
-                                                        cl, iters), timeout_s)
+    if not as_json:
+        _echo(f"# c3kit bench overlap: {', '.join(ms)} at {tokens} tokens, TP {world} over {backend}, {iters} iterations"
+              + ("; CPU: small sizes (give --models and --tokens for others)" if small and models is None else ""),
+              False)
+    with progress_bar("timing schedules", not as_json) as update:
+        val = _run_ranks(ob.overlap_sweep, world, backend, (tuple(ms), tokens, dtype, ("serial", "ring", "ficco", "auto"),
+                                                            cl, iters, ("ag", "rs", "moe")), timeout_s,
+                         progress=update)
     rows = val["rows"]
     from c3kit.runtime.calib import write_calibration
 
@@ -558,7 +631,7 @@ def overlap_cmd(
 
 
 @bench_app.command("props")
-def props_cmd(out: Path = typer.Option(None, "--out", help="Also write the properties to this JSON file."),
+def props_cmd(out: Path = out_file_option(None, "Also write the properties to this JSON file."),
               as_json: bool = JSON_OPT) -> None:
     """Device properties: SMs, L2, clocks, copy engines (asyncEngineCount), driver, torch/CUDA versions."""
     from c3kit.runtime.bench.props import device_properties

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import typer
 from rich.console import Console
@@ -16,19 +17,60 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
 JSON_OPT = typer.Option(False, "--json", help="Print one JSON document to stdout instead of tables.")
-POWER_OPT = typer.Option("sustained", "--power", help="GEMM clocks: sustained (power-capped, as a step runs GEMMs "
-                         "back to back; factor 1 for GPUs without a steady-state calibration) or burst (as timed "
-                         "briefly); docs/cost.md.")
+POWER_HELP = ("GEMM clocks: sustained (power-capped, as a step runs GEMMs back to back; factor 1 for GPUs without a "
+              "steady-state calibration) or burst (as timed briefly); docs/cost.md.")
+POWER_OPT = typer.Option("sustained", "--power", help=POWER_HELP)
+
+
+@contextmanager
+def progress_bar(what: str, enabled: bool = True) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr for a long step; yields update(done, total=None, label=None).
+
+    Shown only when enabled (commands pass `not as_json`) and stderr is a terminal, so pipes, logs
+    and --json output stay clean.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    show = enabled and err_console.is_terminal
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True, disable=not show) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(done: int, total: int | None = None, label: str | None = None) -> None:
+            bar.update(task, completed=done, total=total, description=label or what)
+
+        yield update
+
+
+def _checked_dir(value):
+    from c3kit.report import check_out
+
+    return check_out(value)
+
+
+def _checked_file(ctx, param, value):
+    from c3kit.report import check_out_file
+
+    return check_out_file(value, flag=param.opts[0])
+
+
+def out_dir_option(default: str | None, help: str):
+    """--out for a report folder, checked before any work: not empty, writable, no files other than a c3kit report."""
+    # parser=str keeps '' as '' (a Path would turn it into '.', the current folder)
+    return typer.Option(default, "--out", help=help, parser=str, callback=_checked_dir, metavar="FOLDER")
+
+
+def out_file_option(default: str | None, help: str, flag: str = "--out", show_default: bool | str = True):
+    """An output-file option, checked before any work: not empty, not a folder, its folder writable."""
+    return typer.Option(default, flag, help=help, parser=str, callback=_checked_file, metavar="FILE",
+                        show_default=show_default)
 
 
 def with_power(cost_model: str, power: str):
-    """(CostModel, label) for --cost-model and --power; roofline stays the ideal (no clock factor)."""
-    from c3kit.cost.model import as_model
+    """(CostModel, label) for --cost-model and --power (c3kit.api.with_power)."""
+    from c3kit.api import with_power as wp
 
-    cm = as_model(cost_model).with_(power=power)  # an unknown mode is a one-line CostError
-    if power == "burst" or cm.kind == "roofline":
-        return cm.with_(power="burst"), cost_model
-    return cm, f"{cost_model} ({power} clocks)"
+    return wp(cost_model, power)
 
 
 def emit_json(data: Any) -> None:
@@ -48,13 +90,20 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
+def fmt_cell(v: Any) -> str:
+    """A table cell as the reports write it (floats to 4 significant digits, rounding noise as 0)."""
+    from c3kit.report import fmt_cell as cell
+
+    return cell(v)
+
+
 def rich_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
     """A rich Table with right-aligned columns after the first."""
     t = Table(title=title, show_lines=False)
     for i, c in enumerate(columns):
         t.add_column(str(c), justify="left" if i == 0 else "right")
     for r in rows:
-        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
+        t.add_row(*[fmt_cell(v) for v in r])
     return t
 
 

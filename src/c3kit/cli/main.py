@@ -45,16 +45,43 @@ def _register() -> None:
 _register()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the app and return its exit code; any C3kitError becomes one stderr line and exit code 2."""
+def _click_exceptions():
     try:
-        app(args=argv, prog_name="c3kit")
+        from typer._click import exceptions as x  # typer >= 0.20 ships its own click
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import exceptions as x
+    return x
+
+
+def _error(message: str) -> int:
+    sys.stderr.write("error: " + " ".join(str(message).split()) + "\n")
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the app and return its exit code; any bad input becomes one `error:` line on stderr and exit code 2."""
+    x = _click_exceptions()
+    try:
+        rc = app(args=argv, prog_name="c3kit", standalone_mode=False)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except C3kitError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
-    return 0
+        return _error(str(e))
+    except x.NoArgsIsHelpError as e:
+        e.show()
+        return e.exit_code
+    except x.UsageError as e:
+        ctx = e.ctx
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        return _error(e.format_message() + hint)
+    except x.ClickException as e:
+        return _error(e.format_message())
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        return 130
+    except UnicodeDecodeError as e:  # a file that is not text, read below a layer that did not check
+        return _error(f"an input file is not UTF-8 text ({e.reason} at byte {e.start}): give a text file")
+    return rc if isinstance(rc, int) else 0
 
 
 def run() -> None:

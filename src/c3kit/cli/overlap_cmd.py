@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, rich_table
+from c3kit.cli.common import JSON_OPT, console, emit_json, out_file_option, progress_bar, rich_table
 from c3kit.errors import OverlapError
 from c3kit.units import fmt_time, parse_bytes
 
@@ -131,7 +131,8 @@ def register(app: typer.Typer) -> None:
                 tokens: int = typer.Option(8192, help="--model: tokens (sequence x micro-batch) per TP group"),
                 sp: bool = typer.Option(True, "--sp/--no-sp", help="--model: sequence parallel (AG/RS) or AR"),
                 calib: Optional[Path] = typer.Option(None, help="contention calibration JSON (default: shipped)"),
-                trace: Optional[Path] = typer.Option(None, help="write the chosen schedule's Perfetto trace JSON"),
+                trace: Optional[Path] = out_file_option(None, "write the chosen schedule's Perfetto trace JSON",
+                                                        "--trace"),
                 json_: bool = JSON_OPT) -> None:
         """Rank every schedule of one op (--pattern, --m, --n, --k) or of a model (--model), and pick one."""
         if ctx.invoked_subcommand is not None:
@@ -168,7 +169,8 @@ def register(app: typer.Typer) -> None:
             ts = tuple(int(x) for x in tokens.split(",") if x.strip()) if tokens else None
         except ValueError:
             raise OverlapError(f"--tokens must be comma-separated integers, got {tokens!r}") from None
-        rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed, models=ms, tokens=ts)
+        with progress_bar("simulating scenarios", not json_) as update:
+            rep = evaluate_heuristic(hw=hws, held_out=held_out, seed=seed, models=ms, tokens=ts, progress=update)
         if json_:
             emit_json(rep)
             return

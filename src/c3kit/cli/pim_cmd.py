@@ -6,14 +6,14 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json
+from c3kit.cli.common import JSON_OPT, console, emit_json, out_dir_option
 from c3kit.cli.common import df_table as _df_table
 from c3kit.errors import PimError
 
 pim_app = typer.Typer(help="Processing-in-memory: GEMV placement, PIM amenability, just-in-time quantisation.",
                       no_args_is_help=True)
 
-OUT_OPT = typer.Option(None, "--out", help="Report folder (CSV tables, PNG figures, report.md).")
+OUT_OPT = out_dir_option(None, "Report folder (CSV tables, PNG figures, report.md).")
 PIM_HELP = "PIM memory from the catalog (lpddr5x-7500-pim, hbm-pim) or a TOML file."
 
 
@@ -269,6 +269,8 @@ def _read_traits(am, path: Path):
         return am.Traits(**d)
     except FileNotFoundError:
         raise PimError(f"--traits {path}: no such file") from None
+    except (UnicodeDecodeError, IsADirectoryError):
+        raise PimError(f"--traits {path}: not a text file (expected a UTF-8 JSON object)") from None
     except (json.JSONDecodeError, TypeError) as e:
         raise PimError(f"--traits {path}: expected a JSON object with touched_bytes, gpu_bytes, flops, pattern, "
                        f"bank_local, alu_ops, cmds_per_open ({e})") from None

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, POWER_OPT, console, emit_json, rich_table, with_power
+from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, progress_bar, rich_table,
+                              with_power)
 
 DEFAULT_OUT = "c3kit-out/scale"
 
@@ -23,7 +24,7 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise StudyError(f"--{what} must be comma-separated whole numbers, got {text!r}") from None
     if not vals or any(v <= 0 for v in vals if what != "generations") or any(v < 0 for v in vals):
@@ -31,31 +32,38 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     return vals
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+def _names(text: str | None, what: str = "rules") -> tuple[str, ...] | None:
+    from c3kit.errors import StudyError
+
+    if text is None:
+        return None
+    names = tuple(x.strip() for x in text.split(","))
+    if not all(names):
+        raise StudyError(f"--{what} must be comma-separated names, got {text!r}")
+    return names
 
 
 def scale(
-    hidden: str = typer.Option(None, "--hidden", help="Hidden sizes, comma-separated [default: 4096..32768]."),
-    layers: str = typer.Option(None, "--layers", help="Layer counts [default: 32,64,128]."),
-    seq: str = typer.Option(None, "--seq", help="Sequence lengths [default: 2048,8192,32768]."),
-    batch: str = typer.Option(None, "--batch", help="Global batches in sequences [default: 512,2048]."),
-    hw: str = typer.Option(None, "--hw", help="Base GPU that the scaling rules project [default: H100-SXM]."),
-    rules: str = typer.Option(None, "--rules", help="Scaling rules (see `c3kit hw rules`) [default: four]."),
-    generations: str = typer.Option(None, "--generations", help="Hardware generations [default: 0,1,2,3]."),
-    tp: str = typer.Option(None, "--tp", help="TP sizes [default: 2,4,8]."),
-    pp: str = typer.Option(None, "--pp", help="PP sizes [default: 1,4,16]."),
-    dp: str = typer.Option(None, "--dp", help="DP sizes [default: 8,64]."),
+    hidden: str = typer.Option(None, "--hidden", help="Hidden sizes, comma-separated.",
+                               show_default="4096,8192,12288,16384,25600,32768"),
+    layers: str = typer.Option(None, "--layers", help="Layer counts.", show_default="32,64,128"),
+    seq: str = typer.Option(None, "--seq", help="Sequence lengths.", show_default="2048,8192,32768"),
+    batch: str = typer.Option(None, "--batch", help="Global batches in sequences.", show_default="512,2048"),
+    hw: str = typer.Option(None, "--hw", help="Base GPU that the scaling rules project.", show_default="H100-SXM"),
+    rules: str = typer.Option(None, "--rules", help="Scaling rules (see `c3kit hw rules`).",
+                              show_default="historical,compute-heavy,balanced,comm-rich"),
+    generations: str = typer.Option(None, "--generations", help="Hardware generations.", show_default="0,1,2,3"),
+    tp: str = typer.Option(None, "--tp", help="TP sizes.", show_default="2,4,8"),
+    pp: str = typer.Option(None, "--pp", help="PP sizes.", show_default="1,4,16"),
+    dp: str = typer.Option(None, "--dp", help="DP sizes.", show_default="8,64"),
     paper: bool = typer.Option(True, "--paper/--no-paper", help="Also run the models-grow-with-hardware sweep."),
     grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
     power: str = POWER_OPT,
-    out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
+    out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Sweep future models x hardware generations x parallelism: compute, comm, exposed and hidden comm."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from c3kit.errors import StudyError
     from c3kit.hw import get_gpu
     from c3kit.studies.scaling import GridSpec, PaperSpec, run
@@ -77,11 +85,8 @@ def scale(
         pspec = replace(pspec, base_gpu=changes["base_gpu"])
     if "rules" in changes:
         pspec = replace(pspec, rules=changes["rules"])
-    with Progress(TextColumn("projecting scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=as_json) as bar:
-        task = bar.add_task("scale", total=None)
-        res = run(gspec, pspec if paper else None, cm,
-                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with progress_bar("projecting scenarios", not as_json) as update:
+        res = run(gspec, pspec if paper else None, cm, progress=update)
     write_report(out, res)
     if as_json:
         emit_json({"headline": res.headline(), "notes": res.notes, "by_generation": res.by_generation,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, df_table, emit_json
+from c3kit.cli.common import JSON_OPT, console, df_table, emit_json, out_dir_option, progress_bar
 from c3kit.errors import StudyError
 
 study_app = typer.Typer(help="Paper studies: C3/ConCCL, DMA-Latte, T3, FiCCO (ours beside published).",
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _out_opt(name: str):
-    return typer.Option(Path(f"c3kit-out/study-{name}"), "--out", help="Report folder (CSV, PNG, report.md).")
+    return out_dir_option(f"c3kit-out/study-{name}", "Report folder (CSV, PNG, report.md).")
 
 
 def _finish(result, out: Path, as_json: bool) -> None:
@@ -52,19 +52,24 @@ def _out_console():
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
-    if not text:
+    if text is None:
         return None
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise StudyError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise StudyError(f"{what} is empty")
+    if any(v <= 0 for v in vals):
+        raise StudyError(f"{what} needs positive integers, got {text!r}")
     return vals
 
 
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
+def _names(text: str | None, what: str = "--gpus") -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(x.strip() for x in text.split(","))
+    if not all(names):
+        raise StudyError(f"{what} must be comma-separated names, got {text!r}")
+    return names
 
 
 def _overrides(pairs: list[str] | None) -> dict:
@@ -134,7 +139,7 @@ def t3(
 
     if cost_model not in ("roofline", "efficiency", "table"):
         raise StudyError(f"--cost-model must be roofline, efficiency or table, got {cost_model!r}")
-    res = timed(run, tp=_ints(tp, "--tp"), models=_names(models), tokens=tokens, cost_model=cost_model, quick=quick)
+    res = timed(run, tp=_ints(tp, "--tp"), models=_names(models, "--models"), tokens=tokens, cost_model=cost_model, quick=quick)
     _finish(res, out, as_json)
 
 
@@ -164,7 +169,8 @@ def ficco(
     from c3kit.studies.all_studies import timed
     from c3kit.studies.ficco import run
 
-    res = timed(run, gpus=_names(gpus), quick=quick)
+    with progress_bar("FiCCO scenarios", not as_json) as update:
+        res = timed(run, gpus=_names(gpus), quick=quick, progress=update)
     _finish(res, out, as_json)
 
 
@@ -175,19 +181,12 @@ def all_(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every study, one report with all figures."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from c3kit.report import Report
     from c3kit.studies.all_studies import STUDIES, run_all, write_report
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json) as bar:
-        task = bar.add_task("studies", total=len(STUDIES))
-
-        def progress(name: str, i: int, n: int) -> None:
-            bar.update(task, completed=i, description=f"study {name}")
-
-        results = run_all(progress=progress, quick=quick)
+    with progress_bar("studies", not as_json) as update:
+        update(0, len(STUDIES))
+        results = run_all(progress=lambda name, i, n: update(i, n, f"study {name}"), quick=quick)
     with Report(out, "c3kit communication studies") as rep:
         rep.text("| study | seconds |\n|---|---|\n" + "\n".join(f"| {r.name} | {r.seconds:.2f} |" for r in results))
         for r in results:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, rich_table
+from c3kit.cli.common import JSON_OPT, console, emit_json, out_dir_option, progress_bar, rich_table
 from c3kit.units import fmt_time
 
 DEFAULT_OUT = "c3kit-out/validate"
@@ -23,7 +23,7 @@ def validate(
                                    help="calibrated (efficiency + the one calibrated A100 GEMM fraction), "
                                         "efficiency (uncalibrated defaults) or roofline."),
     runs: Path = typer.Option(None, "--runs", help="A CSV of runs with the shipped file's columns."),
-    out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder (CSV, PNG, report.md)."),
+    out: Path = out_dir_option(DEFAULT_OUT, "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Print measured, predicted and error per published run, and the mean absolute error."""
@@ -35,7 +35,8 @@ def validate(
     if runs is not None and not runs.is_file():
         raise StudyError(f"--runs {runs}: no such file")
     table = v.load_runs(runs)
-    res = v.validate(cost_model, table)
+    with progress_bar("projecting runs", not as_json) as update:
+        res = v.validate(cost_model, table, progress=update)
     write_report(out, res, table)
     if as_json:
         emit_json({"cost_model": cost_model, "mae": res.mae, "by_source": res.by_source(), "runs": res.table,

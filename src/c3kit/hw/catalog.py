@@ -93,6 +93,8 @@ def get_gpu(name: str) -> GPU:
             return gpu_from_dict(tomllib.loads(Path(name).read_text()), name)
         except tomllib.TOMLDecodeError as e:
             raise HardwareError(f"{name}: not valid TOML ({e})") from None
+        except UnicodeDecodeError:
+            raise HardwareError(f"{name}: not a text file (a GPU entry is UTF-8 TOML)") from None
     m = PROJECTED.match(name.strip())
     if m:
         return _projected(m["base"], m["rule"].lower(), int(m["gens"]))

@@ -106,6 +106,9 @@ def historical_factors(chain: Sequence[GPU]) -> dict[str, float]:
     return {k: v ** (1.0 / gens) for k, v in ratio.items()}
 
 
+MAX_GENERATIONS = 10  # a rule fitted to a decade of parts; 1000 generations overflow float FLOP/s
+
+
 def projected_name(base: str, rule: str, generations: int) -> str:
     """The catalog-style name of a projection, e.g. 'H200-SXM+2g(historical)'."""
     return f"{base}+{generations}g({rule})"
@@ -125,6 +128,9 @@ def project(gpu: GPU, rule: str | ScalingRule, generations: int) -> GPU:
     r = get_rule(rule)
     if isinstance(generations, bool) or not isinstance(generations, int) or generations < 0:
         raise HardwareError(f"generations must be a non-negative whole number, got {generations!r}")
+    if generations > MAX_GENERATIONS:
+        raise HardwareError(f"generations {generations} is beyond what a scaling rule can say (at most "
+                            f"{MAX_GENERATIONS}, about {2 * MAX_GENERATIONS} years)")
     if generations == 0:
         return gpu
     c, bw, cap = r.compute ** generations, r.mem_bw ** generations, r.mem_capacity ** generations

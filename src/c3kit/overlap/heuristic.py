@@ -234,8 +234,11 @@ def select(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | N
 
 # --- evaluation ------------------------------------------------------------------------------------------
 def scenario_table(hw: tuple[str, ...] = ("MI300X", "H200"), held_out: float = 0.5, seed: int = 0,
-                   models: tuple[str, ...] | None = None, tokens: tuple[int, ...] | None = None):
-    """Every eval scenario simulated: (scenario, {realizable schedule: speedup}, seconds spent simulating)."""
+                   models: tuple[str, ...] | None = None, tokens: tuple[int, ...] | None = None, progress=None):
+    """Every eval scenario simulated: (scenario, {realizable schedule: speedup}, seconds spent simulating).
+
+    progress(done, total), when given, is called after every scenario.
+    """
     import time as _time
 
     from c3kit.overlap.evaluate import evaluate
@@ -245,19 +248,21 @@ def scenario_table(hw: tuple[str, ...] = ("MI300X", "H200"), held_out: float = 0
     for g in gpus.values():  # one-time set-up (cost-curve fits, imports) is not per-operator time
         evaluate(OverlapProblem("ag_gemm", 4096, 1024, 1024, gpus=min(8, g.gpus_per_node)), g)
     out = []
-    for sc in scenarios(hw=hw, models=models or EVAL_MODELS, tokens=tokens or EVAL_TOKENS, held_out=held_out,
-                        seed=seed):
+    todo = scenarios(hw=hw, models=models or EVAL_MODELS, tokens=tokens or EVAL_TOKENS, held_out=held_out, seed=seed)
+    for sc in todo:
         g = gpus[sc.hw]
         t0 = _time.perf_counter()
         res = evaluate(sc.problem, g)
         dt = _time.perf_counter() - t0
         out.append((sc, {r.schedule: r.speedup for r in res if r.realizable}, dt))
+        if progress is not None:
+            progress(len(out), len(todo))
     return out
 
 
 def evaluate_heuristic(hw: tuple[str, ...] = ("MI300X", "H200"), held_out: float = 0.5, seed: int = 0,
                        table=None, models: tuple[str, ...] | None = None,
-                       tokens: tuple[int, ...] | None = None) -> dict:
+                       tokens: tuple[int, ...] | None = None, progress=None) -> dict:
     """Compare select() with the simulated optimum on every scenario; report per split.
 
     optimal_share counts picks whose simulated speedup equals the optimum's (to 1e-9); within_1pct_share
@@ -265,7 +270,7 @@ def evaluate_heuristic(hw: tuple[str, ...] = ("MI300X", "H200"), held_out: float
     """
     import time as _time
 
-    table = table if table is not None else scenario_table(hw, held_out, seed, models, tokens)
+    table = table if table is not None else scenario_table(hw, held_out, seed, models, tokens, progress)
     gpus = {h: get_gpu(h) for h in hw}
     stats = {s: {"n": 0, "exact": 0, "within1": 0, "ratios": []} for s in ("design", "held-out")}
     misses = []

@@ -187,7 +187,10 @@ class ContentionParams:
             p = Path(path)
             if not p.is_file():
                 raise SimError(f"{p}: no such calibration file")
-            text, origin = p.read_text(), str(p)
+            try:
+                text, origin = p.read_text(), str(p)
+            except UnicodeDecodeError:
+                raise SimError(f"{p}: not a text file (a calibration file is UTF-8 JSON)") from None
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:

@@ -25,6 +25,7 @@ from c3kit.cost.table import c3_variant_family
 from c3kit.errors import C3kitError, StudyError
 from c3kit.hw.catalog import get_gpu
 from c3kit.studies.all_studies import StudyResult
+from c3kit.report import repo_path
 
 # C3 paper (arXiv 2412.14335), MI300X: average fraction of ideal speedup realized per strategy
 PUBLISHED = {"plain": 0.21, "prio": 0.42, "partition": 0.41, "dma": 0.66, "dma+trim": 0.72}
@@ -105,7 +106,7 @@ def contention_params(gpu_name: str, calib_dir: Path | None = None):
             skipped = f"; {path.name} is a measured C3 table (kind c3), shown beside ours, not read as parameters"
             continue
         try:
-            return ContentionParams.from_calibration(gpu_name, path), f"calibrated ({path.name})"
+            return ContentionParams.from_calibration(gpu_name, path), f"calibrated ({repo_path(path)})"
         except C3kitError as e:
             return ContentionParams(), f"defaults ({path.name} present but unusable: {e})"
     return ContentionParams(), ("defaults (no contention calibration file; sim.ContentionParams documented values"
@@ -146,7 +147,7 @@ def measured_c3(gpu_name: str, calib_dir: Path | None = None) -> tuple[pd.DataFr
     tab.insert(0, "gpu", gpu_name)
     tab["published_average"] = tab.strategy.map(PUBLISHED)
     meta = doc.get("meta", {})
-    return tab, (f"measured ({path.name}: {meta.get('gpu', '?')}, {meta.get('date', '?')}; one GPU, a local copy "
+    return tab, (f"measured ({repo_path(path)}: {meta.get('gpu', '?')}, {meta.get('date', '?')}; one GPU, a local copy "
                  "stands in for the collective; device-to-device copy-engine rows stand for DMA offload, host "
                  "copies left out)")
 

@@ -35,8 +35,11 @@ def _scenarios(gpus: tuple[str, ...], quick: bool):
     return scenarios(hw=gpus, models=EVAL_MODELS, tps=(8,), tokens=TOKENS, dtypes=DTYPES)
 
 
-def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult:
-    """The FiCCO design-space study (every applicable schedule on every scenario; heuristic vs oracle)."""
+def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None) -> StudyResult:
+    """The FiCCO design-space study (every applicable schedule on every scenario; heuristic vs oracle).
+
+    progress(done, total), when given, is called after every scenario.
+    """
     from c3kit.hw.catalog import get_gpu
     from c3kit.overlap import best, evaluate, select
 
@@ -72,6 +75,8 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         oracle = best(res)
         by_name = {r.schedule: r for r in res}
         h = by_name.get(pick)
+        if progress is not None:
+            progress(i + 1, len(scen))
         picks.append(dict(common, oracle=oracle.schedule, oracle_speedup=oracle.speedup, heuristic=pick,
                           heuristic_speedup=h.speedup if h else float("nan"),
                           heuristic_realizable=bool(h and h.realizable),
@@ -120,9 +125,10 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
     summary = pd.DataFrame(summary_rows)
     summary["gap"] = summary.ours - summary.published
     n_held = int((pk.split == "held-out").sum())
+    from c3kit.report import repo_path
     from c3kit.sim import calibration_path
 
-    calib = "; ".join(f"{spec.name}: " + (f"calibrated ({calibration_path(spec.name).name})"
+    calib = "; ".join(f"{spec.name}: " + (f"calibrated ({repo_path(calibration_path(spec.name))})"
                                           if calibration_path(spec.name) else "sim defaults")
                       for spec in hw.values())
     notes = [
@@ -131,7 +137,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         + f", dtypes {', '.join(('bf16',) if quick else DTYPES)}; every applicable schedule simulated by "
         f"c3kit.overlap.evaluate; contention parameters: {calib}.",
         "DIL = sum of sub-GEMMs alone / whole GEMM alone - 1; contention loss = time overlapped / time alone - 1 "
-        "(RESEARCH.md stand-in definitions, computed by c3kit.overlap).",
+        "(docs/overlap.md, computed by c3kit.overlap).",
         "Oracle = fastest realizable schedule (fused-dma on GEMM->RS needs T3-style near-memory reduction: "
         "excluded as not realizable). Heuristic = c3kit.overlap.select from static sizes only.",
         "The paper's schedule names, thresholds and scenario list were not available; the schedules are the "

@@ -165,8 +165,12 @@ def predict(row, cost_model="calibrated", policy=None) -> dict:
             * t.step_time / step}
 
 
-def validate(cost_model="calibrated", runs: pd.DataFrame | None = None, policy=None) -> ValidationResult:
-    """Predict every run and compare: error = predicted / measured - 1; MAE = mean |error|."""
+def validate(cost_model="calibrated", runs: pd.DataFrame | None = None, policy=None,
+             progress=None) -> ValidationResult:
+    """Predict every run and compare: error = predicted / measured - 1; MAE = mean |error|.
+
+    progress(done, total), when given, is called after every run.
+    """
     runs = load_runs() if runs is None else runs
     rows = []
     for _, row in runs.iterrows():
@@ -176,6 +180,8 @@ def validate(cost_model="calibrated", runs: pd.DataFrame | None = None, policy=N
                      "layout": f"tp{row['tp']} pp{row['pp']}{'x' + str(row['vpp']) if row['vpp'] > 1 else ''} "
                                f"dp{row['dp']}{' sp' if row['sp'] else ''} {row['recompute']}",
                      "measured_s": float(row["measured_s"]), **pred})
+        if progress is not None:
+            progress(len(rows), len(runs))
     t = pd.DataFrame(rows)
     t["error"] = t["predicted_s"] / t["measured_s"] - 1
     mae = float(t["error"].abs().mean())

@@ -73,6 +73,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelConfig:
         text = p.read_text()
     except FileNotFoundError:
         raise WorkloadError(f"{p}: no such config.json file") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{p}: not a text file (config.json must be UTF-8 JSON)") from None
     except OSError as e:
         raise WorkloadError(f"{p}: cannot read ({e.strerror or e})") from None
     try:

@@ -71,6 +71,11 @@ SET_COUNTS = {"bf16": {"align": 1500, "random": 2000, "holdout": 300},
               "fp16": {"align": 300, "random": 400, "holdout": 60},
               "fp32": {"align": 300, "random": 400, "holdout": 60}}
 N_ODD = 40
+# --quick (trying the benchmark on a CPU, tests): the small range, a handful of shapes per set, small splits
+QUICK_COUNTS = {"align": 6, "random": 12, "holdout": 6}
+QUICK_ODD = 4
+QUICK_SPLIT_SHAPES = ((256, 256, 256), (128, 512, 256))
+QUICK_MAX_CHUNKS = 8
 SPLIT_CHUNKS = (2, 4, 8, 16, 32, 64)
 SENTINEL = (8192, 8192, 8192, "bf16")  # timed between blocks of shapes: drift over the sweep
 SENTINEL_EVERY = 12
@@ -133,7 +138,7 @@ def sweep_shapes(dtypes: Sequence[str], n_random: int | None = None, n_odd: int 
         step = 1.0 if quick else GRID_STEP[dt]
         axes = [grid_axis(lo, hi, step) for lo, hi in rg]
         shapes += [Shape(m, n, k, dt, "grid") for m in axes[0] for n in axes[1] for k in axes[2]]
-        counts = dict(SET_COUNTS.get(dt, SET_COUNTS["fp16"]))
+        counts = dict(QUICK_COUNTS if quick else SET_COUNTS.get(dt, SET_COUNTS["fp16"]))
         for name, override in (("align", n_align), ("random", n_random), ("holdout", n_holdout)):
             if override is not None:
                 counts[name] = override if dt == dtypes[0] else max(0, override // 5)

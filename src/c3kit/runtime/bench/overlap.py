@@ -30,8 +30,19 @@ MODELS = {
     "llama3-70b": "Llama-3-70B",
     "llama3-405b": "Llama-3-405B",
     "mixtral-8x7b": "Mixtral-8x7B",
+    # trying the benchmark on a CPU (--quick): seconds, not hours
+    "small": ModelConfig(name="small", hidden=1024, layers=1, heads=8, ffn_hidden=4096, n_experts=4, top_k=2),
     "tiny": ModelConfig(name="tiny", hidden=64, layers=1, heads=4, ffn_hidden=128, n_experts=4, top_k=2),
 }
+FULL_MODELS = ("llama3-70b", "llama3-405b", "mixtral-8x7b")
+FULL_TOKENS = 8192
+QUICK_MODELS = ("small",)
+QUICK_TOKENS = 1024
+
+
+def sweep_cases(models: Sequence[str], ops_: Sequence[str] = ("ag", "rs", "moe")) -> list[tuple[str, str]]:
+    """The (model, op) pairs overlap_sweep times, in its order (MoE only for models with experts)."""
+    return [(name, op) for name in models for op in ops_ if op != "moe" or _is_moe(name)]
 
 
 def case_shape(name: str, op: str, tp: int, tokens: int) -> tuple[int, int, int, int]:
@@ -77,8 +88,13 @@ def _fused(torch, kind: str):
 
 def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",), tokens: int = 8192,
                   dtype: str = "bf16", schedules: Sequence[str] = ("serial", "ring", "ficco", "auto"),
-                  comms: Sequence[str] | None = None, iters: int = 5, ops_: Sequence[str] = ("ag", "rs", "moe")) -> dict:
-    """Every op x model x schedule x backend at TP = world on this rank; rank 0 holds the rows."""
+                  comms: Sequence[str] | None = None, iters: int = 5, ops_: Sequence[str] = ("ag", "rs", "moe"),
+                  progress=None) -> dict:
+    """Every op x model x schedule x backend at TP = world on this rank; rank 0 holds the rows.
+
+    progress: a queue (or anything with put) that rank 0 sends (done, total, label) to as (model, op) pairs
+    start and finish; the launcher's parent process turns it into a progress bar.
+    """
     torch = require_torch()
     from c3kit.runtime import ops
     from c3kit.runtime.comm import Comm
@@ -92,10 +108,18 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
     rows, errors = [], []
     tp = world
     g = torch.Generator(device="cpu").manual_seed(rank)
+    todo = sweep_cases(models, ops_)
+
+    def report(label: str) -> None:
+        if progress is not None and rank == 0:
+            progress.put((done[0], len(todo), label))
+
+    done = [0]
     for name in models:
         for op in ops_:
             if op == "moe" and not _is_moe(name):
                 continue
+            report(f"{name} {op}")
             try:
                 m, n, k, e_loc = case_shape(name, op, tp, tokens)
                 if op == "ag":
@@ -137,6 +161,7 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                     cases.append(("torch-fused", "fused", "copy-engine"))
                 cases.append(("ideal", "ideal", "-"))
                 for impl, s, c in cases:
+                    report(f"{name} {op}: {impl} {s} {c}")
                     try:
                         if impl == "ideal":
                             t = ideal
@@ -154,6 +179,8 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                              t_comp, t_comm, serial, ideal, 1.0, 0.0])
             except Exception as e:  # noqa: BLE001
                 errors.append(f"{name} {op}: {type(e).__name__}: {str(e)[:200]}")
+            done[0] += 1
+            report(f"{name} {op}")
     return {"rank": rank, "rows": rows, "errors": errors}
 
 

@@ -1,0 +1,139 @@
+"""The Python API of `c3kit analyze`: one call, the CLI's defaults, a result with to_json() and to_pandas().
+
+`c3kit analyze` calls `analyze()` here with its options, so the command and the API cannot drift apart:
+the CLI's option defaults are read from this function's signature.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from c3kit.errors import C3kitError
+
+MAX_GPUS = 1 << 20  # about a million GPUs: ten times the largest announced cluster; beyond it a typo
+MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "buffers")
+POLICIES = ("simple", "serial")
+
+
+@dataclass(frozen=True)
+class AnalyzeResult:
+    """One projected step: the resolved layout (`config`), the per-op projection (`step`) and memory per GPU."""
+
+    config: object  # c3kit.step.config.StepConfig
+    step: object  # c3kit.step.StepResult
+    memory: object  # c3kit.workload.memory.MemoryReport
+    cost_model: str  # the cost model's label, e.g. "efficiency (sustained clocks)"
+
+    @property
+    def totals(self):
+        """The step's StepTotals (seconds, MFU, tokens/s; SI units)."""
+        return self.step.totals
+
+    @property
+    def step_time(self) -> float:
+        """Seconds per training or inference step."""
+        return self.step.totals.step_time
+
+    def config_dict(self) -> dict:
+        """The resolved layout as plain data (model, GPU, parallel sizes, batch, recompute, dtype)."""
+        return config_dict(self.config)
+
+    def memory_dict(self) -> dict:
+        """Bytes per GPU by kind, the total, the GPU's capacity, the headroom and whether it fits."""
+        return memory_dict(self.memory)
+
+    def to_dict(self) -> dict:
+        """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
+        return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
+                **self.step.to_dict(), "memory": self.memory_dict()}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """to_dict() as a JSON string."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_pandas(self):
+        """Every node of the step graph as a DataFrame: role, phase, stream, runs, compute/comm/exposed/hidden s."""
+        return self.step.frame()
+
+    def by_role(self):
+        """Per-op rows summed by (role, phase), a DataFrame sorted by share of step."""
+        return self.step.by_role()
+
+    def memory_frame(self):
+        """Memory per GPU as a DataFrame: one row per kind plus total and capacity, bytes and GB."""
+        import pandas as pd
+
+        m = self.memory
+        rows = [(k, getattr(m, k)) for k in MEMORY_KINDS] + [("total", m.total), ("capacity", m.capacity)]
+        return pd.DataFrame({"kind": [k for k, _ in rows], "bytes": [float(v) for _, v in rows],
+                             "gb": [float(v) / 1e9 for _, v in rows]})
+
+
+def config_dict(cfg) -> dict:
+    """A resolved StepConfig as plain data."""
+    p = cfg.par
+    return {"model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
+            "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
+            "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
+            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer}
+
+
+def memory_dict(m) -> dict:
+    """A MemoryReport as plain data (bytes)."""
+    return {**{k: float(getattr(m, k)) for k in MEMORY_KINDS}, "total": float(m.total),
+            "capacity": float(m.capacity), "headroom": float(m.headroom), "fits": bool(m.fits), "gpu": m.gpu}
+
+
+def check_request(hw: str, gpus: int | None, dp: int | None, fsdp: bool, dist_opt: bool | None, dtype: str) -> None:
+    """Refuse requests that resolve() would accept but that make no sense (raises C3kitError)."""
+    from c3kit.hw import get_gpu
+
+    if fsdp and dist_opt:
+        raise C3kitError("--fsdp already shards the optimizer state (ZeRO-3 includes ZeRO-1): drop --dist-opt")
+    for name, v in (("gpus", gpus), ("dp", dp)):
+        if isinstance(v, int) and v > MAX_GPUS:
+            raise C3kitError(f"--{name} {v:,} is more GPUs than any cluster has: at most {MAX_GPUS:,}")
+    gpu = get_gpu(hw)
+    if dtype == "fp8" and "fp8" not in gpu.flops:
+        raise C3kitError(f"{gpu.name} has no FP8 tensor cores ({gpu.name} lists {', '.join(gpu.flops)}): "
+                         "use --dtype bf16, or a GPU with FP8 such as H100-SXM")
+
+
+def with_power(cost_model: str, power: str):
+    """(CostModel, label) for a cost model name and a GEMM clock mode; roofline stays the ideal (no clock factor)."""
+    from c3kit.cost.model import as_model
+
+    cm = as_model(cost_model).with_(power=power)  # an unknown mode is a one-line CostError
+    if power == "burst" or cm.kind == "roofline":
+        return cm.with_(power="burst"), cost_model
+    return cm, f"{cost_model} ({power} clocks)"
+
+
+def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | None = None, tp: int | None = None,
+            sp: bool | None = None, dp: int | None = None, fsdp: bool = False, dist_opt: bool | None = None,
+            pp: int | None = None, vpp: int = 1, ep: int = 1, seq: int = 8192, batch: int | None = None,
+            micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train", recompute: str | None = None,
+            policy: str = "simple", cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
+    """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call)."""
+    from c3kit.step import SerialOverlap, SimpleOverlap, project
+    from c3kit.step.config import resolve
+
+    if policy not in POLICIES:
+        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(POLICIES)}")
+    check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
+    cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
+                  batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
+                  dist_optimizer=dist_opt)
+    cm, label = with_power(cost_model, power)
+    pol = {"simple": SimpleOverlap(), "serial": SerialOverlap()}[policy]
+    step = project(cfg.graph, cfg.hw, policy=pol, cost_model=cm)
+    mem = cfg.memory
+    if mem is None:
+        from c3kit.workload.memory import memory_report
+
+        mem = memory_report(cfg.graph, cfg.hw)
+    return AnalyzeResult(config=cfg, step=step, memory=mem, cost_model=label)
+
+
+__all__ = ["AnalyzeResult", "analyze", "with_power"]
