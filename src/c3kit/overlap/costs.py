@@ -18,6 +18,45 @@ from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Gemm, MemOp
 
 DEFAULT_COST_MODEL = "efficiency"
+POWER_MODES = ("burst", "sustained")
+
+# GPUs without their own GEMM calibration priced, under power "sustained", with the fitted curve and the
+# steady-state (power-capped) clock of a calibrated GPU of the same die: H100 SXM and H200 are both GH100
+# with 132 SMs, the same SM clocks and a 700 W board power (catalog sources); only HBM differs, and the
+# curve takes HBM bandwidth from the GPU it prices.
+SAME_DIE = {"H100-SXM": "H200-SXM"}
+
+
+def gemm_pricing(gpu: GPU, model=DEFAULT_COST_MODEL, power: str = "burst"):
+    """(cost model, sustained clock or None) for the engine's GEMMs on gpu.
+
+    power "burst": the GPU's own curve at burst clocks (the default). "sustained": as a GEMM runs back to
+    back after a long warm-up (published microbenchmarks; a training step): times x the power-capped clock
+    factor measured by `c3kit bench gemm --steady`, on the GPU or on its same-die sibling (SAME_DIE), whose
+    fitted curve then also replaces the uncalibrated default curve.
+    """
+    from c3kit.errors import OverlapError
+
+    if power not in POWER_MODES:
+        raise OverlapError(f"unknown power mode {power!r}: use one of {', '.join(POWER_MODES)}")
+    if power == "burst":
+        return model, None
+    from c3kit.cost.model import CostModel, as_model, base_name, default_curve_for
+    from c3kit.cost.power import NO_THROTTLE, sustained_for
+    from c3kit.hw.catalog import get_gpu
+
+    name = base_name(gpu.name)
+    clock = sustained_for(name)
+    sib = SAME_DIE.get(name)
+    m = as_model(model)
+    if clock is NO_THROTTLE and sib is not None:
+        clock = sustained_for(sib)
+        if m.kind == "efficiency" and m.curve is None:
+            curve, origin = default_curve_for(get_gpu(sib))
+            if origin != "default":
+                m = CostModel(kind="efficiency", curve=curve, mem_eff=m.mem_eff, attn_eff=m.attn_eff,
+                              comm_eff=m.comm_eff, algo=m.algo)
+    return m, clock
 
 
 @dataclass(frozen=True)
@@ -33,12 +72,13 @@ class GemmCost:
 class CostCache:
     """Per-evaluation cache of op costs by shape (the same sub-GEMM shapes recur across schedules)."""
 
-    def __init__(self, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL):
+    def __init__(self, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL,
+                 power: str = "burst"):
         self.gpu = gpu
         self.tile_m = tile_m
         self.tile_n = tile_n
         self.traffic = traffic
-        self.model = model
+        self.model, self.clock = gemm_pricing(gpu, model, power)
         self._gemm: dict[tuple, GemmCost] = {}
         self._mem: dict[float, float] = {}
         self._speed: dict[tuple, float] = {}
@@ -56,6 +96,8 @@ class CostCache:
         if 2 * tiles <= gpu.sms:  # libraries split K when the output tiles fill less than half the SMs
             tiles *= max(1, min(8, gpu.sms // tiles, k // 128))
         t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), gpu, self.model))
+        if self.clock is not None:
+            t *= self.clock.factor(2.0 * m * n * k * batch / t / gpu.peak_flops(dtype))
         t_flops = 2.0 * m * n * k * batch / gpu.peak_flops(dtype)
         t_bytes = nbytes / gpu.hbm_bw
         # the SM-bound share: all of it for a compute-bound GEMM, the math/memory ratio otherwise
@@ -76,6 +118,8 @@ class CostCache:
             if g is None:
                 g = self._fewer[sms] = self.gpu.with_(sms=max(1, sms))
             t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), g, self.model))
+            if self.clock is not None:
+                t *= self.clock.factor(2.0 * m * n * k * batch / t / g.peak_flops(dtype))
             hit = self._speed[key] = min(1.0, self.gemm(m, n, k, dtype, batch).time / t)
         return hit
 

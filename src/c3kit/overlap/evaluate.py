@@ -99,11 +99,11 @@ def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, Cont
 
 
 def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
-             cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None) -> Baseline:
+             cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None, power: str = "burst") -> Baseline:
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
-    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
+    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
@@ -135,12 +135,13 @@ def applicable(problem: OverlapProblem, gpu: GPU | str) -> list[str]:
 
 def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] | None = None,
              params: ContentionParams | None = None, trace: bool = False,
-             cost_model=DEFAULT_COST_MODEL) -> list[ScheduleResult]:
+             cost_model=DEFAULT_COST_MODEL, power: str = "burst") -> list[ScheduleResult]:
     """Simulate schedules (default: every applicable one) and return them ranked, fastest first.
 
     params: the contention model (default: the GPU's calibration file, else ContentionParams());
     trace: keep each schedule's Timeline with resource segments (for Perfetto export);
-    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve).
+    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve);
+    power: "burst" or "sustained" GEMM clocks (overlap.costs.gemm_pricing).
     """
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
@@ -154,7 +155,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
+    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []
