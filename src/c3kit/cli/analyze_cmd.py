@@ -37,31 +37,45 @@ def analyze(
     dtype: str = typer.Option("bf16", "--dtype", help="Compute dtype (bf16, fp16, fp8, fp32)."),
     phase: str = typer.Option("train", "--phase", help="train, prefill or decode."),
     recompute: str = typer.Option(None, "--recompute", help="none, selective or full [default: the least that fits]."),
-    policy: str = typer.Option("simple", "--policy", help="Overlap policy: simple (dependencies) or serial."),
+    overlap: str = typer.Option(None, "--overlap",
+                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), auto "
+                                     "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
+                                     "fused) or a schedule name [default: simple]."),
+    policy: str = typer.Option(None, "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
+    trace: Path = typer.Option(None, "--trace", help="Write a Perfetto/Chrome trace JSON of one layer's forward "
+                                                    "and backward (open in ui.perfetto.dev)."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = POWER_OPT,
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Project one step per operator: compute, communication, exposed communication, share of step."""
-    from c3kit.errors import C3kitError
-    from c3kit.step import SerialOverlap, SimpleOverlap, project
+    from c3kit.step import project
     from c3kit.step.config import resolve
+    from c3kit.step.policy import policy_for
 
-    policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
-    if policy not in policies:
-        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
+    mode = overlap or {"serial": "none"}.get(policy or "simple", policy or "simple")
+    policy_for(mode)  # reject an unknown mode before any work
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt)
     cm, cost_model = with_power(cost_model, power)
-    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
-    write_report(out, cfg, result, cost_model)
+    from c3kit.step.project import compare_overlap
+
+    pw = getattr(cm, "power", "burst")
+    result = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm)
+    modes = compare_overlap(cfg.graph, cfg.hw, cost_model=cm, power=pw)
+    if trace is not None:
+        from c3kit.step.trace import write_trace
+
+        write_trace(trace, cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm)
+    write_report(out, cfg, result, cost_model, modes)
     if as_json:
         emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,
-                   **result.to_dict(), "out": str(out)})
+                   **result.to_dict(), "overlap_modes": modes, "trace": str(trace) if trace else None,
+                   "out": str(out)})
         return
-    _print(cfg, result, out, cost_model)
+    _print(cfg, result, out, cost_model, modes)
 
 
 def config_dict(cfg) -> dict:
@@ -82,15 +96,21 @@ def _describe(cfg) -> str:
             f"recompute {c['recompute']}, {c['dtype']}")
 
 
-def _print(cfg, result, out: Path, cost_model: str) -> None:
+def _modes_rows(modes) -> list:
+    return [(m["mode"], fmt_time(m["step_time"]), fmt_time(m["exposed"]),
+             "-" if m["mode"] == "simple" else f"{100 * m['vs_simple']:+.1f}%") for m in modes]
+
+
+def _print(cfg, result, out: Path, cost_model: str, modes=()) -> None:
     console.print(_describe(cfg) + f"; cost model {cost_model}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     roles = result.by_role()
     rows = [(r.role, r.phase, fmt_time(r.compute_s), fmt_time(r.comm_s), fmt_time(r.exposed_s),
-             f"{100 * r.share:.1f}%") for r in roles.itertuples(index=False)]
-    console.print(rich_table("Per operator (per GPU, per step)", ["op", "phase", "compute", "comm", "exposed comm",
-                                                                 "share of step"], rows))
+             f"{100 * r.share:.1f}%", r.schedule, f"{r.overlap_speedup:.2f}x") for r in roles.itertuples(index=False)]
+    console.print(rich_table(f"Per operator (per GPU, per step), overlap {result.policy}",
+                             ["op", "phase", "compute", "comm", "exposed comm", "share of step", "schedule",
+                              "overlap speedup"], rows))
     t = result.totals
     console.print(rich_table("Totals", ["metric", "value"], [
         ("step time", fmt_time(t.step_time)), ("compute", fmt_time(t.compute)), ("communication", fmt_time(t.comm)),
@@ -99,6 +119,9 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
         ("exposed share of step", f"{100 * t.exposed_share:.1f}%"), ("MFU", f"{100 * t.mfu:.1f}%"),
         ("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")]))
     console.print(_stream_line(result))
+    if modes:
+        console.print(rich_table("Step time by overlap mode (change against simple)",
+                                 ["overlap", "step time", "exposed comm", "vs simple"], _modes_rows(modes)))
     console.print(f"report: {out}/report.md")
 
 
@@ -108,7 +131,7 @@ def _stream_line(result) -> str:
     return "communication by group: " + ("; ".join(parts) if parts else "none")
 
 
-def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
+def write_report(out: Path, cfg, result, cost_name: str = "efficiency", modes=()) -> None:
     """Write report.md, per-op and per-role CSVs and two PNG figures into out (all or nothing)."""
     import matplotlib
 
@@ -132,6 +155,10 @@ def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
                  "independent GEMM (the weight gradient in the backward) covers them; DP gradient reductions hide "
                  "behind the backward of the layers below; FSDP gathers are prefetched one layer ahead.")
         rep.table("streams", result.by_stream(), "Communication by parallel group (seconds per GPU per step)")
+        if modes:
+            rep.table("overlap_modes", pd.DataFrame(modes), "Step time by overlap mode: none (every collective on "
+                      "the critical path), simple (dependencies only), auto (the selector per collective-GEMM pair), "
+                      "each schedule family forced where it applies; vs_simple = step time / simple - 1")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")
         rep.table("by_role", roles, "Per operator role and phase (seconds per GPU per step)")
         rep.table("ops", result.frame(), "Every node of the step graph", show_rows=0)

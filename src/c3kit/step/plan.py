@@ -213,9 +213,13 @@ class Timeline:
 def _seg_time(seg: Segment, t: np.ndarray, policy, exposed_each: np.ndarray) -> np.ndarray:
     """Critical-path time of one segment instance; writes each blocking comm's exposure (per instance)."""
     total = t[list(seg.compute)].sum(axis=0) if seg.compute else np.zeros(t.shape[1])
+    engine = getattr(policy, "blocking_exposure", None)  # a policy that prices each pair itself (step.policy)
     for b in seg.blocking:
         partner = t[list(b.partners)].sum(axis=0) if b.partners else np.zeros(t.shape[1])
-        x = np.clip(policy.pair_time(partner, t[b.node], b.dependent) - partner, 0.0, t[b.node])
+        if engine is not None:
+            x = engine(b.node, partner, t, b.dependent)
+        else:
+            x = np.clip(policy.pair_time(partner, t[b.node], b.dependent) - partner, 0.0, t[b.node])
         exposed_each[b.node] = x
         total = total + x
     return total
