@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -94,8 +95,14 @@ class ScheduleResult:
 
 def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, ContentionParams]:
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    p = params if params is not None else ContentionParams.from_calibration(g.name)
+    p = params if params is not None else default_params(g.name)
     return g, p
+
+
+@functools.lru_cache(maxsize=256)
+def default_params(gpu_name: str) -> ContentionParams:
+    """The GPU's shipped contention calibration (read once per process), else ContentionParams()."""
+    return ContentionParams.from_calibration(gpu_name)
 
 
 def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,

@@ -169,11 +169,11 @@ def _link_cost(t: Task, u: Task, t_rate: float, u_rate: float, res: Resources | 
 def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
               candidates: tuple[str, ...] | None = None, power: str = "burst") -> list[Estimate]:
     """Estimates of every applicable, realizable schedule (only `candidates` when given), fastest first."""
-    from c3kit.overlap.evaluate import check_fits
+    from c3kit.overlap.evaluate import check_fits, default_params
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     check_fits(problem, g)
-    p = params if params is not None else ContentionParams.from_calibration(g.name)
+    p = params if params is not None else default_params(g.name)
     ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     whole = ctx.gemm("gemm", "compute", problem.m, grouped=problem.pattern == "moe").work
     engine = _serial_engine(ctx)
