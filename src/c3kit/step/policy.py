@@ -145,15 +145,16 @@ class EngineOverlap:
     collective times: the engine says which share of the hideable time a schedule hides.
     """
 
-    def __init__(self, mode: str = "auto", power: str = "burst"):
+    def __init__(self, mode: str = "auto", power: str = "burst", patterns: tuple[str, ...] | None = None):
         from c3kit.errors import C3kitError
 
         if mode not in overlap_modes() or mode in ("none", "simple"):
             raise C3kitError(f"unknown engine overlap mode {mode!r}: use auto, a family ({', '.join(FAMILIES)}) "
                              "or a schedule name (`c3kit overlap --help`)")
-        self.name = mode
+        self.name = mode if patterns is None else f"{mode}[{','.join(patterns)}]"
         self.mode = mode
         self.power = power
+        self.patterns = patterns  # only pairs of these patterns (e.g. T3 fuses GEMM + reduce-scatter only)
 
     def pair_time(self, compute_s, comm_s, dependent: bool):
         """Unbound use (no graph): simple's rule."""
@@ -164,7 +165,7 @@ class EngineOverlap:
         (the vectorized sweep's per-scenario sizes), default the graph's own sizes."""
         from c3kit.step.pairs import find_pairs, problem_of
 
-        pairs = find_pairs(graph)
+        pairs = {i: p for i, p in find_pairs(graph).items() if self.patterns is None or p.pattern in self.patterns}
         saved: dict[int, np.ndarray] = {}
         sched: dict[int, list[str]] = {}
         for i, pr in pairs.items():
