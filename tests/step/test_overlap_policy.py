@@ -126,3 +126,15 @@ def test_analyze_cli_bad_overlap(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "overlap" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_expert_parallel_pairs_use_the_expert_gemms():
+    g = build_step(get_model("Mixtral-8x7B"), Parallelism(tp=1, ep=8, dp=8, global_batch=8), "train", 1024)
+    pairs = find_pairs(g)
+    ep = {g.nodes[i].op.name: g.nodes[p.gemm] for i, p in pairs.items() if g.nodes[i].stream == "ep"}
+    assert {"ep_dispatch", "ep_combine", "ep_combine.bwd", "ep_dispatch.bwd"} <= set(ep)
+    assert all(nd.role.endswith("experts") for nd in ep.values())
+    assert all(p.pattern == "moe" for i, p in pairs.items() if g.nodes[i].stream == "ep")
+    t = {m: project(g, H200, policy=policy_for(m), cost_model="efficiency").totals.step_time
+         for m in ("none", "simple", "auto")}
+    assert t["auto"] <= t["simple"] <= t["none"]

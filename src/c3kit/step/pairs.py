@@ -4,7 +4,7 @@ Read from the graph's structure only (roles, dependencies, op kinds), never from
   tp_ag (SP all-gather)            -> the GEMM that consumes it           pattern ag_gemm
   tp_rs (SP reduce-scatter)        -> the GEMM that produces its input    pattern gemm_rs
   tp_ar (TP all-reduce)            -> the GEMM that produces its input    pattern gemm_ar
-  ep_dispatch / ep_combine (EP)    -> the expert GEMM after / before it   pattern moe
+  ep_dispatch / ep_combine (EP)    -> the expert GEMM beside it           pattern moe
 The overlap problem of a pair takes its sizes from the graph's own ops (the GEMM's M, N, K; the
 collective's ranks), so the layer description stays the one source of shapes. Data-parallel
 collectives (DP gradients, FSDP gathers) overlap whole layers, not one GEMM: the plan pairs them.
@@ -44,12 +44,17 @@ def find_pairs(graph) -> dict[int, Pair]:
         role = nd.role
         if role not in PATTERN_OF_ROLE or not isinstance(nd.op, Collective):
             continue
-        if role in CONSUMED:
-            cands = [j for j in consumers.get(i, []) if isinstance(nodes[j].op, Gemm)]
+        after = [j for j in consumers.get(i, []) if isinstance(nodes[j].op, Gemm)]
+        before = [index[d] for d in nd.deps if d in index and isinstance(nodes[index[d]].op, Gemm)]
+        if nd.stream == "ep":
+            # the backward mirrors the forward (combine's gradient feeds the experts, dispatch's follows them):
+            # the partner is the expert GEMM on whichever side it is
+            cands = [j for j in after + before if nodes[j].role.endswith("experts")]
+        elif role in CONSUMED:
             # the backward consumes a gathered activation with its input-gradient GEMM first
-            cands.sort(key=lambda j: nodes[j].grad != "dgrad")
+            cands = sorted(after, key=lambda j: nodes[j].grad != "dgrad")
         else:
-            cands = [index[d] for d in nd.deps if d in index and isinstance(nodes[index[d]].op, Gemm)]
+            cands = before
         if cands:
             out[i] = Pair(i, cands[0], PATTERN_OF_ROLE[role])
     return out
