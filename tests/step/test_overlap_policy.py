@@ -138,3 +138,19 @@ def test_expert_parallel_pairs_use_the_expert_gemms():
     t = {m: project(g, H200, policy=policy_for(m), cost_model="efficiency").totals.step_time
          for m in ("none", "simple", "auto")}
     assert t["auto"] <= t["simple"] <= t["none"]
+
+
+def test_forced_bulk_prices_fsdp_pairs_inside_a_node_only():
+    m = get_model("Llama-3-8B")
+    inside = build_step(m, Parallelism(tp=1, dp=8, fsdp=True, global_batch=8), "train", 4096)
+    bound = EngineOverlap("bulk").bind(inside, H200)
+    assert all(np.isfinite(v) for v in bound.dp_saved.values())
+    c, d = 2.0, 1.0
+    f = bound.dp_saved["fwd"]
+    assert bound.layer_pair_time("fwd", c, d) == pytest.approx(c + d - f * min(c, d))
+    simple = project(inside, H200, policy=SimpleOverlap(), cost_model="efficiency").totals.step_time
+    bulk = project(inside, H200, policy=EngineOverlap("bulk"), cost_model="efficiency").totals.step_time
+    assert bulk >= simple  # simple's max(c, d) is the ideal that contention can only lengthen
+    across = build_step(m, Parallelism(tp=8, dp=2, fsdp=True, global_batch=2), "train", 4096)
+    b2 = EngineOverlap("bulk").bind(across, H200)
+    assert all(np.isnan(v) for v in b2.dp_saved.values())  # a DP group across nodes: the engine cannot take it

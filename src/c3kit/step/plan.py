@@ -249,12 +249,17 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     def dp_sum(idx):
         return t[list(idx)].sum(axis=0) if idx else zeros
 
+    layer_pair = getattr(policy, "layer_pair_time", None)  # a policy that prices the DP-layer pair per phase
+
+    def dp_pair(ph, c, d):
+        return layer_pair(ph, c, d) if layer_pair is not None else policy.pair_time(c, d, False)
+
     spans = {}
     for ph in ("fwd", "bwd"):
         c = _seg_time(plan.layer[ph], t, policy, x_each)
         pre, post = dp_sum(plan.dp_pre[ph]), dp_sum(plan.dp_post[ph])
         d = pre + post
-        span = pre + c + (L - 1) * policy.pair_time(c, d, False) + post
+        span = pre + c + (L - 1) * dp_pair(ph, c, d) + post
         spans[ph] = (c, d, pre, post, span)
     micro_f = _seg_time(plan.micro["fwd"], t, policy, x_each)
     micro_b = _seg_time(plan.micro["bwd"], t, policy, x_each)
@@ -265,7 +270,7 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     d_step = dp_sum(plan.dp_last)
     if plan.dp_last:
         per_layer = d_b + d_step
-        span_last = pre_b + c_b + (L - 1) * policy.pair_time(c_b, per_layer, False) + post_b + d_step
+        span_last = pre_b + c_b + (L - 1) * dp_pair("bwd", c_b, per_layer) + post_b + d_step
         tail = span_last - span_b
     else:
         tail = zeros

@@ -173,7 +173,33 @@ class EngineOverlap:
             prices = [price_pair(p, gpu, self.mode, self.power) if p is not None else None for p in probs]
             saved[i] = np.array([np.nan if x is None else x.saved for x in prices])
             sched[i] = [x.schedule if x is not None else "" for x in prices]
-        return BoundEngineOverlap(self, pairs, saved, sched)
+        bound = BoundEngineOverlap(self, pairs, saved, sched)
+        if problems is None and (self.mode == "bulk" or self.mode.startswith("bulk-")):
+            bound.dp_saved = {ph: self._dp_price(graph, gpu, ph) for ph in ("fwd", "bwd")}
+        return bound
+
+    def _dp_price(self, graph, gpu, phase: str) -> float:
+        """saved share of a layer's data-parallel collectives (FSDP gathers, gradient reductions) run beside
+        the layer's largest GEMM as an independent (bulk) pair; nan where the engine cannot take it
+        (a group across nodes, no DP collective)."""
+        from c3kit.errors import C3kitError
+        from c3kit.overlap.problem import OverlapProblem
+        from c3kit.workload.ops import Collective, Gemm
+
+        layer = [nd for nd in graph.nodes if nd.scope == "layer" and nd.phase == phase]
+        dp = [nd.op for nd in layer if nd.stream == "dp" and isinstance(nd.op, Collective)]
+        gemms = [nd.op for nd in layer if isinstance(nd.op, Gemm)]
+        if not dp or not gemms or any(c.span != "intra" or c.ranks < 2 for c in dp):
+            return float("nan")
+        g = max(gemms, key=lambda op: op.flops)
+        c = max(dp, key=lambda op: op.bytes)
+        try:
+            prob = OverlapProblem("bulk", int(g.m * g.batch), int(g.n), int(g.k), graph.dtype, int(c.ranks),
+                                  collective=c.kind, comm_bytes=float(sum(x.bytes for x in dp if x.kind == c.kind)))
+        except C3kitError:
+            return float("nan")
+        price = price_pair(prob, gpu, self.mode, self.power)
+        return float("nan") if price is None else price.saved
 
 
 class BoundEngineOverlap:
@@ -187,10 +213,19 @@ class BoundEngineOverlap:
         self.sched = sched
         self.exposed: dict[int, np.ndarray] = {}  # per instance, filled by blocking_exposure
         self.used: dict[int, np.ndarray] = {}  # True where the engine's schedule set the exposure
+        self.dp_saved: dict[str, float] = {}  # forced bulk schedules: the DP-layer pair's saved share per phase
 
     def pair_time(self, compute_s, comm_s, dependent: bool):
         """Layer-level and data-parallel pairs: simple's rule."""
         return SimpleOverlap().pair_time(compute_s, comm_s, dependent)
+
+    def layer_pair_time(self, phase: str, compute_s, comm_s):
+        """A layer's compute beside the data-parallel collectives of its neighbours: a forced bulk schedule's
+        engine price (c + d - saved x min(c, d)), else simple's max(c, d)."""
+        f = self.dp_saved.get(phase, float("nan"))
+        if np.isnan(f):
+            return SimpleOverlap().pair_time(compute_s, comm_s, False)
+        return compute_s + comm_s - f * np.minimum(compute_s, comm_s)
 
     def blocking_exposure(self, node: int, partner, t, dependent: bool) -> np.ndarray:
         """Exposed seconds of blocking collective `node` (per instance) beside `partner` seconds of compute
