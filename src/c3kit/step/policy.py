@@ -253,7 +253,7 @@ class BoundEngineOverlap:
         use = self.used.get(node)
         if use is None or not bool(np.ravel(use)[min(scenario, np.size(use) - 1)]):
             return "simple"
-        s = self.sched[node]
+        s = self.sched.get(node) or [""]
         return s[min(scenario, len(s) - 1)] or "simple"
 
 
