@@ -1,9 +1,11 @@
 """Scenarios per second of the vectorized training-step projection (c3kit.step.fast) on one core.
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--cost-model efficiency]
-Prints scenarios/s for 1k, 10k and 100k random dense training scenarios and the ratio of per-scenario
-cost between the largest and smallest run (1.0 = perfectly linear; < 1 means larger runs are cheaper
-per scenario because fixed per-structure costs amortize).
+Prints scenarios/s for 1k, 10k and 100k random dense training scenarios with the `simple` overlap
+policy and the ratio of per-scenario cost between the largest and smallest run (1.0 = perfectly
+linear; < 1 means larger runs are cheaper per scenario because fixed per-structure costs amortize);
+then, in the same run, the rate with `auto` (collective-GEMM pairs priced by the overlap engine, one
+price per distinct pair shape on the power-of-two grid) beside it, cold (engine cache empty) and warm.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import pandas as pd  # noqa: E402
 
 from c3kit.hw import get_gpu  # noqa: E402
 from c3kit.hw.future import project as project_gpu  # noqa: E402
+from c3kit.step import fast  # noqa: E402
 from c3kit.step.fast import project_many  # noqa: E402
+from c3kit.step.policy import EngineOverlap, price_pair  # noqa: E402
 
 
 def scenarios(n: int, seed: int = 0) -> tuple[pd.DataFrame, dict]:
@@ -50,6 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cost-model", default="efficiency")
     ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--no-auto", action="store_true", help="skip the auto-overlap rates")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     df, gpus = scenarios(1000, seed=99)
@@ -72,6 +77,25 @@ def main() -> None:
         worst = np.max(np.abs(a + b * n - t) / t)
         print(f"fit t = a + b n: a = {a * 1e3:.1f} ms fixed (one template per graph structure), "
               f"b = {b * 1e6:.2f} us per scenario; worst deviation from the line {100 * worst:.1f}%")
+    if args.no_auto:
+        return
+    n = max(sizes)
+    df, gpus = scenarios(n)
+    rates = {}
+    for label, pol in (("simple", None), ("auto (cold cache)", EngineOverlap("auto")), ("auto (warm cache)",
+                                                                                        EngineOverlap("auto"))):
+        if label.startswith("auto (cold"):
+            price_pair.cache_clear()
+            fast._SAVED.clear()
+        t0 = time.perf_counter()
+        out = project_many(df, gpus, args.cost_model, policy=pol)
+        dt = time.perf_counter() - t0
+        rates[label] = (n / dt, float(out["exposed"].sum()))
+    info = price_pair.cache_info()
+    for label, (r, e) in rates.items():
+        print(f"{n:>7} scenarios  {label:18s} {r:10,.0f} scenarios/s  (total exposed comm {e:,.1f} s)")
+    print(f"distinct pair shapes priced by the engine: {info.currsize}; "
+          f"auto / simple rate (warm): {rates['auto (warm cache)'][0] / rates['simple'][0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from c3kit.errors import C3kitError
 
 MAX_GPUS = 1 << 20  # about a million GPUs: ten times the largest announced cluster; beyond it a typo
 MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "buffers")
-POLICIES = ("simple", "serial")
+POLICIES = ("simple", "serial")  # the old --policy names; --overlap takes these modes and more (step/policy.py)
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class AnalyzeResult:
     step: object  # c3kit.step.StepResult
     memory: object  # c3kit.workload.memory.MemoryReport
     cost_model: str  # the cost model's label, e.g. "efficiency (sustained clocks)"
+    overlap: str = "simple"  # the --overlap mode the step was projected under
+    overlap_modes: tuple = ()  # step time per overlap mode (c3kit.step.project.compare_overlap rows)
+    trace: str | None = None  # the Perfetto trace file written, if any
 
     @property
     def totals(self):
@@ -46,7 +49,8 @@ class AnalyzeResult:
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
-                **self.step.to_dict(), "memory": self.memory_dict()}
+                **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
+                "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}
 
     def to_json(self, indent: int | None = 2) -> str:
         """to_dict() as a JSON string."""
@@ -114,26 +118,43 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             sp: bool | None = None, dp: int | None = None, fsdp: bool = False, dist_opt: bool | None = None,
             pp: int | None = None, vpp: int = 1, ep: int = 1, seq: int = 8192, batch: int | None = None,
             micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train", recompute: str | None = None,
-            policy: str = "simple", cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
-    """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call)."""
-    from c3kit.step import SerialOverlap, SimpleOverlap, project
-    from c3kit.step.config import resolve
+            overlap: str | None = None, policy: str | None = None, trace=None, compare_overlap: bool = True,
+            cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
+    """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
-    if policy not in POLICIES:
-        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(POLICIES)}")
+    overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
+    policy is its old name (serial = none). trace: a path to write one layer's Perfetto trace to.
+    compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
+    """
+    from c3kit.step import project
+    from c3kit.step.config import resolve
+    from c3kit.step.policy import policy_for
+
+    mode = overlap or {"serial": "none"}.get(policy or "simple", policy or "simple")
+    policy_for(mode)  # reject an unknown mode before any work
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt)
     cm, label = with_power(cost_model, power)
-    pol = {"simple": SimpleOverlap(), "serial": SerialOverlap()}[policy]
-    step = project(cfg.graph, cfg.hw, policy=pol, cost_model=cm)
+    pw = getattr(cm, "power", "burst")
+    step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm)
+    modes = ()
+    if compare_overlap:
+        from c3kit.step.project import compare_overlap as compare
+
+        modes = tuple(compare(cfg.graph, cfg.hw, cost_model=cm, power=pw))
+    if trace is not None:
+        from c3kit.step.trace import write_trace
+
+        write_trace(trace, cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm)
     mem = cfg.memory
     if mem is None:
         from c3kit.workload.memory import memory_report
 
         mem = memory_report(cfg.graph, cfg.hw)
-    return AnalyzeResult(config=cfg, step=step, memory=mem, cost_model=label)
+    return AnalyzeResult(config=cfg, step=step, memory=mem, cost_model=label, overlap=mode, overlap_modes=modes,
+                         trace=None if trace is None else str(trace))
 
 
 __all__ = ["AnalyzeResult", "analyze", "with_power"]

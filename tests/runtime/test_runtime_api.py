@@ -101,3 +101,22 @@ def test_ops_check_inputs_before_communicating():
         ops.all_gather_matmul(torch.randn(4, 4), torch.randn(4, 5), comm="gloo")
     with pytest.raises(RuntimeSetupError, match="CUDA"):
         ops.all_gather_matmul(torch.randn(4, 4), torch.randn(4, 5), comm="copy-engine")
+
+
+def test_auto_asks_the_selector_among_what_the_runtime_realizes():
+    from c3kit.overlap import OverlapProblem, select
+
+    for backend, realized in schedules.REALIZED.items():
+        for m in (4096, 65536):
+            ch = schedules.choose_auto("all_gather_matmul", m, 1024, 1024, 4, 2, backend)
+            prob = OverlapProblem("ag_gemm", m, 1024, 1024, gpus=4)
+            assert ch.engine_schedule == select(prob, "H200-SXM", candidates=tuple(realized))[0]
+            assert ch.schedule == realized[ch.engine_schedule]
+            assert ch.engine_best == select(prob, "H200-SXM")[0]
+            assert (ch.note == "") == (ch.engine_best == ch.engine_schedule)
+            if ch.note:
+                assert ch.engine_best in ch.note and "does not realize" in ch.note
+    # sizes the engine cannot price (rows that do not divide over the ranks) use the size rule, and say so
+    ch = schedules.choose_auto("all_gather_matmul", 4097, 1024, 1024, 4, 2, "nccl")
+    assert ch.engine_schedule == "" and "cannot price" in ch.note
+    assert ch.schedule == schedules.fallback_schedule("all_gather_matmul", 4097, 1024, 1024, 4, 2)

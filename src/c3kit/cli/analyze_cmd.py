@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from c3kit import api
-from c3kit.cli.common import JSON_OPT, POWER_HELP, console, emit_json, out_dir_option, rich_table
+from c3kit.cli.common import (JSON_OPT, POWER_HELP, console, emit_json, out_dir_option, out_file_option,
+                              rich_table)
 from c3kit.units import fmt_bytes, fmt_time
 
 DEFAULT_OUT = "c3kit-out"
@@ -47,7 +48,13 @@ def analyze(
     phase: str = typer.Option(_D["phase"], "--phase", help="train, prefill or decode."),
     recompute: str = typer.Option(_D["recompute"], "--recompute", help="none, selective or full.",
                                   show_default="the least that fits"),
-    policy: str = typer.Option(_D["policy"], "--policy", help="Overlap policy: simple (dependencies) or serial."),
+    overlap: str = typer.Option(_D["overlap"], "--overlap",
+                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), auto "
+                                     "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
+                                     "fused) or a schedule name.", show_default="simple"),
+    policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
+    trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of one layer's forward and "
+                                  "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
@@ -63,7 +70,8 @@ def analyze(
     """
     res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
                       ep=ep, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
-                      recompute=recompute, policy=policy, cost_model=cost_model, power=power)
+                      recompute=recompute, overlap=overlap, policy=policy, trace=trace, cost_model=cost_model,
+                      power=power)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
@@ -98,16 +106,22 @@ def _memory_line(res) -> str:
             f"{fmt_bytes(m.headroom)} free")
 
 
+def _modes_rows(modes) -> list:
+    return [(m["mode"], fmt_time(m["step_time"]), fmt_time(m["exposed"]),
+             "-" if m["mode"] == "simple" else f"{100 * m['vs_simple']:+.1f}%") for m in modes]
+
+
 def _print(res, out: Path) -> None:
     cfg, result = res.config, res.step
-    console.print(_describe(cfg) + f"; cost model {res.cost_model}")
+    console.print(_describe(cfg) + f"; cost model {res.cost_model}; overlap {res.overlap}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     roles = result.by_role()
     rows = [(r.role, r.phase, fmt_time(r.compute_s), fmt_time(r.comm_s), fmt_time(r.exposed_s),
-             f"{100 * r.share:.1f}%") for r in roles.itertuples(index=False)]
-    console.print(rich_table("Per operator (per GPU, per step)", ["op", "phase", "compute", "comm", "exposed comm",
-                                                                 "share of step"], rows))
+             f"{100 * r.share:.1f}%", r.schedule, f"{r.overlap_speedup:.2f}x") for r in roles.itertuples(index=False)]
+    console.print(rich_table(f"Per operator (per GPU, per step), overlap {result.policy}",
+                             ["op", "phase", "compute", "comm", "exposed comm", "share of step", "schedule",
+                              "overlap speedup"], rows))
     t = result.totals
     console.print(rich_table("Totals", ["metric", "value"], [
         ("step time", fmt_time(t.step_time)), ("compute", fmt_time(t.compute)), ("communication", fmt_time(t.comm)),
@@ -118,6 +132,9 @@ def _print(res, out: Path) -> None:
     console.print(rich_table("Memory per GPU", ["kind", "bytes", "of capacity"], _memory_rows(res)))
     console.print(_stream_line(result))
     console.print(_memory_line(res))
+    if res.overlap_modes:
+        console.print(rich_table("Step time by overlap mode (change against simple)",
+                                 ["overlap", "step time", "exposed comm", "vs simple"], _modes_rows(res.overlap_modes)))
     console.print(f"report: {out}/report.md")
 
 
@@ -184,6 +201,11 @@ def write_report(out: Path, res) -> None:
         rep.text(_memory_line(res)[0].upper() + _memory_line(res)[1:] + " (c3kit.workload.memory).")
         if len(streams):
             rep.table("streams", streams, "Communication by parallel group (seconds per GPU per step)")
+        if res.overlap_modes:
+            rep.table("overlap_modes", pd.DataFrame(list(res.overlap_modes)), "Step time by overlap mode: none "
+                      "(every collective on the critical path), simple (dependencies only), auto (the selector per "
+                      "collective-GEMM pair), each schedule family forced where it applies; vs_simple = step time / "
+                      "simple - 1")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")
         rep.table("memory", res.memory_frame(), "Memory per GPU (bytes and GB)")
         rep.table("by_role", roles, "Per operator role and phase (seconds per GPU per step)")

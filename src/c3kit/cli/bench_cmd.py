@@ -615,7 +615,8 @@ def overlap_cmd(
     path = write_calibration(_out_path(out, slug, "overlap"), "overlap", ob.COLUMNS, rows, _meta(script, extra))
     summary = ob.summarize(rows)
     if as_json:
-        emit_json({"path": str(path), "columns": ob.COLUMNS, "rows": rows, "summary": summary, "errors": val["errors"]})
+        emit_json({"path": str(path), "columns": ob.COLUMNS, "rows": rows, "summary": summary, "errors": val["errors"],
+                   "auto": val.get("auto", [])})
         return
     _echo(f"# c3kit bench overlap: TP {world}, {backend}, {tokens} tokens", False)
     for line in _table(["op", "model", "impl", "schedule", "comm", "time(us)", "serial(us)", "ideal(us)", "speedup",
@@ -625,6 +626,9 @@ def overlap_cmd(
     _echo("# auto / best of (serial, torch fused); best c3kit / that; auto's fraction of ideal", False)
     for line in _table(["op", "model", "tp", "comm_share", "auto/base", "best/base", "auto_frac"], summary):
         _echo(line, False)
+    for a in val.get("auto", []):
+        _echo(f"# auto {a['op']} {a['model']} {a['comm']}: ran {a['schedule']} ({a['engine_schedule'] or 'size rule'})"
+              + (f"; {a['note']}" if a["note"] else ""), False)
     for e in val["errors"]:
         _echo(f"# not run: {e}", False)
     _echo(f"# wrote {len(rows)} rows to {path}", False)

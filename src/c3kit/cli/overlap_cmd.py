@@ -187,4 +187,47 @@ def register(app: typer.Typer) -> None:
         console.print(f"models held out: {', '.join(rep['held_out_models'])}; simulating all schedules "
                       f"{rep['ms_per_operator']:.2f} ms per operator, selecting {rep['ms_per_select']:.2f} ms")
 
+    @ov.command("validate")
+    def validate_cmd(data: Optional[Path] = typer.Option(None, help="dataset CSV (default: the shipped "
+                                                                     "published_overlap.csv)"),
+                     split: str = typer.Option("all", help="fit, held-out or all"),
+                     power: str = typer.Option("sustained", help="GEMM clocks: sustained (as the benchmarks "
+                                                                 "ran, after warm-up) or burst"),
+                     json_: bool = JSON_OPT) -> None:
+        """Measured against predicted per schedule on published overlapped ops, and the selector's choice."""
+        from c3kit.overlap.validate import SPLITS, validate
+
+        if split not in (*SPLITS, "all"):
+            raise OverlapError(f"--split must be fit, held-out or all, got {split!r}")
+        rep = validate(data, power=power)
+        cases = [c for c in rep.cases if split == "all" or c.split == split]
+        if json_:
+            doc = rep.to_dict()
+            doc["cases"] = [d for d in doc["cases"] if split == "all" or d["split"] == split]
+            emit_json({**doc, "power": power})
+            return
+        rows = []
+        for c in cases:
+            for r in c.rows:
+                mark = " <- chosen" if r.schedule == c.chosen else ""
+                rows.append((c.split, c.case, r.implementation[:44], r.schedule or "-", fmt_time(r.measured),
+                             fmt_time(r.predicted) if r.predicted is not None else "-",
+                             f"{100 * r.error:+.1f}%" if r.error is not None else "-",
+                             ("best" if r.schedule == c.measured_best else "") + mark))
+        console.print(rich_table(f"published overlapped ops: measured vs predicted ({power} GEMM clocks)",
+                                 ("split", "case", "implementation", "schedule", "measured", "predicted",
+                                  "error", "measured best / chosen"), rows))
+        for s in (SPLITS if split == "all" else (split,)):
+            sc = rep.scores[s]
+
+            def pct(x):
+                return "-" if x is None else f"{100 * x:.1f}%"
+
+            console.print(f"[bold]{s}[/bold] ({sc['cases']} cases): median |error| serial {pct(sc['serial_median_abs_error'])}, "
+                          f"async TP (ring-dma) {pct(sc['async_tp_median_abs_error'])}, all {pct(sc['all_median_abs_error'])}; "
+                          f"'overlap beats serial' sign right {pct(sc['sign_right_share'])} of {sc['sign_rows']} rows; "
+                          f"selector chose the measured best in {pct(sc['selector_best_share'])} of cases "
+                          f"(worst: {sc['selector_worst_vs_best'] or 1:.2f}x the best)")
+        console.print("targets on held-out rows: serial and async-TP median |error| <= 10%, sign right >= 90%")
+
     app.add_typer(ov, name="overlap")

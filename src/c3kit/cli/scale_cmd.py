@@ -59,6 +59,9 @@ def scale(
     paper: bool = typer.Option(True, "--paper/--no-paper", help="Also run the models-grow-with-hardware sweep."),
     grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
+    overlap: bool = typer.Option(True, "--overlap/--no-overlap",
+                                 help="Also exposed communication under --overlap none and auto (the overlap "
+                                      "engine per collective-GEMM pair, cached by pair shape) beside simple."),
     power: str = POWER_OPT,
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
@@ -86,7 +89,7 @@ def scale(
     if "rules" in changes:
         pspec = replace(pspec, rules=changes["rules"])
     with progress_bar("projecting scenarios", not as_json) as update:
-        res = run(gspec, pspec if paper else None, cm, progress=update)
+        res = run(gspec, pspec if paper else None, cm, progress=update, overlap_modes=overlap)
     write_report(out, res)
     if as_json:
         emit_json({"headline": res.headline(), "notes": res.notes, "by_generation": res.by_generation,
@@ -111,6 +114,12 @@ def _print(res, out: Path) -> None:
                                  [(r.rule, r.generation, r.scenarios, _pct(r.comm_share_median), _pct(r.comm_share_p10),
                                    _pct(r.comm_share_p90), _pct(r.exposed_share_median), _pct(r.mfu_median))
                                   for r in bg.itertuples(index=False)]))
+        if "exposed_of_comm_auto" in bg.columns:
+            console.print(rich_table("Exposed share of the communication by overlap mode (grid, median)",
+                                     ["rule", "gen", "none", "simple", "auto"],
+                                     [(r.rule, r.generation, _pct(r.exposed_of_comm_none),
+                                       _pct(r.exposed_of_comm_simple), _pct(r.exposed_of_comm_auto))
+                                      for r in bg.itertuples(index=False)]))
     p = res.paper
     if len(p):
         console.print(rich_table("Models growing with hardware (fastest fitting layout)",

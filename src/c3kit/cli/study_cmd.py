@@ -174,6 +174,20 @@ def ficco(
     _finish(res, out, as_json)
 
 
+@study_app.command("e2e")
+def e2e(
+    quick: bool = typer.Option(False, "--quick", help="One model per study."),
+    out: Path = _out_opt("e2e"),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """T3 and FiCCO end to end: whole training and prefill steps with the schedule inside the step."""
+    from c3kit.studies.all_studies import timed
+    from c3kit.studies.end_to_end import run
+
+    res = timed(run, quick=quick)
+    _finish(res, out, as_json)
+
+
 @study_app.command("all")
 def all_(
     quick: bool = typer.Option(False, "--quick", help="Every study on its small scenario set."),

@@ -18,6 +18,28 @@ from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Gemm, MemOp
 
 DEFAULT_COST_MODEL = "efficiency"
+POWER_MODES = ("burst", "sustained")
+
+
+def gemm_pricing(gpu: GPU, model=DEFAULT_COST_MODEL, power: str = "burst"):
+    """(cost model, sustained clock or None) for the engine's GEMMs on gpu.
+
+    power "burst": the GPU's own curve at burst clocks (the default). "sustained": as a GEMM runs back to
+    back after a long warm-up (published microbenchmarks; a training step): times x the power-capped clock
+    factor measured by `c3kit bench gemm --steady`, on the GPU or on the GPU whose GEMM calibration it
+    takes by a documented transfer (cost/basis.py source_gpu: H100-SXM takes the H200-SXM's curve and clock).
+    """
+    from c3kit.errors import OverlapError
+
+    if power not in POWER_MODES:
+        raise OverlapError(f"unknown power mode {power!r}: use one of {', '.join(POWER_MODES)}")
+    if power == "burst":
+        return model, None
+    from c3kit.cost.model import as_model
+    from c3kit.cost.power import sustained_for
+
+    # sustained_for and the default curve follow cost.basis.source_gpu (own, transferred or projected GEMM data)
+    return as_model(model), sustained_for(gpu.name)
 
 
 @dataclass(frozen=True)
@@ -33,12 +55,13 @@ class GemmCost:
 class CostCache:
     """Per-evaluation cache of op costs by shape (the same sub-GEMM shapes recur across schedules)."""
 
-    def __init__(self, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL):
+    def __init__(self, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL,
+                 power: str = "burst"):
         self.gpu = gpu
         self.tile_m = tile_m
         self.tile_n = tile_n
         self.traffic = traffic
-        self.model = model
+        self.model, self.clock = gemm_pricing(gpu, model, power)
         self._gemm: dict[tuple, GemmCost] = {}
         self._mem: dict[float, float] = {}
         self._speed: dict[tuple, float] = {}
@@ -56,6 +79,8 @@ class CostCache:
         if 2 * tiles <= gpu.sms:  # libraries split K when the output tiles fill less than half the SMs
             tiles *= max(1, min(8, gpu.sms // tiles, k // 128))
         t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), gpu, self.model))
+        if self.clock is not None:
+            t *= self.clock.factor(2.0 * m * n * k * batch / t / gpu.peak_flops(dtype))
         t_flops = 2.0 * m * n * k * batch / gpu.peak_flops(dtype)
         t_bytes = nbytes / gpu.hbm_bw
         # the SM-bound share: all of it for a compute-bound GEMM, the math/memory ratio otherwise
@@ -76,6 +101,8 @@ class CostCache:
             if g is None:
                 g = self._fewer[sms] = self.gpu.with_(sms=max(1, sms))
             t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), g, self.model))
+            if self.clock is not None:
+                t *= self.clock.factor(2.0 * m * n * k * batch / t / g.peak_flops(dtype))
             hit = self._speed[key] = min(1.0, self.gemm(m, n, k, dtype, batch).time / t)
         return hit
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -94,16 +95,22 @@ class ScheduleResult:
 
 def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, ContentionParams]:
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    p = params if params is not None else ContentionParams.from_calibration(g.name)
+    p = params if params is not None else default_params(g.name)
     return g, p
 
 
+@functools.lru_cache(maxsize=256)
+def default_params(gpu_name: str) -> ContentionParams:
+    """The GPU's shipped contention calibration (read once per process), else ContentionParams()."""
+    return ContentionParams.from_calibration(gpu_name)
+
+
 def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
-             cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None) -> Baseline:
+             cost_model=DEFAULT_COST_MODEL, _ctx: Ctx | None = None, power: str = "burst") -> Baseline:
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
-    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
+    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
@@ -135,12 +142,13 @@ def applicable(problem: OverlapProblem, gpu: GPU | str) -> list[str]:
 
 def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] | None = None,
              params: ContentionParams | None = None, trace: bool = False,
-             cost_model=DEFAULT_COST_MODEL) -> list[ScheduleResult]:
+             cost_model=DEFAULT_COST_MODEL, power: str = "burst") -> list[ScheduleResult]:
     """Simulate schedules (default: every applicable one) and return them ranked, fastest first.
 
     params: the contention model (default: the GPU's calibration file, else ContentionParams());
     trace: keep each schedule's Timeline with resource segments (for Perfetto export);
-    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve).
+    cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve);
+    power: "burst" or "sustained" GEMM clocks (overlap.costs.gemm_pricing).
     """
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
@@ -154,7 +162,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model))
+    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []

@@ -166,19 +166,22 @@ def _link_cost(t: Task, u: Task, t_rate: float, u_rate: float, res: Resources | 
     return common / nt * (rt / got - 1.0)
 
 
-def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None) -> list[Estimate]:
-    """Estimates of every applicable, realizable schedule, fastest first."""
-    from c3kit.overlap.evaluate import check_fits
+def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
+              candidates: tuple[str, ...] | None = None, power: str = "burst") -> list[Estimate]:
+    """Estimates of every applicable, realizable schedule (only `candidates` when given), fastest first."""
+    from c3kit.overlap.evaluate import check_fits, default_params
 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     check_fits(problem, g)
-    p = params if params is not None else ContentionParams.from_calibration(g.name)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    p = params if params is not None else default_params(g.name)
+    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     whole = ctx.gemm("gemm", "compute", problem.m, grouped=problem.pattern == "moe").work
     engine = _serial_engine(ctx)
     out = []
     for name, spec in SCHEDULES.items():
         if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
+            continue
+        if candidates is not None and name not in candidates:
             continue
         tasks, streams = build(spec, ctx, engine)
         t, free = estimate_time(tasks, streams, ctx.res, p)
@@ -209,10 +212,20 @@ def _serial_engine(ctx: Ctx) -> str:
     return "dma" if tot["dma"] < tot["sm"] else "sm"
 
 
-def select(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None) -> tuple[str, list[str]]:
-    """(schedule name, reasons) chosen from M, N, K, bytes, GPU count and hardware alone."""
+def select(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
+           candidates: tuple[str, ...] | None = None, power: str = "burst") -> tuple[str, list[str]]:
+    """(schedule name, reasons) chosen from M, N, K, bytes, GPU count and hardware alone.
+
+    candidates: the schedules the caller can run (a runtime's implementations); serial is always one.
+    """
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    est = estimates(problem, g, params)
+    if candidates is not None:
+        from c3kit.overlap.schedules import get_schedule
+
+        for c in candidates:
+            get_schedule(c)
+        candidates = tuple(dict.fromkeys(("serial", *candidates)))
+    est = estimates(problem, g, params, candidates, power)
     if not est:
         return "serial", ["no schedule applies; serial"]
     top = est[0]

@@ -214,8 +214,17 @@ class Ctx:
             shape = (max(1, math.ceil(p.m / e_loc)), p.n, p.k, p.dtype, e_loc)
         else:
             shape = (p.m, p.n, p.k, p.dtype, 1)
-        return Task(name, stream, whole.work * frac / eff, kind="compute", category="comp", deps=deps, sms=cap,
-                    hbm=whole.hbm * eff, phi=whole.phi, tiles=whole.tiles, curve=self.curve(shape, cap))
+        work, hbm = whole.work * frac, whole.hbm
+        rows = max(1, round(frac * p.m))
+        if p.pattern != "moe" and rows < p.m and p.k * p.n * self.b > self.gpu.l2_bytes:
+            # the kernel computes row blocks as their data arrive (or as their output leaves); a weight matrix
+            # B larger than L2 is streamed from HBM again for every stage, so a stage costs at least what
+            # its rows cost as a GEMM of their own (the re-read B is most of a skinny GEMM's traffic)
+            sub = self.cache.gemm(rows, p.n, p.k, p.dtype, 1)
+            if sub.time > work:
+                work, hbm = sub.time, sub.hbm_rate
+        return Task(name, stream, work / eff, kind="compute", category="comp", deps=deps, sms=cap,
+                    hbm=hbm * eff, phi=whole.phi, tiles=whole.tiles, curve=self.curve(shape, cap))
 
     def reduce(self, name: str, stream: str, nbytes: float, deps: tuple[str, ...]) -> Task:
         """A local reduction kernel (what DMA cannot do): reads and writes nbytes in total."""

@@ -348,8 +348,60 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
         pos += len(m)
 
 
-def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, progress=None) -> pd.DataFrame:
-    """Project every scenario row of df (MODEL_ and PAR_COLUMNS, "gpu" naming a key of gpus); OUT_COLUMNS back."""
+_SAVED: dict = {}  # engine price of a pair on the grid: (gpu, pattern, ranks, m, n, k, mode, power) -> saved
+
+
+def _saved(pattern: str, r: int, m: int, n: int, k: int, gpu, mode: str, power: str) -> float:
+    """step.policy.price_pair's saved share for one grid shape (nan where the mode does not apply)."""
+    from c3kit.overlap.problem import OverlapProblem
+    from c3kit.step.policy import price_pair
+
+    if r < 2 or m % (r * r):
+        return float("nan")
+    try:
+        prob = OverlapProblem(pattern, m, n, k, "bf16", r)
+    except C3kitError:
+        return float("nan")
+    price = price_pair(prob, gpu, mode, power)
+    return float("nan") if price is None else price.saved
+
+
+def _bind_engine(policy, template, sh, h, power: str):
+    """An EngineOverlap bound to a structure group: each pair's engine price per scenario, looked up by
+    distinct pair shape on a power-of-two grid of M, N, K (np.unique over the group's scenarios)."""
+    from c3kit.step.pairs import find_pairs
+    from c3kit.step.policy import BoundEngineOverlap
+    from c3kit.workload.layer import intra
+
+    pairs = find_pairs(template)
+    N = len(sh.T)
+    saved: dict[int, np.ndarray] = {}
+    objs = h["gpu_objs"]
+    ok = intra(sh.tp, sh.gpn) & (sh.tp > 1)
+    for i, pr in pairs.items():
+        _, gemm_dims = sh.compute(template.nodes[pr.gemm].op.name)
+        dims = [np.broadcast_to(np.asarray(x, dtype=np.int64), (N,)) for x in gemm_dims]
+        grid = [np.left_shift(1, np.rint(np.log2(np.maximum(d, 1))).astype(np.int64)) for d in dims]
+        keys = np.column_stack([h["gpu_index"], sh.tp, *grid])
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.full(len(uniq), np.nan)
+        for u, (gi, r, m, n, k) in enumerate(uniq.tolist()):
+            key = (objs[gi].name, pr.pattern, r, m, n, k, policy.mode, power)
+            v = _SAVED.get(key)
+            if v is None:
+                v = _SAVED[key] = _saved(pr.pattern, r, m, n, k, objs[gi], policy.mode, power)
+            vals[u] = v
+        saved[i] = np.where(ok, vals[inv.ravel()], np.nan)
+    return BoundEngineOverlap(policy, pairs, saved, {i: [] for i in pairs})
+
+
+def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, progress=None,
+                 compare: dict | None = None) -> pd.DataFrame:
+    """Project every scenario row of df (MODEL_ and PAR_COLUMNS, "gpu" naming a key of gpus); OUT_COLUMNS back.
+
+    compare: {name: policy} evaluated on the same op times; adds columns exposed_<name> and
+    step_time_<name>. A policy with `bind` (step.policy.EngineOverlap) is bound per structure group.
+    """
     from c3kit.cost.model import as_model
     from c3kit.workload.graph import build_step
 
@@ -361,6 +413,9 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     if missing:
         raise C3kitError(f"scenario table lacks column(s) {', '.join(missing)}")
     out = np.zeros((len(df), len(OUT_COLUMNS)))
+    compare = dict(compare or {})
+    extra = {k: np.zeros((len(df), 2)) for k in compare}
+    power = getattr(cm, "power", "burst")
     h_all = gpu_arrays(df["gpu"].to_numpy(), gpus)
     arrays = {k: df[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
     _check(arrays)
@@ -388,7 +443,12 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     for idx, template, plan, t, flops, sh, cols, h in groups:
         L = sh.stage_layers.astype(float)
         m = (cols["global_batch"] // (cols["micro_batch"] * cols["dp"])).astype(float)
-        tl = evaluate(plan, t, policy, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
+        for name, pol in compare.items():
+            bound = _bind_engine(pol, template, sh, h, power) if hasattr(pol, "bind") else pol
+            tlx = evaluate(plan, t, bound, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
+            extra[name][idx] = np.column_stack([tlx.exposed.sum(axis=0), tlx.step_time])
+        pol = _bind_engine(policy, template, sh, h, power) if hasattr(policy, "bind") else policy
+        tl = evaluate(plan, t, pol, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
         comp, comm, exp = tl.compute.sum(axis=0), tl.comm.sum(axis=0), tl.exposed.sum(axis=0)
         step = tl.step_time
         lay = np.where(plan.in_layer[:, None], L, 1.0)
@@ -405,4 +465,8 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
             by_stream["tp"], by_stream["dp"], by_stream["pp"]])
         if progress is not None:
             progress(len(idx))
-    return pd.DataFrame(out, columns=list(OUT_COLUMNS), index=df.index)
+    res = pd.DataFrame(out, columns=list(OUT_COLUMNS), index=df.index)
+    for name, v in extra.items():
+        res[f"exposed_{name}"] = v[:, 0]
+        res[f"step_time_{name}"] = v[:, 1]
+    return res

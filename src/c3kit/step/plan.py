@@ -213,9 +213,13 @@ class Timeline:
 def _seg_time(seg: Segment, t: np.ndarray, policy, exposed_each: np.ndarray) -> np.ndarray:
     """Critical-path time of one segment instance; writes each blocking comm's exposure (per instance)."""
     total = t[list(seg.compute)].sum(axis=0) if seg.compute else np.zeros(t.shape[1])
+    engine = getattr(policy, "blocking_exposure", None)  # a policy that prices each pair itself (step.policy)
     for b in seg.blocking:
         partner = t[list(b.partners)].sum(axis=0) if b.partners else np.zeros(t.shape[1])
-        x = np.clip(policy.pair_time(partner, t[b.node], b.dependent) - partner, 0.0, t[b.node])
+        if engine is not None:
+            x = engine(b.node, partner, t, b.dependent)
+        else:
+            x = np.clip(policy.pair_time(partner, t[b.node], b.dependent) - partner, 0.0, t[b.node])
         exposed_each[b.node] = x
         total = total + x
     return total
@@ -245,12 +249,17 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     def dp_sum(idx):
         return t[list(idx)].sum(axis=0) if idx else zeros
 
+    layer_pair = getattr(policy, "layer_pair_time", None)  # a policy that prices the DP-layer pair per phase
+
+    def dp_pair(ph, c, d):
+        return layer_pair(ph, c, d) if layer_pair is not None else policy.pair_time(c, d, False)
+
     spans = {}
     for ph in ("fwd", "bwd"):
         c = _seg_time(plan.layer[ph], t, policy, x_each)
         pre, post = dp_sum(plan.dp_pre[ph]), dp_sum(plan.dp_post[ph])
         d = pre + post
-        span = pre + c + (L - 1) * policy.pair_time(c, d, False) + post
+        span = pre + c + (L - 1) * dp_pair(ph, c, d) + post
         spans[ph] = (c, d, pre, post, span)
     micro_f = _seg_time(plan.micro["fwd"], t, policy, x_each)
     micro_b = _seg_time(plan.micro["bwd"], t, policy, x_each)
@@ -261,7 +270,7 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     d_step = dp_sum(plan.dp_last)
     if plan.dp_last:
         per_layer = d_b + d_step
-        span_last = pre_b + c_b + (L - 1) * policy.pair_time(c_b, per_layer, False) + post_b + d_step
+        span_last = pre_b + c_b + (L - 1) * dp_pair("bwd", c_b, per_layer) + post_b + d_step
         tail = span_last - span_b
     else:
         tail = zeros

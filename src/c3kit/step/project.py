@@ -30,6 +30,8 @@ class OpRow:
     exposed_s: float
     hidden_s: float
     share: float  # (compute + exposed) / step time
+    schedule: str = ""  # how a collective (and its GEMM partner) ran: none, simple or an overlap schedule
+    overlap_speedup: float = 1.0  # (GEMM + collective) / (GEMM + exposed collective) of its pair; 1 otherwise
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,16 @@ class StepResult:
         return pd.DataFrame([asdict(r) for r in self.rows])
 
     def by_role(self):
-        """Rows summed by (phase, role), sorted by share of step."""
+        """Rows summed by (phase, role), sorted by share of step; schedule(s) and comm-weighted overlap speedup."""
         df = self.frame()
         cols = ["compute_s", "comm_s", "exposed_s", "hidden_s", "share"]
-        g = df.groupby(["role", "phase"], sort=False)[cols].sum().reset_index()
+        grp = df.groupby(["role", "phase"], sort=False)
+        g = grp[cols].sum().reset_index()
+        g["schedule"] = grp["schedule"].agg(lambda s: "/".join(sorted({x for x in s if x}))).to_numpy()
+        w = df["comm_s"].where(df["comm_s"] > 0, df["compute_s"]) + 1e-30
+        df = df.assign(_w=w, _ws=w * df["overlap_speedup"])
+        g["overlap_speedup"] = (df.groupby(["role", "phase"], sort=False)["_ws"].sum()
+                                / df.groupby(["role", "phase"], sort=False)["_w"].sum()).to_numpy()
         return g.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
 
     def by_stream(self):
@@ -158,15 +166,19 @@ def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer
     timer = timer or step_timer(cost_model)
     plan = plan or make_plan(graph)
     t = node_times(graph, hw, timer)
+    if hasattr(policy, "bind"):
+        policy = policy.bind(graph, hw)
     tl = evaluate(plan, t, policy)
     step = float(tl.step_time[0])
+    sched, speed = _pair_columns(graph, plan, tl, policy)
     rows = []
     for i, nd in enumerate(graph.nodes):
         comp, comm, exp = float(tl.compute[i, 0]), float(tl.comm[i, 0]), float(tl.exposed[i, 0])
         rows.append(OpRow(
             id=int(nd.id), name=nd.op.name, role=nd.role or nd.op.name, phase=nd.phase, scope=nd.scope,
             stream=nd.stream, runs=int(plan.multiplicity[i]), time_each=float(t[i]), compute_s=comp, comm_s=comm,
-            exposed_s=exp, hidden_s=max(comm - exp, 0.0), share=(comp + exp) / step if step > 0 else 0.0))
+            exposed_s=exp, hidden_s=max(comm - exp, 0.0), share=(comp + exp) / step if step > 0 else 0.0,
+            schedule=sched.get(i, ""), overlap_speedup=speed.get(i, 1.0)))
     bubble = float(tl.bubble[0])
     if bubble > 0:
         rows.append(OpRow(id=-1, name="pipeline bubble", role="pp_bubble", phase="-", scope="step", stream="-",
@@ -177,6 +189,46 @@ def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer
         global_batch=int(graph.par.global_batch), micro_batches=int(graph.micro_batches),
         policy=getattr(policy, "name", type(policy).__name__), rows=tuple(rows),
         totals=totals(graph, plan, hw, tl))
+
+
+def _pair_columns(graph, plan: Plan, tl, policy) -> tuple[dict, dict]:
+    """schedule and overlap_speedup per node: every collective gets the policy's name (or the engine's
+    schedule for its pair); a collective-GEMM pair's two rows get (g + m) / (g + exposed) per step."""
+    from c3kit.step.pairs import find_pairs
+
+    name = getattr(policy, "name", type(policy).__name__)
+    sched: dict[int, str] = {}
+    speed: dict[int, float] = {}
+    for i, nd in enumerate(graph.nodes):
+        if plan.is_comm[i]:
+            sched[i] = policy.schedule_of(i) if hasattr(policy, "schedule_of") else name
+    for i, pr in find_pairs(graph).items():
+        g, m, x = float(tl.compute[pr.gemm, 0]), float(tl.comm[i, 0]), float(tl.exposed[i, 0])
+        # the GEMM runs once per collective run; scale it to the collective's runs per step
+        g *= plan.multiplicity[i] / plan.multiplicity[pr.gemm] if plan.multiplicity[pr.gemm] else 0.0
+        speed[i] = speed[pr.gemm] = (g + m) / (g + x) if g + x > 0 else 1.0
+        sched[pr.gemm] = sched[i]
+    return sched, speed
+
+
+def compare_overlap(graph, hw: GPU, *, timer: Timer | None = None, cost_model=None, power: str = "burst",
+                    modes: tuple[str, ...] | None = None) -> list[dict]:
+    """Step time, exposed communication and change against `simple` under none, simple, auto and each
+    schedule family (the op times are computed once; engine prices are cached by pair shape)."""
+    from c3kit.step.policy import FAMILIES, EngineOverlap, SerialOverlap, SimpleOverlap
+
+    timer = timer or step_timer(cost_model)
+    plan = make_plan(graph)
+    t = node_times(graph, hw, timer)
+    out = []
+    for mode in modes or ("none", "simple", "auto", *FAMILIES):
+        pol = {"none": SerialOverlap(), "simple": SimpleOverlap()}.get(mode) or EngineOverlap(mode, power).bind(graph, hw)
+        tl = evaluate(plan, t, pol)
+        out.append({"mode": mode, "step_time": float(tl.step_time[0]), "exposed": float(tl.exposed[:, 0].sum())})
+    base = next((r["step_time"] for r in out if r["mode"] == "simple"), None)
+    for r in out:
+        r["vs_simple"] = r["step_time"] / base - 1.0 if base else 0.0
+    return out
 
 
 def model_flops(graph) -> tuple[float, float]:

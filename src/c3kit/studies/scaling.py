@@ -214,12 +214,12 @@ def _feasible(df: pd.DataFrame, gpus: dict) -> tuple[pd.DataFrame, pd.DataFrame]
     return df[keep].reset_index(drop=True), excluded.reset_index(drop=True)
 
 
-def _project(df: pd.DataFrame, gpus: dict, cost_model, progress) -> pd.DataFrame:
+def _project(df: pd.DataFrame, gpus: dict, cost_model, progress, compare=None) -> pd.DataFrame:
     from c3kit.step.fast import project_many
 
     if not len(df):
         return df
-    out = project_many(df, gpus, cost_model, progress=progress)
+    out = project_many(df, gpus, cost_model, progress=progress, compare=compare)
     res = pd.concat([df, out], axis=1)
     res["params"] = params_of(res["hidden"], res["layers"])
     res["gpus"] = res["tp"] * res["pp"] * res["dp"]
@@ -252,8 +252,16 @@ def paper_scenarios(spec: PaperSpec) -> tuple[pd.DataFrame, dict]:
 
 
 def run(grid: GridSpec | None = GridSpec(), paper: PaperSpec | None = PaperSpec(), cost_model="efficiency",
-        progress: Callable[[int, int], None] | None = None) -> ScalingResult:
-    """Run the grid and paper sweeps; progress(done, total) is called as scenarios are projected."""
+        progress: Callable[[int, int], None] | None = None, overlap_modes: bool = False) -> ScalingResult:
+    """Run the grid and paper sweeps; progress(done, total) is called as scenarios are projected.
+
+    overlap_modes: also the exposed communication and step time of every scenario under --overlap none
+    and auto (columns exposed_none, exposed_auto, step_time_none, step_time_auto; `simple` is the main one).
+    """
+    from c3kit.step.policy import policy_for
+
+    power = getattr(cost_model, "power", "burst")
+    compare = {m: policy_for(m, power) for m in ("none", "auto")} if overlap_modes else None
     t0 = perf_counter()
     empty = pd.DataFrame()
     frames = {}
@@ -276,7 +284,7 @@ def run(grid: GridSpec | None = GridSpec(), paper: PaperSpec | None = PaperSpec(
     for name, df in frames.items():
         k, e = _feasible(df, gpus_all)
         tick(len(e))
-        kept[name], excl[name] = _project(k, gpus_all, cost_model, tick), e
+        kept[name], excl[name] = _project(k, gpus_all, cost_model, tick, compare), e
     scen = kept.get("grid", empty)
     excluded = pd.concat([e.assign(sweep=n) for n, e in excl.items()], ignore_index=True) if excl else empty
     by_gen = _by_generation(scen)
@@ -296,6 +304,11 @@ def _by_generation(s: pd.DataFrame) -> pd.DataFrame:
                 comm_share_p10=("comm_share", lambda x: x.quantile(0.1)),
                 comm_share_p90=("comm_share", lambda x: x.quantile(0.9)),
                 exposed_share_median=("exposed_share", "median"), mfu_median=("mfu", "median")).reset_index()
+    if "exposed_auto" in s.columns:  # exposed communication as a share of the serialized communication, per mode
+        for mode in ("none", "simple", "auto"):
+            col = "exposed" if mode == "simple" else f"exposed_{mode}"
+            frac = (s[col] / s["comm"].where(s["comm"] > 0)).fillna(0.0)
+            out[f"exposed_of_comm_{mode}"] = frac.groupby([s["rule"], s["generation"]]).median().to_numpy()
     return out.sort_values(["rule", "generation"]).reset_index(drop=True)
 
 

@@ -105,7 +105,7 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
     tdt = torch_dtype(dtype) if cuda else torch.float32
     comms = list(comms or (("nccl", "copy-engine") if cuda else ("gloo",)))
     base = "nccl" if cuda else "gloo"
-    rows, errors = [], []
+    rows, errors, autos = [], [], []
     tp = world
     g = torch.Generator(device="cpu").manual_seed(rank)
     todo = sweep_cases(models, ops_)
@@ -177,11 +177,28 @@ def overlap_sweep(rank: int, world: int, models: Sequence[str] = ("llama3-70b",)
                                  serial / t, frac])
                 rows.append([op, name, tp, m, n, k, experts, dtype, "reference", "serial-nccl-cublas", base, serial,
                              t_comp, t_comm, serial, ideal, 1.0, 0.0])
+                if "auto" in schedules:  # what auto ran, and what the selector wanted that the runtime cannot realize
+                    for c in comms:
+                        ch = _auto_choice(op, m, n, k, tp, x.element_size(), c, experts)
+                        autos.append({"op": op, "model": name, "comm": c, "schedule": ch.schedule,
+                                      "engine_schedule": ch.engine_schedule, "engine_best": ch.engine_best,
+                                      "note": ch.note})
             except Exception as e:  # noqa: BLE001
                 errors.append(f"{name} {op}: {type(e).__name__}: {str(e)[:200]}")
             done[0] += 1
             report(f"{name} {op}")
-    return {"rank": rank, "rows": rows, "errors": errors}
+    return {"rank": rank, "rows": rows, "errors": errors, "auto": autos}
+
+
+def _auto_choice(op: str, m: int, n: int, k: int, tp: int, elem: int, comm: str, experts: int):
+    """runtime.schedules.choose_auto with the global sizes the runtime ops pass for this sweep's case."""
+    from c3kit.runtime.schedules import choose_auto
+
+    if op == "ag":
+        return choose_auto("all_gather_matmul", m, n, k, tp, elem, comm)
+    if op == "rs":
+        return choose_auto("matmul_reduce_scatter", m, n, k * tp, tp, elem, comm)
+    return choose_auto("moe", m * tp, n, k, tp, elem, comm, experts=experts)
 
 
 def summarize(rows: Sequence[Sequence]) -> list[list]:

@@ -1,0 +1,63 @@
+"""The vectorized sweep prices collective-GEMM pairs as the per-node path does (auto and none beside simple)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from c3kit.hw import get_gpu
+from c3kit.step import SerialOverlap, SimpleOverlap, project
+from c3kit.step.fast import project_many, scenario_objects
+from c3kit.step.policy import EngineOverlap
+from c3kit.step.project import step_timer
+from c3kit.workload.graph import build_step
+
+GPUS = {n: get_gpu(n) for n in ("H200-SXM", "MI300X")}
+
+
+def pow2_scenarios() -> pd.DataFrame:
+    """GQA models whose every GEMM dimension is a power of two (the sweep's price grid is then exact)."""
+    rows = []
+    for i, (tp, sp, seq, mb, gpu) in enumerate([(2, True, 2048, 1, "H200-SXM"), (4, True, 1024, 2, "MI300X"),
+                                               (8, False, 2048, 1, "H200-SXM"), (2, False, 4096, 1, "MI300X"),
+                                               (1, False, 1024, 1, "H200-SXM")]):
+        rows.append(dict(hidden=2048, layers=4, heads=16, kv_heads=8, ffn_hidden=8192, vocab=32768, gated_mlp=False,
+                         layernorm=False, tied_embeddings=True, seq=seq, micro_batch=mb, global_batch=2 * mb, tp=tp,
+                         sp=sp, dp=1, pp=1, fsdp=False, dist_optimizer=False, recompute=0, gpu=gpu))
+    return pd.DataFrame(rows)
+
+
+def test_auto_and_none_agree_with_the_per_node_path():
+    df = pow2_scenarios()
+    out = project_many(df, GPUS, "efficiency", policy=EngineOverlap("auto"),
+                       compare={"none": SerialOverlap(), "simple": SimpleOverlap()})
+    timer = step_timer("efficiency")
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row.to_dict())
+        g = build_step(model, par, "train", int(row["seq"]), "bf16", GPUS[row["gpu"]].gpus_per_node)
+        auto = project(g, GPUS[row["gpu"]], policy=EngineOverlap("auto"), timer=timer)
+        none = project(g, GPUS[row["gpu"]], policy=SerialOverlap(), timer=timer)
+        assert out.loc[i, "step_time"] == pytest.approx(auto.totals.step_time, rel=1e-9)
+        assert out.loc[i, "exposed"] == pytest.approx(auto.totals.exposed, rel=1e-9)
+        assert out.loc[i, "step_time_none"] == pytest.approx(none.totals.step_time, rel=1e-9)
+    assert np.all(out["step_time"] <= out["step_time_simple"] * (1 + 1e-12))
+    assert np.all(out["step_time_simple"] <= out["step_time_none"] * (1 + 1e-12))
+    assert np.all(out["exposed_none"] >= out["exposed_simple"] - 1e-15)
+
+
+def test_scale_reports_exposed_comm_per_mode(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    args = ["scale", "--no-paper", "--hidden", "8192", "--layers", "32", "--seq", "8192", "--batch", "512", "--tp",
+            "8", "--pp", "1", "--dp", "8", "--generations", "0,2", "--rules", "historical", "--out", str(tmp_path / "s")]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["by_generation"]
+    assert rows and all(r["exposed_of_comm_none"] == pytest.approx(1.0) for r in rows)
+    assert all(0.0 <= r["exposed_of_comm_auto"] <= 1.0 for r in rows)
+    scen = pd.read_csv(tmp_path / "s" / "scenarios.csv")
+    assert {"exposed_none", "exposed_auto", "step_time_auto"} <= set(scen.columns)
+    # step times are ordered; exposure need not be (a shorter layer hides less of the DP reduction)
+    assert (scen["step_time_auto"] <= scen["step_time"] * (1 + 1e-12)).all()
+    assert (scen["step_time"] <= scen["step_time_none"] * (1 + 1e-12)).all()
