@@ -55,7 +55,9 @@ def analyze(
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt)
     cm, cost_model = with_power(cost_model, power)
-    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm)
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
+
+    result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm, overheads=DEFAULT_OVERHEADS)
     write_report(out, cfg, result, cost_model)
     if as_json:
         emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,
@@ -95,7 +97,8 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
     console.print(rich_table("Totals", ["metric", "value"], [
         ("step time", fmt_time(t.step_time)), ("compute", fmt_time(t.compute)), ("communication", fmt_time(t.comm)),
         ("exposed comm", fmt_time(t.exposed)), ("hidden comm", fmt_time(t.hidden)),
-        ("pipeline bubble", fmt_time(t.bubble)), ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
+        ("pipeline bubble", fmt_time(t.bubble)), ("step-level overheads", fmt_time(t.overhead)),
+        ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
         ("exposed share of step", f"{100 * t.exposed_share:.1f}%"), ("MFU", f"{100 * t.mfu:.1f}%"),
         ("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")]))
     console.print(_stream_line(result))

@@ -224,13 +224,14 @@ def predict(row, cost_model=None, policy=None) -> dict:
     """Projected step of one run (seconds per GPU) by the same path as `c3kit analyze`."""
     from c3kit.hw import get_gpu
     from c3kit.step import project
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
     from c3kit.workload.graph import build_step
 
     m, p = run_objects(row)
     gpu = get_gpu(str(row["gpu"]))
     cm = default_cost_model() if cost_model is None else cost_model
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node)
-    r = project(g, gpu, cost_model=cm, policy=policy)
+    r = project(g, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
     dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
