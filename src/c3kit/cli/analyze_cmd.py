@@ -24,7 +24,8 @@ def analyze(
     tp: int = typer.Option(None, "--tp", help="Tensor-parallel size [default: 8, or fewer GPUs]."),
     sp: bool = typer.Option(None, "--sp/--no-sp", help="Sequence parallelism [default: on with TP in training]."),
     dp: int = typer.Option(None, "--dp", help="Data-parallel size [default: gpus / (tp x pp)]."),
-    fsdp: bool = typer.Option(False, "--fsdp", help="Shard weights, gradients, optimizer over DP (ZeRO-3)."),
+    fsdp: bool = typer.Option(None, "--fsdp/--no-fsdp",
+                              help="Shard weights, gradients, optimizer over DP (ZeRO-3) [default: when fastest]."),
     dist_opt: bool = typer.Option(None, "--dist-opt/--no-dist-opt",
                                   help="Shard the optimizer state over DP (ZeRO-1) [default: when needed to fit]."),
     pp: int = typer.Option(None, "--pp", help="Pipeline stages [default: the fewest that fit]."),
@@ -51,16 +52,17 @@ def analyze(
     policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
     if policy not in policies:
         raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
+    cm, cost_model = with_power(cost_model, power)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt)
-    cm, cost_model = with_power(cost_model, power)
+                  dist_optimizer=dist_opt, cost_model=cm, policy=policies[policy])
     from c3kit.step.overheads import DEFAULT_OVERHEADS
 
     result = project(cfg.graph, cfg.hw, policy=policies[policy], cost_model=cm, overheads=DEFAULT_OVERHEADS)
     write_report(out, cfg, result, cost_model)
     if as_json:
-        emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "cost_model": cost_model,
+        emit_json({"config": config_dict(cfg), "chosen": list(cfg.chosen), "tried": list(cfg.tried),
+                   "cost_model": cost_model,
                    **result.to_dict(), "out": str(out)})
         return
     _print(cfg, result, out, cost_model)
@@ -88,6 +90,11 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
     console.print(_describe(cfg) + f"; cost model {cost_model}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
+    if len(cfg.tried) > 1:
+        console.print(rich_table("Layouts tried (least recomputation that fits, per pipeline depth and sharding)",
+                                 ["layout", "verdict", "s / sequence"],
+                                 [(c.label(), c.verdict, "-" if c.seconds_per_sequence != c.seconds_per_sequence
+                                   else fmt_time(c.seconds_per_sequence)) for c in cfg.tried]))
     roles = result.by_role()
     rows = [(r.role, r.phase, fmt_time(r.compute_s), fmt_time(r.comm_s), fmt_time(r.exposed_s),
              f"{100 * r.share:.1f}%") for r in roles.itertuples(index=False)]
@@ -127,6 +134,10 @@ def write_report(out: Path, cfg, result, cost_name: str = "efficiency") -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
+        if len(cfg.tried) > 1:
+            rep.table("layouts_tried", pd.DataFrame([{"layout": c.label(), "verdict": c.verdict,
+                                                      "seconds_per_sequence": c.seconds_per_sequence}
+                                                     for c in cfg.tried]), "Layouts the auto-layout tried")
         rep.text(f"Cost model: c3kit.cost {cost_name!r}. Overlap policy: {result.policy} (ops overlap where dependencies allow; see docs/analyze.md). "
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
                  f"{fmt_time(t.comm)} of which {fmt_time(t.exposed)} exposed and {fmt_time(t.hidden)} hidden, "
