@@ -92,3 +92,17 @@ def test_given_sharding_and_recompute_are_kept():
     assert cfg.par.dist_optimizer and cfg.par.recompute == "full" and len(cfg.tried) == 1
     with pytest.raises(MemoryFitError):
         resolve(model="llama-3-70b", gpus=8, tp=8, pp=1, recompute="none", fsdp=False, dist_optimizer=False)
+
+
+def test_analyze_reports_the_layouts_it_tried(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    assert main(["analyze", "--model", "llama-3-405b", "--gpus", "576", "--tp", "8", "--pp", "9",
+                 "--out", str(tmp_path / "a"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["dist_optimizer"] and doc["config"]["recompute"] == "none"
+    verdicts = {(c["sharding"], c["recompute"]): c["verdict"] for c in doc["tried"]}
+    assert verdicts[("zero1", "none")] == "chosen" and verdicts[("ddp", "full")].startswith("slower")
+    assert (tmp_path / "a" / "layouts_tried.csv").is_file()

@@ -91,10 +91,14 @@ def _print(cfg, result, out: Path, cost_model: str) -> None:
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     if len(cfg.tried) > 1:
-        console.print(rich_table("Layouts tried (least recomputation that fits, per pipeline depth and sharding)",
+        fit = [c for c in cfg.tried if not c.verdict.startswith("does not fit")]
+        console.print(rich_table("Layouts that fit (least recomputation per pipeline depth and sharding)",
                                  ["layout", "verdict", "s / sequence"],
                                  [(c.label(), c.verdict, "-" if c.seconds_per_sequence != c.seconds_per_sequence
-                                   else fmt_time(c.seconds_per_sequence)) for c in cfg.tried]))
+                                   else fmt_time(c.seconds_per_sequence)) for c in fit]))
+        if len(fit) < len(cfg.tried):
+            console.print(f"also tried {len(cfg.tried) - len(fit)} layouts that do not fit in memory "
+                          f"(all listed in the report and in --json)")
     roles = result.by_role()
     rows = [(r.role, r.phase, fmt_time(r.compute_s), fmt_time(r.comm_s), fmt_time(r.exposed_s),
              f"{100 * r.share:.1f}%") for r in roles.itertuples(index=False)]

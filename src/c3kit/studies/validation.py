@@ -239,6 +239,7 @@ def predict(row, cost_model=None, policy=None) -> dict:
         step += dp_hidden
     return {"predicted_s": step, "compute_s": t.compute, "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
+            "overhead_s": t.overhead,
             "mfu_predicted": t.mfu * t.step_time / step}
 
 
@@ -288,7 +289,7 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
     if progress is not None:
         progress(n, n, "")
     t = pd.DataFrame(rows)
-    for c in ("predicted_s", "compute_s", "comm_s", "exposed_s", "bubble_s", "mfu_predicted"):
+    for c in ("predicted_s", "compute_s", "comm_s", "exposed_s", "bubble_s", "overhead_s", "mfu_predicted"):
         if c not in t.columns:
             t[c] = np.nan
     t["error"] = t["predicted_s"] / t["measured_s"] - 1
