@@ -7,7 +7,7 @@ the CLI's option defaults are read from this function's signature.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from c3kit.errors import C3kitError
 
@@ -49,6 +49,7 @@ class AnalyzeResult:
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
+                "tried": [asdict(c) for c in self.config.tried],
                 **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
                 "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}
 
@@ -89,7 +90,7 @@ def memory_dict(m) -> dict:
             "capacity": float(m.capacity), "headroom": float(m.headroom), "fits": bool(m.fits), "gpu": m.gpu}
 
 
-def check_request(hw: str, gpus: int | None, dp: int | None, fsdp: bool, dist_opt: bool | None, dtype: str) -> None:
+def check_request(hw: str, gpus: int | None, dp: int | None, fsdp: bool | None, dist_opt: bool | None, dtype: str) -> None:
     """Refuse requests that resolve() would accept but that make no sense (raises C3kitError)."""
     from c3kit.hw import get_gpu
 
@@ -115,16 +116,21 @@ def with_power(cost_model: str, power: str):
 
 
 def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | None = None, tp: int | None = None,
-            sp: bool | None = None, dp: int | None = None, fsdp: bool = False, dist_opt: bool | None = None,
+            sp: bool | None = None, dp: int | None = None, fsdp: bool | None = None, dist_opt: bool | None = None,
             pp: int | None = None, vpp: int = 1, ep: int = 1, seq: int = 8192, batch: int | None = None,
             micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train", recompute: str | None = None,
             overlap: str | None = None, policy: str | None = None, trace=None, compare_overlap: bool = True,
+            overheads="default",
             cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
     policy is its old name (serial = none). trace: a path to write one layer's Perfetto trace to.
     compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
+    overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
+    (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
+    Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
+    (engine modes search under simple overlap, then project under the mode).
     """
     from c3kit.step import project
     from c3kit.step.config import resolve
@@ -133,17 +139,28 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     mode = overlap or {"serial": "none"}.get(policy or "simple", policy or "simple")
     policy_for(mode)  # reject an unknown mode before any work
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
-    cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
-                  batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt)
+    if isinstance(overheads, str):
+        if overheads != "default":
+            raise C3kitError(f"overheads {overheads!r}: give 'default', an OverheadModel or None")
+        from c3kit.step.overheads import DEFAULT_OVERHEADS
+
+        overheads = DEFAULT_OVERHEADS
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
-    step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm)
+    search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
+    cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
+                  batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
+                  dist_optimizer=dist_opt, cost_model=cm, policy=search)
+    step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:
         from c3kit.step.project import compare_overlap as compare
 
-        modes = tuple(compare(cfg.graph, cfg.hw, cost_model=cm, power=pw))
+        extra = step.totals.overhead  # step-level overheads do not depend on the overlap mode
+        modes = [{**r, "step_time": r["step_time"] + extra} for r in compare(cfg.graph, cfg.hw, cost_model=cm,
+                                                                              power=pw)]
+        base = next((r["step_time"] for r in modes if r["mode"] == "simple"), None)
+        modes = tuple({**r, "vs_simple": r["step_time"] / base - 1.0 if base else 0.0} for r in modes)
     if trace is not None:
         from c3kit.step.trace import write_trace
 

@@ -87,7 +87,7 @@ def test_malformed_config_json(tmp_path, capsys, text):
 
 
 def test_serial_policy_exposes_everything(tmp_path, capsys):
-    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "16", "--tp", "8", "--seq", "2048", "--policy", "serial",
+    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "16", "--tp", "8", "--pp", "1", "--seq", "2048", "--policy", "serial",
                  "--out", str(tmp_path / "s"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["totals"]["exposed"] == pytest.approx(doc["totals"]["comm"])

@@ -1,4 +1,4 @@
-"""`c3kit validate`: the shipped runs, JSON, and bad input (exit 2, nothing written)."""
+"""`c3kit validate`: the shipped runs, groups, JSON, and bad input (exit 2, nothing written)."""
 
 import json
 
@@ -11,23 +11,27 @@ def test_runs_and_reports(tmp_path, capsys):
     out = tmp_path / "v"
     assert main(["validate", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "mean absolute error" in text
-    for f in ("report.md", "validation.csv", "runs.csv", "predicted_vs_measured.png"):
+    assert "overall over" in text and "MAE" in text and "bias" in text and "not modelled" in text
+    for f in ("report.md", "validation.csv", "by_group.csv", "runs.csv", "signed_error.png"):
         assert (out / f).is_file()
 
 
 def test_json(tmp_path, capsys):
     assert main(["validate", "--cost-model", "efficiency", "--out", str(tmp_path / "j"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["cost_model"] == "efficiency" and doc["mae"] > 0 and len(doc["runs"]) >= 15
+    assert doc["cost_model"].startswith("efficiency") and doc["overall"]["mae"] > 0 and len(doc["runs"]) >= 40
+    assert {g["group"] for g in doc["by_group"]} >= {"gpu", "framework_family", "dtype", "kind"}
+    assert all(r["status"].startswith("not modelled") for r in doc["not_modelled"])
 
 
-@pytest.mark.parametrize("make", ["model", "missing", "columns", "garbage"])
+@pytest.mark.parametrize("make", ["model", "power", "missing", "columns", "garbage"])
 def test_bad_input(tmp_path, capsys, make):
     out = tmp_path / "never"
     args = ["validate", "--out", str(out)]
     if make == "model":
-        args += ["--cost-model", "oracle"]
+        args += ["--cost-model", "calibrated"]
+    elif make == "power":
+        args += ["--power", "turbo"]
     elif make == "missing":
         args += ["--runs", str(tmp_path / "nope.csv")]
     else:

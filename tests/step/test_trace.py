@@ -26,7 +26,7 @@ def _threads(doc):
 
 def test_cli_trace_is_valid_chrome_json_with_tracks(tmp_path, capsys):
     f = tmp_path / "layer.json"
-    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "16", "--tp", "8", "--seq", "2048",
+    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "16", "--tp", "8", "--pp", "1", "--seq", "2048",
                  "--overlap", "ring-dma", "--trace", str(f), "--out", str(tmp_path / "o"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["trace"] == str(f)
     doc = json.loads(f.read_text())

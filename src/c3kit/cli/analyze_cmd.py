@@ -33,7 +33,8 @@ def analyze(
     sp: bool = typer.Option(_D["sp"], "--sp/--no-sp", help="Sequence parallelism.",
                             show_default="on with TP > 1 in training"),
     dp: int = typer.Option(_D["dp"], "--dp", help="Data-parallel size.", show_default="gpus / (tp x pp)"),
-    fsdp: bool = typer.Option(_D["fsdp"], "--fsdp", help="Shard weights, gradients, optimizer over DP (ZeRO-3)."),
+    fsdp: bool = typer.Option(_D["fsdp"], "--fsdp/--no-fsdp", help="Shard weights, gradients, optimizer over DP "
+                              "(ZeRO-3).", show_default="when fastest"),
     dist_opt: bool = typer.Option(_D["dist_opt"], "--dist-opt/--no-dist-opt",
                                   help="Shard the optimizer state over DP (ZeRO-1).", show_default="when needed to fit"),
     pp: int = typer.Option(_D["pp"], "--pp", help="Pipeline stages.", show_default="the fewest that fit"),
@@ -116,6 +117,15 @@ def _print(res, out: Path) -> None:
     console.print(_describe(cfg) + f"; cost model {res.cost_model}; overlap {res.overlap}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
+    if len(cfg.tried) > 1:
+        fit = [c for c in cfg.tried if not c.verdict.startswith("does not fit")]
+        console.print(rich_table("Layouts that fit (least recomputation per pipeline depth and sharding)",
+                                 ["layout", "verdict", "s / sequence"],
+                                 [(c.label(), c.verdict, "-" if c.seconds_per_sequence != c.seconds_per_sequence
+                                   else fmt_time(c.seconds_per_sequence)) for c in fit]))
+        if len(fit) < len(cfg.tried):
+            console.print(f"also tried {len(cfg.tried) - len(fit)} layouts that do not fit in memory "
+                          f"(all listed in the report and in --json)")
     roles = result.by_role()
     rows = [(r.role, r.phase, fmt_time(r.compute_s), fmt_time(r.comm_s), fmt_time(r.exposed_s),
              f"{100 * r.share:.1f}%", r.schedule, f"{r.overlap_speedup:.2f}x") for r in roles.itertuples(index=False)]
@@ -126,7 +136,8 @@ def _print(res, out: Path) -> None:
     console.print(rich_table("Totals", ["metric", "value"], [
         ("step time", fmt_time(t.step_time)), ("compute", fmt_time(t.compute)), ("communication", fmt_time(t.comm)),
         ("exposed comm", fmt_time(t.exposed)), ("hidden comm", fmt_time(t.hidden)),
-        ("pipeline bubble", fmt_time(t.bubble)), ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
+        ("pipeline bubble", fmt_time(t.bubble)), ("step-level overheads", fmt_time(t.overhead)),
+        ("comm share (serialized)", f"{100 * t.comm_share:.1f}%"),
         ("exposed share of step", f"{100 * t.exposed_share:.1f}%"), ("MFU", f"{100 * t.mfu:.1f}%"),
         ("tokens/s (all GPUs)", f"{t.tokens_per_s:,.0f}")]))
     console.print(rich_table("Memory per GPU", ["kind", "bytes", "of capacity"], _memory_rows(res)))
@@ -189,6 +200,10 @@ def write_report(out: Path, res) -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
+        if len(cfg.tried) > 1:
+            rep.table("layouts_tried", pd.DataFrame([{"layout": c.label(), "verdict": c.verdict,
+                                                      "seconds_per_sequence": c.seconds_per_sequence}
+                                                     for c in cfg.tried]), "Layouts the auto-layout tried")
         how = "nothing overlaps" if result.policy == "serial" else "ops overlap where dependencies allow"
         rep.text(f"Cost model: c3kit.cost {res.cost_model!r}. Overlap policy: {result.policy} ({how}; see "
                  "docs/analyze.md in the c3kit repository). "

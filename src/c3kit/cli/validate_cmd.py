@@ -1,4 +1,4 @@
-"""CLI: `c3kit validate`: projected step times against published measured step times of real runs."""
+"""CLI: `c3kit validate`: projected step times scored against published, measured training runs."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, emit_json, out_dir_option, progress_bar, rich_table
+from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, progress_bar, rich_table,
+                              with_power)
 from c3kit.units import fmt_time
 
 DEFAULT_OUT = "c3kit-out/validate"
-MODELS = ("calibrated", "efficiency", "roofline")
+GROUP_TITLES = {"gpu": "GPU", "framework_family": "framework", "dtype": "dtype", "kind": "dense/MoE",
+                "source_short": "source"}
 
 
 def register(app: typer.Typer) -> None:
@@ -19,67 +21,106 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(
-    cost_model: str = typer.Option("calibrated", "--cost-model",
-                                   help="calibrated (efficiency + the one calibrated A100 GEMM fraction), "
-                                        "efficiency (uncalibrated defaults) or roofline."),
+    cost_model: str = typer.Option("efficiency", "--cost-model",
+                                   help="roofline, efficiency or table (c3kit.cost), as in `c3kit analyze`."),
+    power: str = POWER_OPT,
     runs: Path = typer.Option(None, "--runs", help="A CSV of runs with the shipped file's columns."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Print measured, predicted and error per published run, and the mean absolute error."""
+    """Score projected step times against published measured runs: per run, per group and overall."""
     from c3kit.errors import StudyError
     from c3kit.studies import validation as v
 
-    if cost_model not in MODELS:
-        raise StudyError(f"--cost-model {cost_model!r}: use one of {', '.join(MODELS)}")
+    cm, label = with_power(cost_model, power)  # the same construction as `c3kit analyze`
     if runs is not None and not runs.is_file():
         raise StudyError(f"--runs {runs}: no such file")
     table = v.load_runs(runs)
-    with progress_bar("projecting runs", not as_json) as update:
-        res = v.validate(cost_model, table, progress=update)
-    write_report(out, res, table)
+    with progress_bar("pricing runs", not as_json) as update:
+        res = v.validate(cm, table, progress=update)
+    write_report(out, res, table, label)
     if as_json:
-        emit_json({"cost_model": cost_model, "mae": res.mae, "by_source": res.by_source(), "runs": res.table,
+        emit_json({"cost_model": label, "overall": res.overall(), "targets": v.TARGETS,
+                   "by_group": res.by_group(), "runs": res.table, "not_modelled": res.skipped[["run", "status"]],
                    "notes": res.notes, "out": str(out)})
         return
-    rows = [(r.run, r.layout, r.gpus, fmt_time(r.measured_s), fmt_time(r.predicted_s), f"{100 * r.error:+.1f}%")
-            for r in res.table.itertuples(index=False)]
-    console.print(rich_table("Measured vs predicted step time", ["run", "layout", "GPUs", "measured", "predicted",
-                                                                 "error"], rows))
-    for r in res.by_source().itertuples(index=False):
-        console.print(f"{r.paper}: {r.runs} runs, mean absolute error {100 * r.mae:.1f}%")
-    console.print(f"mean absolute error: {100 * res.mae:.1f}% over {len(res.table)} runs (target <= 10%)")
+    _print(res, v.TARGETS, label, out)
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:+.1f}%"
+
+
+def _abs_pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}%"
+
+
+def _print(res, targets: dict, label: str, out: Path) -> None:
+    t = res.scored
+    rows = [(r.run, r.gpu, r.framework_family, r.dtype, r.layout, fmt_time(r.measured_s), fmt_time(r.predicted_s),
+             _pct(r.error)) for r in t.itertuples(index=False)]
+    console.print(rich_table("Measured vs predicted seconds per step (scored runs)",
+                             ["run", "GPU", "framework", "dtype", "layout", "measured", "predicted", "error"], rows))
+    if len(res.skipped):
+        console.print(rich_table("Not scored (the model lacks a feature the run needs)", ["run", "status"],
+                                 [(r.run, r.status) for r in res.skipped.itertuples(index=False)]))
+    g = res.by_group()
+    console.print(rich_table("Error by group (error = predicted / measured - 1)",
+                             ["group", "value", "runs", "MAE", "median |e|", "worst", "bias"],
+                             [(GROUP_TITLES.get(r.group, r.group), str(r.value), r.runs, _abs_pct(r.mae),
+                               _abs_pct(r.median), _pct(r.worst), _pct(r.bias)) for r in g.itertuples(index=False)]))
+    o = res.overall()
+    console.print(f"overall over {o['runs']} scored runs ({len(res.skipped)} not modelled): MAE {_abs_pct(o['mae'])} "
+                  f"(target <= {100 * targets['mae']:.0f}%), median |e| {_abs_pct(o['median'])}, worst "
+                  f"{_pct(o['worst'])} (target within {100 * targets['worst']:.0f}%), bias {_pct(o['bias'])} "
+                  f"(target within {100 * targets['bias']:.0f}%); cost model {label}")
     for n in res.notes:
         console.print(f"[dim]{n}[/dim]")
     console.print(f"report: {out}/report.md")
 
 
-def write_report(out: Path, res, runs) -> None:
-    """validation.csv, runs.csv (sources), a predicted-vs-measured figure and report.md (all or nothing)."""
+def error_figure(res):
+    """Signed error per scored run, grouped by source, the +-10% band drawn under the points."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    t = res.scored.sort_values(["source_short", "gpu", "run"], kind="stable").reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.14 * len(t) + 3), 5))
+    x = range(len(t))
+    ax.axhspan(-10, 10, color="0.88", zorder=0, label="+-10%")
+    ax.axhline(0, color="k", lw=0.8, zorder=1)
+    colors = {g: f"C{i}" for i, g in enumerate(sorted(t["gpu"].unique()))}
+    markers = {"bf16": "o", "fp8": "^"}
+    for (gpu, dt), part in t.groupby(["gpu", "dtype"], sort=True):
+        ax.scatter(part.index, 100 * part["error"], color=colors[gpu], marker=markers.get(dt, "s"), zorder=3,
+                   s=22, label=f"{gpu} {dt}")
+    edges = t.groupby("source_short", sort=False).indices
+    for name, idx in edges.items():
+        lo, hi = min(idx), max(idx)
+        ax.axvline(hi + 0.5, color="0.6", lw=0.5, zorder=1)
+        ax.text((lo + hi) / 2, 1.01, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                fontsize=7, rotation=20)
+    ax.set_xticks(list(x), t["run"], rotation=90, fontsize=5)
+    ax.set_ylabel("signed error: predicted / measured - 1 (%)")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def write_report(out: Path, res, runs, label: str) -> None:
+    """validation.csv, by_group.csv, runs.csv (sources), the signed-error figure and report.md (all or nothing)."""
     from c3kit.report import Report
 
-    t = res.table
+    o = res.overall()
     with Report(out, "c3kit validate: projected vs measured training steps") as rep:
-        rep.text(f"Mean absolute error {100 * res.mae:.1f}% over {len(t)} runs.")
+        rep.text(f"Cost model {label}. Scored runs: {o['runs']}; not modelled: {len(res.skipped)}. "
+                 f"MAE {_abs_pct(o['mae'])}, median |error| {_abs_pct(o['median'])}, worst {_pct(o['worst'])}, "
+                 f"bias {_pct(o['bias'])} (error = predicted / measured - 1; every prediction is out of sample).")
         for n in res.notes:
             rep.text(n)
-        fig, ax = plt.subplots(figsize=(6, 6))
-        for paper, part in t.groupby("paper"):
-            ax.scatter(part["measured_s"], part["predicted_s"], label=paper)
-        lo, hi = t["measured_s"].min() * 0.7, t["measured_s"].max() * 1.4
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="+-10%")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("measured step time (s)")
-        ax.set_ylabel("predicted step time (s)")
-        ax.legend(fontsize=8)
-        rep.figure("predicted_vs_measured", fig, "Predicted against measured step time")
-        rep.table("validation", t, "Per run (seconds per step)")
-        rep.table("by_source", res.by_source(), "Mean absolute error per paper")
-        rep.table("runs", runs, "The runs with their configurations and sources", show_rows=0)
+        rep.figure("signed_error", error_figure(res), "Signed error per run, grouped by source")
+        rep.table("by_group", res.by_group(), "MAE, median |error|, worst and bias per group")
+        rep.table("validation", res.table, "Per run (seconds per step), with the runs not modelled")
+        rep.table("runs", runs, "The runs with their layouts, sources, assumptions and formulas", show_rows=0)

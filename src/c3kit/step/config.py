@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from c3kit.errors import C3kitError, MemoryFitError, WorkloadError
 
@@ -20,6 +20,23 @@ class StepConfig:
     graph: object  # StepGraph
     memory: object = None  # workload.memory report, when the workload layer provides one
     chosen: tuple[str, ...] = field(default=())
+    tried: tuple["Candidate", ...] = field(default=())  # every layout the search looked at, in order
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout the auto-layout looked at: what it was and what became of it."""
+
+    gpus: int
+    pp: int
+    sharding: str  # "ddp", "zero1" or "fsdp"
+    recompute: str
+    verdict: str  # "chosen", "fits", "does not fit: ..." or "slower: ..."
+    seconds_per_sequence: float = float("nan")  # step time / global batch (NaN when not priced)
+
+    def label(self) -> str:
+        """A short description: gpus, pp, sharding, recompute."""
+        return f"{self.gpus} GPUs pp {self.pp} {self.sharding} recompute {self.recompute}"
 
 
 def _positive(name: str, v) -> None:
@@ -37,11 +54,20 @@ def check_memory(model, par, phase: str, seq: int, dtype: str, hw):
 
 
 def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None = None, tp: int | None = None,
-            sp: bool | None = None, dp: int | None = None, fsdp: bool = False, pp: int | None = None, ep: int = 1,
-            seq: int = 8192, batch: int | None = None, micro_batch: int | None = None, dtype: str = "bf16",
-            phase: str = "train", recompute: str | None = None, vpp: int = 1,
-            dist_optimizer: bool | None = None) -> StepConfig:
-    """Build the model, GPU, parallelism and graph; fill unset sizes with defaults that fit in memory."""
+            sp: bool | None = None, dp: int | None = None, fsdp: bool | None = None, pp: int | None = None,
+            ep: int = 1, seq: int = 8192, batch: int | None = None, micro_batch: int | None = None,
+            dtype: str = "bf16", phase: str = "train", recompute: str | None = None, vpp: int = 1,
+            dist_optimizer: bool | None = None, cost_model=None, policy=None) -> StepConfig:
+    """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
+
+    The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
+    recomputation: for every pipeline depth and sharding it keeps the least recomputation that fits
+    in memory, prices each such layout with `cost_model` and `policy` (default: `c3kit analyze`'s) and
+    picks the one with the shortest time per sequence. With the pipeline depth searched and no batch
+    given, every candidate gets the same global batch (8 sequences per tensor-parallel group), so
+    deeper pipelines are not favoured by a larger batch. When the GPU count is left open it starts at
+    one node and doubles the node count until some layout fits. Everything it looked at is in `tried`.
+    """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
     from c3kit.workload.graph import PHASES, build_step
@@ -59,70 +85,144 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     m = get_model(model)
     gpu = get_gpu(hw)
     gpu.peak_flops(dtype)
-    chosen: list[str] = []
     node = gpu.gpus_per_node
+    train = phase == "train"
     auto_gpus = gpus is None and dp is None
     if gpus is None:
         gpus = (tp or 1) * (pp or 1) * dp if dp is not None else max(node, (tp or 1) * (pp or 1))
+    auto_tp = tp is None
     if tp is None:
         tp = next((t for t in (8, 4, 2, 1) if t <= gpus and gpus % t == 0 and m.heads % t == 0), 1)
-        chosen.append(f"tp={tp}")
     if sp is None:
-        sp = tp > 1 and phase == "train"
+        sp = tp > 1 and train
     if gpus % tp:
         raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}: change --gpus or --tp")
-    pps = [pp] if pp is not None else [p for p in range(1, min(m.layers, 64) + 1) if gpus % (tp * p) == 0
-                                       and m.layers % (p * vpp) == 0 and (p > 1 or vpp == 1)]
-    rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if phase == "train" else ["none"])
-    # candidates in order of preference: the given GPUs first (fewest pipeline stages, least
-    # recomputation), then, when the GPU count was left open and training state does not fit in
-    # one node, more nodes of data parallelism with the optimizer state sharded over them (ZeRO-1)
-    zero1s = [dist_optimizer] if dist_optimizer is not None else ([False, True] if phase == "train" else [False])
-    candidates = [(gpus, p, rc, z) for p in pps for z in zero1s for rc in rcs]
-    if auto_gpus and phase == "train":
-        for nodes in (2, 4, 8, 16, 32, 64):
-            candidates += [(gpus * nodes, p, rc, True if dist_optimizer is None else dist_optimizer)
-                           for p in pps for rc in rcs]
-    last_fit: Exception | None = None
-    for n, p, rc, zero1 in candidates:
-        if n % (tp * p):
-            raise WorkloadError(f"{n} GPUs are not divisible by tp {tp} x pp {p} = {tp * p}: "
-                                "change --gpus, --tp or --pp")
+    if pp is not None and gpus % (tp * pp):
+        raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp} x pp {pp} = {tp * pp}: "
+                            "change --gpus, --tp or --pp")
+    rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if train else ["none"])
+    if fsdp:
+        shardings = ["fsdp"]
+    elif dist_optimizer is not None:
+        shardings = ["zero1" if dist_optimizer else "ddp"]
+    elif train:
+        shardings = ["ddp", "zero1"] + ([] if fsdp is False else ["fsdp"])
+    else:
+        shardings = ["ddp"]
+    counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
+
+    def pps_for(n: int) -> list[int]:
+        if pp is not None:
+            return [pp]
+        return [p for p in range(1, min(m.layers, 64) + 1) if n % (tp * p) == 0 and m.layers % (p * vpp) == 0
+                and (p > 1 or vpp == 1) and (dp is None or tp * p * dp == n)]
+
+    def layout(n: int, p: int, sharding: str, rc: str):
         d = dp if dp is not None else n // (tp * p)
         if tp * p * d != n:
             raise WorkloadError(f"{n} GPUs != tp {tp} x pp {p} x dp {d} = {tp * p * d}: "
                                 "change --gpus or the parallel sizes")
         if micro_batch is not None:
             mb = micro_batch
-        elif phase != "train" and batch is not None and batch % d == 0:
+        elif not train and batch is not None and batch % d == 0:
             mb = batch // d  # inference: every sequence of a DP rank in one forward pass
         else:
             mb = 1
-        gb = batch if batch is not None else mb * d * (max(8, 4 * p) if phase == "train" else 1)
-        par = Parallelism(tp=tp, sp=sp, dp=d, fsdp=fsdp, pp=p, ep=ep, micro_batch=mb, global_batch=gb,
-                          recompute=rc, vpp=vpp, dist_optimizer=bool(zero1) and d > 1 and not fsdp)
-        par.validate(m, n)
-        try:
-            mem = check_memory(m, par, phase, seq, dtype, gpu)
-        except MemoryFitError as e:
-            last_fit = e
+        if batch is not None:
+            gb = batch
+        elif not train:
+            gb = mb * d
+        elif pp is None:  # one global batch for every pipeline depth: 8 micro-batches per stage-replica
+            gb = mb * (n // tp) * 8
+        else:
+            gb = mb * d * max(8, 4 * p)
+        return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
+                           global_batch=gb, recompute=rc, vpp=vpp,
+                           dist_optimizer=sharding == "zero1" and d > 1)
+
+    tried: list[Candidate] = []
+    last_fit: Exception | None = None
+    for n in counts:
+        pps = pps_for(n)
+        if not pps and pp is None:
             continue
-        graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node)
-        if n != gpus:
-            chosen.append(f"gpus={n} ({n // node} nodes: one node cannot hold the training state)")
-        elif auto_gpus:
-            chosen.append(f"gpus={n}")
-        if pp is None and len(pps) > 1:
-            chosen.append(f"pp={p}")
-        if dp is None:
-            chosen.append(f"dp={d}")
-        if par.dist_optimizer and dist_optimizer is None:
-            chosen.append("distributed optimizer (ZeRO-1)")
-        if batch is None:
-            chosen.append(f"batch={gb}")
-        if recompute is None and phase == "train":
-            chosen.append(f"recompute={rc}")
-        return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen))
-    assert last_fit is not None
+        fitting = []  # (par, memory, candidate index)
+        for p in pps:
+            for sharding in shardings:
+                for rc in rcs:  # least recomputation first: the first that fits is the fastest of its kind
+                    par = layout(n, p, sharding, rc)
+                    if (sharding == "zero1" and not par.dist_optimizer) or (sharding == "fsdp" and not par.fsdp):
+                        if sharding != shardings[0]:
+                            break  # with dp 1 ZeRO-1 and FSDP are plain data parallelism: already tried
+                    par.validate(m, n)
+                    try:
+                        mem = check_memory(m, par, phase, seq, dtype, gpu)
+                    except MemoryFitError as e:
+                        last_fit = e
+                        tried.append(Candidate(n, p, sharding, rc, "does not fit: " + _short_fit(e)))
+                        continue
+                    fitting.append((par, mem, len(tried)))
+                    tried.append(Candidate(n, p, sharding, rc, "fits"))
+                    break
+        if not fitting:
+            continue
+        best = None
+        for par, mem, i in fitting:
+            graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node)
+            per_seq = (_price(graph, gpu, cost_model, policy) / par.global_batch) if len(fitting) > 1 else float("nan")
+            tried[i] = replace(tried[i], seconds_per_sequence=float(per_seq))
+            if best is None or per_seq < best[0]:
+                best = (per_seq, par, mem, graph, i)
+        _, par, mem, graph, i = best
+        tried = [replace(c, verdict="chosen") if k == i else
+                 (replace(c, verdict=f"slower: {c.seconds_per_sequence / best[0]:.2f}x") if c.verdict == "fits" else c)
+                 for k, c in enumerate(tried)]
+        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
+                               train, len(tried))
+        return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried))
+    if last_fit is None:
+        raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
+                            f"{gpus} GPUs: change --gpus, --tp or --pp")
     hint = "" if (pp is None and recompute is None) else " (or leave --pp and --recompute unset to search them)"
     raise MemoryFitError(f"{last_fit}{hint}")
+
+
+def _short_fit(e: Exception) -> str:
+    """The first clause of a MemoryFitError (the need against the capacity)."""
+    return str(e).split(": raise")[0].split(" (")[0]
+
+
+def _price(graph, gpu, cost_model, policy) -> float:
+    """Step seconds of one candidate, by the model `c3kit analyze` prices with."""
+    from c3kit.cost.model import as_model
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
+    from c3kit.step.project import project
+
+    cm = as_model("efficiency").with_(power="sustained") if cost_model is None else as_model(cost_model)
+    return project(graph, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS).totals.step_time
+
+
+def _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute, train,
+                  tried) -> list[str]:
+    """What the auto-layout filled in, in words."""
+    chosen = []
+    if auto_tp:
+        chosen.append(f"tp={par.tp}")
+    if n != gpus:
+        chosen.append(f"gpus={n} ({n // node} nodes: one node cannot hold the training state)")
+    elif auto_gpus:
+        chosen.append(f"gpus={n}")
+    if pp is None:
+        chosen.append(f"pp={par.pp}")
+    if dp is None:
+        chosen.append(f"dp={par.dp}")
+    if dist_optimizer is None and fsdp is None and train:
+        chosen.append("FSDP (ZeRO-3)" if par.fsdp else "distributed optimizer (ZeRO-1)" if par.dist_optimizer
+                      else "no optimizer sharding")
+    if batch is None:
+        chosen.append(f"batch={par.global_batch}")
+    if recompute is None and train:
+        chosen.append(f"recompute={par.recompute}")
+    if tried > 1:
+        chosen.append(f"fastest of the fitting layouts among {tried} tried")
+    return chosen

@@ -199,6 +199,26 @@ def make_plan(graph) -> Plan:
     )
 
 
+def bubble_micro_batches(pp, vpp):
+    """Idle time of a 1F1B pipeline in micro-batch times: (pp - 1) / vpp.
+
+    With vpp model chunks per GPU (interleaved 1F1B) the fill and drain shrink vpp-fold, so the bubble
+    is (pp - 1) / (vpp m) of the m micro-batches' ideal time (Narayanan et al. 2021, Sec. 2.2.2).
+    """
+    return (pp - 1) / vpp
+
+
+def warmup_chunks(pp: int, vpp: int, micro_batches: int, rank: int = 0) -> int:
+    """Forward chunks a pipeline rank runs before its first backward (Megatron-LM's 1F1B schedules).
+
+    Non-interleaved: min(pp - rank - 1, m); interleaved: (pp - rank - 1) x 2 + (vpp - 1) x pp, at most
+    m x vpp. The rank then holds warmup + 1 chunks of activations at its peak.
+    """
+    if vpp == 1:
+        return min(pp - rank - 1, micro_batches)
+    return min((pp - rank - 1) * 2 + (vpp - 1) * pp, micro_batches * vpp)
+
+
 @dataclass(frozen=True)
 class Timeline:
     """Result of evaluating a plan: arrays over scenarios (shape (N,)) or per node (shape (n, N))."""
@@ -275,7 +295,7 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     else:
         tail = zeros
     step_serial = _seg_time(plan.step, t, policy, x_each)
-    bubble = (pp - 1) / vpp * t_micro
+    bubble = bubble_micro_batches(pp, vpp) * t_micro
     step_time = m * t_micro + bubble + tail + step_serial
 
     # attribute dp-stream exposure to its nodes in proportion to their comm time

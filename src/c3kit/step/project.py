@@ -50,6 +50,7 @@ class StepTotals:
     tokens_per_s: float  # all GPUs together
     model_flops: float  # per GPU per step
     hw_flops: float  # per GPU per step, recomputation included
+    overhead: float = 0.0  # step-level overheads (step/overheads.py), included in step_time
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,12 @@ def node_times(graph, hw: GPU, timer: Timer | None = None) -> np.ndarray:
 
 
 def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer | None = None,
-            cost_model=None, plan: Plan | None = None) -> StepResult:
-    """Project one step graph on one GPU type: per-op rows and totals (see c3kit.step.plan for the model)."""
+            cost_model=None, plan: Plan | None = None, overheads=None) -> StepResult:
+    """Project one step graph on one GPU type: per-op rows and totals (see c3kit.step.plan for the model).
+
+    overheads: a step.overheads.OverheadModel whose terms are added to the step as rows
+    "overhead.<name>" (None: the layer graph alone, as the vectorized sweep prices it).
+    """
     policy = policy or DEFAULT_POLICY
     timer = timer or step_timer(cost_model)
     plan = plan or make_plan(graph)
@@ -184,11 +189,32 @@ def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer
         rows.append(OpRow(id=-1, name="pipeline bubble", role="pp_bubble", phase="-", scope="step", stream="-",
                           runs=1, time_each=bubble, compute_s=0.0, comm_s=0.0, exposed_s=0.0, hidden_s=0.0,
                           share=bubble / step))
+    tot = totals(graph, plan, hw, tl)
+    if overheads is not None:
+        rows, tot = _with_overheads(graph, hw, timer, plan, t, overheads, rows, tot)
     return StepResult(
         model=graph.model.name, hw=hw.name, phase=graph.phase, seq=int(graph.seq), gpus=int(graph.par.gpus),
         global_batch=int(graph.par.global_batch), micro_batches=int(graph.micro_batches),
-        policy=getattr(policy, "name", type(policy).__name__), rows=tuple(rows),
-        totals=totals(graph, plan, hw, tl))
+        policy=getattr(policy, "name", type(policy).__name__), rows=tuple(rows), totals=tot)
+
+
+def _with_overheads(graph, hw, timer, plan, t, model, rows, tot):
+    """Rows and totals with the step-level overheads added on the critical path (step/overheads.py)."""
+    from c3kit.step.overheads import step_overheads
+
+    extra = [o for o in step_overheads(graph, hw, timer, plan, t, model) if o.seconds > 0]
+    add = sum(o.seconds for o in extra)
+    if add <= 0:
+        return rows, tot
+    step = tot.step_time + add
+    rows = [replace(r, share=(r.compute_s + r.exposed_s) / step if r.id != -1 else r.time_each / step) for r in rows]
+    rows += [OpRow(id=-2 - k, name=o.name, role="overhead." + o.name, phase="-", scope="step", stream="compute",
+                   runs=int(round(o.runs)), time_each=o.seconds / o.runs if o.runs else o.seconds, compute_s=o.seconds,
+                   comm_s=0.0, exposed_s=0.0, hidden_s=0.0, share=o.seconds / step) for k, o in enumerate(extra)]
+    scale = tot.step_time / step
+    tot = replace(tot, step_time=step, overhead=add, exposed_share=tot.exposed / step, mfu=tot.mfu * scale,
+                  tokens_per_s=tot.tokens_per_s * scale)
+    return rows, tot
 
 
 def _pair_columns(graph, plan: Plan, tl, policy) -> tuple[dict, dict]:

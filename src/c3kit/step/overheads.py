@@ -1,0 +1,222 @@
+"""Step-level overheads: time a real training step spends outside the layer graph's GEMMs and collectives.
+
+Each term is named, priced with the same timer as the step's ops (so memory traffic costs what the
+cost layer says HBM traffic costs), carries its source, and appears as one row of the per-op table
+(role "overhead.<name>"). Terms that run once per micro-batch on a pipeline stage's critical path are
+scaled by the pipeline's (m + (pp - 1) / vpp) / m, like every other per-micro-batch op.
+
+Modelled elsewhere, not here: FSDP / ZeRO-3 prefetch (step/plan.py: the all-gather of layer l+1 is
+prefetched behind layer l, one layer deep; the first all-gather and the last reduce-scatter of every
+micro-batch are exposed) and the gradient reduction of one layer behind the backward of the layers
+below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from c3kit.errors import C3kitError
+
+SOURCES = {
+    "launch_gaps": "NVIDIA Technical Blog, Getting Started with CUDA Graphs (A. Gray, 2019): a 2.9 us kernel "
+                   "launched back to back on one stream takes 3.8 us per kernel without CUDA graphs and 3.4 us with "
+                   "one (V100): ~0.9 us of idle GPU per kernel in eager mode, ~0.5 us in a graph. Not yet measured on "
+                   "A100, H100, H200 or B200. Kernels counted: one per compute node of the step graph (a lower "
+                   "bound for unfused eager code) plus the FP8 cast kernels.",
+    "grad_clip": "Megatron-LM megatron/core/optimizer/clip_grads.py (and torch.nn.utils.clip_grad_norm_ with "
+                 "foreach): an L2 norm over every local fp32 gradient (reads 4 B per parameter), an all-reduce of "
+                 "the norm over all ranks, then an in-place scale of every gradient (reads and writes 8 B per "
+                 "parameter); parameters as sharded by ZeRO-1 / FSDP.",
+    "moe_permute": "Megatron-Core transformer/moe/moe_utils.py permute / unpermute: each of the top_k copies of a "
+                   "token (hidden x 2 B) is gathered into expert order before the expert GEMMs (read + write) and "
+                   "scattered back with its routing weight after them (read + write); the backward runs the same "
+                   "two passes. Router GEMMs are in the layer graph.",
+    "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
+                     "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
+                     "balanced over experts; set it from a measured router histogram for free routing.",
+    "fp8_bf16_ops": "NVIDIA Transformer Engine (Using FP8 with Transformer Engine): only the GEMMs of TE linear "
+                    "layers run in FP8; dot-product attention stays BF16 unless fp8_dpa is set, and Megatron-Core's "
+                    "output layer (lm_head) is not a TE layer. torchao Float8Linear (torchtitan) converts nn.Linear "
+                    "inside the blocks and skips the output projection. Priced as the BF16 op minus the FP8 op the "
+                    "layer graph holds.",
+    "fp8_casts": "Transformer Engine cast_transpose / torchao dynamic scaling: every FP8 GEMM operand is produced "
+                 "by a fused kernel that reads the BF16 tensor (2 B), writes the FP8 copy and its transpose "
+                 "(1 B + 1 B) and records the amax: activations and weights before each forward GEMM (weights once "
+                 "per micro-batch), the output gradient before each dgrad GEMM.",
+    "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
+                 "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
+                 "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
+                 "layer's reduction; this term adds the rest of a bucket larger than one layer.",
+}
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    """Which step-level overheads are priced, and their parameters (sources in SOURCES)."""
+
+    kernel_gap_s: float = 0.9e-6  # idle GPU per eager kernel launch (SOURCES["launch_gaps"])
+    cuda_graphs: bool = False  # the step is captured in CUDA graphs: graph_kernel_gap_s per kernel
+    graph_kernel_gap_s: float = 0.5e-6
+    grad_clip: bool = True
+    moe_permute: bool = True
+    moe_imbalance: float = 1.0  # max / mean tokens per expert
+    fp8_recipe: bool = True  # attention and lm_head in BF16, cast kernels, under dtype fp8
+    dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
+    dp_bucket: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("kernel_gap_s", "graph_kernel_gap_s", "dp_bucket_params"):
+            if not getattr(self, name) >= 0:
+                raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
+        if not self.moe_imbalance >= 1.0:
+            raise C3kitError(f"overheads: moe_imbalance is max / mean tokens per expert, >= 1, got {self.moe_imbalance!r}")
+
+
+DEFAULT_OVERHEADS = OverheadModel()
+NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, moe_permute=False,
+                             fp8_recipe=False, dp_bucket=False)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """One priced overhead: seconds per GPU per step on the critical path, how many runs, and how it was priced."""
+
+    name: str
+    seconds: float
+    runs: float
+    detail: str
+    source: str
+
+
+def pipeline_factor(graph) -> float:
+    """Critical-path multiple of per-micro-batch time: (m + (pp - 1) / vpp) / m."""
+    m = max(int(graph.micro_batches), 1)
+    pp, vpp = int(getattr(graph.par, "pp", 1)), max(int(getattr(graph.par, "vpp", 1)), 1)
+    return (m + (pp - 1) / vpp) / m
+
+
+def _fp8_bf16(nd) -> bool:
+    """True for an op that stays BF16 under an FP8 recipe (attention, lm_head)."""
+    from c3kit.workload.ops import Attention, Gemm
+
+    role = nd.role.removeprefix("re_")
+    return isinstance(nd.op, Attention) or (isinstance(nd.op, Gemm) and role == "lm_head")
+
+
+def fp8_cast_bytes(nd) -> tuple[float, int]:
+    """(bytes, kernels) of the FP8 casts feeding one GEMM node: 4 B per element of each BF16 operand cast."""
+    from c3kit.workload.ops import Gemm
+
+    op = nd.op
+    if not isinstance(op, Gemm) or op.dtype != "fp8" or _fp8_bf16(nd):
+        return 0.0, 0
+    if nd.grad == "dgrad":  # dgrad (M x K from M x N and N x K): the output gradient M x N is cast
+        return 4.0 * op.m * op.k * op.batch, 1
+    if nd.grad == "wgrad":  # reuses the transposed copies made for the forward and the dgrad
+        return 0.0, 0
+    return 4.0 * (op.m * op.k + op.k * op.n) * op.batch, 2  # activation and weight
+
+
+def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_OVERHEADS) -> tuple[Overhead, ...]:
+    """Every enabled overhead of one step graph on hw, priced with `timer` (op_t: the nodes' times, one run)."""
+    from c3kit.hw.model import dtype_bytes
+    from c3kit.workload.graph import ADAM_BYTES_PER_PARAM
+    from c3kit.workload.ops import Collective, Gemm, MemOp
+
+    nodes = graph.nodes
+    runs = plan.multiplicity
+    pf = pipeline_factor(graph)
+    out: list[Overhead] = []
+    fp8 = model.fp8_recipe and str(graph.dtype) == "fp8"
+
+    # FP8 recipe: BF16 attention / lm_head, cast kernels
+    cast_s = cast_kernels = bf16_s = 0.0
+    if fp8:
+        cache: dict = {}
+        for i, nd in enumerate(nodes):
+            if nd.stream != "compute":
+                continue
+            per = pf if nd.scope != "step" else 1.0
+            if _fp8_bf16(nd) and getattr(nd.op, "dtype", "") == "fp8":
+                bf = replace(nd.op, dtype="bf16")
+                t = cache.get(bf)
+                if t is None:
+                    t = cache[bf] = float(timer(bf, hw))
+                bf16_s += max(t - float(op_t[i]), 0.0) * runs[i] * per
+            nbytes, k = fp8_cast_bytes(nd)
+            if nbytes:
+                c = MemOp(nd.op.name + ".fp8_cast", nbytes)
+                t = cache.get(c)
+                if t is None:
+                    t = cache[c] = float(timer(c, hw))
+                cast_s += t * runs[i] * per
+                cast_kernels += k * runs[i]
+        out.append(Overhead("fp8_bf16_ops", bf16_s, 0, "attention and lm_head priced in BF16", SOURCES["fp8_bf16_ops"]))
+        out.append(Overhead("fp8_casts", cast_s, cast_kernels, f"{cast_kernels:,.0f} cast+transpose kernels",
+                            SOURCES["fp8_casts"]))
+
+    # launch gaps: one kernel per compute node run (+ casts)
+    gap = model.graph_kernel_gap_s if model.cuda_graphs else model.kernel_gap_s
+    if gap > 0:
+        micro = sum(runs[i] for i, nd in enumerate(nodes) if nd.stream == "compute" and nd.scope != "step")
+        once = sum(runs[i] for i, nd in enumerate(nodes) if nd.stream == "compute" and nd.scope == "step")
+        kernels = micro + once + cast_kernels
+        out.append(Overhead("launch_gaps", gap * ((micro + cast_kernels) * pf + once), kernels,
+                            f"{kernels:,.0f} kernels x {gap * 1e6:.2f} us{' (CUDA graphs)' if model.cuda_graphs else ''}",
+                            SOURCES["launch_gaps"]))
+
+    # gradient clipping over the local (sharded) parameters, plus the norm's all-reduce
+    opt = [i for i, nd in enumerate(nodes) if nd.role == "optimizer" and isinstance(nd.op, MemOp)]
+    if model.grad_clip and opt and graph.phase == "train":
+        params = nodes[opt[0]].op.bytes / ADAM_BYTES_PER_PARAM
+        t = float(timer(MemOp("grad_clip", 12.0 * params), hw))
+        gpus = int(graph.par.gpus)
+        if gpus > 1:
+            span = "inter" if gpus > graph.gpus_per_node else "intra"
+            t += float(timer(Collective("grad_norm", "all_reduce", 4.0, gpus, "dp", span,
+                                        graph.gpus_per_node if span == "inter" and gpus % graph.gpus_per_node == 0
+                                        else 0), hw))
+        out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
+
+    # MoE: permute / unpermute passes and load imbalance
+    if graph.model.is_moe:
+        k, h = graph.model.top_k, graph.model.hidden
+        b = dtype_bytes("bf16")
+        perm_s = imb_s = 0.0
+        cache = {}
+        for i, nd in enumerate(nodes):
+            role = nd.role.removeprefix("re_")
+            if model.moe_permute and role == "router" and isinstance(nd.op, Gemm) and nd.grad in ("", "dgrad"):
+                c = MemOp(nd.op.name + ".permute", 4.0 * nd.op.m * k * h * b)
+                t = cache.get(c)
+                if t is None:
+                    t = cache[c] = float(timer(c, hw))
+                perm_s += t * runs[i] * pf
+            if role == "experts" and model.moe_imbalance > 1.0:
+                imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
+        if model.moe_permute:
+            out.append(Overhead("moe_permute", perm_s, 0, f"{k} copies of each token, 2 passes each way",
+                                SOURCES["moe_permute"]))
+        if model.moe_imbalance > 1.0:
+            out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
+                                SOURCES["moe_imbalance"]))
+
+    # DP buckets larger than one layer: the rest of the last bucket is exposed
+    dp = int(getattr(graph.par, "dp", 1))
+    grads = [i for i, nd in enumerate(nodes) if nd.role == "dp_grad" and nd.scope == "layer"
+             and isinstance(nd.op, Collective)]
+    if model.dp_bucket and dp > 1 and not getattr(graph.par, "fsdp", False) and grads:
+        i = grads[0]
+        op = nodes[i].op
+        per_param = 4.0  # fp32 gradients (workload.graph's grad_dtype default)
+        layer_params = op.bytes / per_param
+        total = layer_params * int(graph.layers_per_stage)
+        bucket = min(max(model.dp_bucket_params, 1e6 * dp), total)
+        if bucket > layer_params:
+            from c3kit.step.project import placed
+
+            big = placed(replace(nodes[i], op=replace(op, bytes=bucket * per_param)), graph)
+            t = max(float(timer(big, hw)) - float(op_t[i]), 0.0)
+            out.append(Overhead("dp_bucket", t, 1, f"last bucket {bucket:,.0f} params vs one layer {layer_params:,.0f}",
+                                SOURCES["dp_bucket"]))
+    return tuple(out)

@@ -1,0 +1,108 @@
+"""Interleaved pipeline bubbles and warm-up, hand-checked; the auto-layout's choices on small cases."""
+
+import pytest
+
+from c3kit.errors import MemoryFitError
+from c3kit.hw import get_gpu
+from c3kit.step import project
+from c3kit.step.config import resolve
+from c3kit.step.plan import bubble_micro_batches, warmup_chunks
+from c3kit.workload.graph import Node, StepGraph
+from c3kit.workload.model import ModelConfig
+from c3kit.workload.ops import Collective, Gemm
+from c3kit.workload.parallel import Parallelism
+
+HW = get_gpu("H200-SXM")
+MODEL = ModelConfig(name="tiny", hidden=64, layers=8, heads=4)
+
+
+def pipeline_graph(pp, vpp, m, layers):
+    par = Parallelism(pp=pp, vpp=vpp, micro_batch=1, global_batch=m)
+    nodes = [Node(0, Gemm("f", 8, 8, 8), (), "fwd", "layer", "compute", m, "fc1"),
+             Node(1, Gemm("b", 8, 8, 8), (0,), "bwd", "layer", "compute", m, "fc1"),
+             Node(2, Collective("send", "send_recv", 1024.0, 2, "pp"), (0,), "fwd", "micro", "pp", m * vpp, "pp_fwd")]
+    return StepGraph(MODEL, par, "train", 16, tuple(nodes), layers, m, 16)
+
+
+@pytest.mark.parametrize("pp, vpp, m, layers", [(4, 1, 8, 2), (4, 2, 8, 2), (8, 3, 24, 1), (2, 4, 4, 4)])
+def test_interleaved_bubble_hand_checked(pp, vpp, m, layers):
+    times = {"f": 1.0, "b": 2.0, "send": 0.25}
+    r = project(pipeline_graph(pp, vpp, m, layers), HW, timer=lambda op, hw: times[op.name])
+    t_micro = layers * 3.0 + vpp * 0.25  # every chunk boundary sends once per micro-batch
+    assert r.totals.bubble == pytest.approx((pp - 1) / vpp * t_micro)
+    # bubble / ideal time = (p - 1) / (v m)
+    assert r.totals.bubble / (m * t_micro) == pytest.approx((pp - 1) / (vpp * m))
+    assert r.totals.step_time == pytest.approx((m + (pp - 1) / vpp) * t_micro)
+
+
+def test_bubble_values():
+    assert bubble_micro_batches(4, 1) == 3
+    assert bubble_micro_batches(4, 2) == 1.5
+    assert bubble_micro_batches(8, 3) == pytest.approx(7 / 3)
+    assert bubble_micro_batches(1, 1) == 0
+
+
+def test_warmup_chunks_hand_checked():
+    assert warmup_chunks(4, 1, 8) == 3 and warmup_chunks(4, 1, 8, rank=3) == 0
+    assert warmup_chunks(4, 1, 2) == 2  # fewer micro-batches than stages
+    assert warmup_chunks(4, 2, 8) == 3 * 2 + 1 * 4
+    assert warmup_chunks(4, 2, 8, rank=3) == 4
+    assert warmup_chunks(8, 3, 24) == 7 * 2 + 2 * 8
+    assert warmup_chunks(4, 2, 1) == 2  # capped at m x vpp
+
+
+@pytest.mark.parametrize("pp, vpp", [(4, 1), (4, 2), (8, 3), (12, 8)])
+def test_warmup_matches_the_memory_models_in_flight_activations(pp, vpp):
+    # rank 0 holds warmup + 1 chunks of 1/vpp of its layers: pp (1 + (pp - 1) / (pp vpp)) micro-batches
+    held = (warmup_chunks(pp, vpp, 10 * pp) + 1) / vpp
+    expect = pp * (1 + (pp - 1) / (pp * vpp)) if vpp > 1 else pp
+    assert held == pytest.approx(expect)
+
+
+def test_auto_layout_tries_pipeline_stages_for_405b():
+    cfg = resolve(model="llama-3-405b")
+    assert any(c.pp > 1 for c in cfg.tried)
+    assert cfg.memory.fits
+    assert sum(c.verdict == "chosen" for c in cfg.tried) == 1
+    chosen = next(c for c in cfg.tried if c.verdict == "chosen")
+    assert (chosen.pp, chosen.gpus) == (cfg.par.pp, cfg.par.gpus)
+
+
+def test_auto_layout_prefers_zero1_without_recompute_when_faster():
+    cfg = resolve(model="llama-3-405b", gpus=576, tp=8, pp=9)
+    assert cfg.par.dist_optimizer and not cfg.par.fsdp and cfg.par.recompute == "none"
+    by = {(c.sharding, c.recompute): c for c in cfg.tried}
+    full = by[("ddp", "full")]
+    assert full.verdict.startswith("slower")
+    assert by[("zero1", "none")].seconds_per_sequence < full.seconds_per_sequence
+    assert by[("ddp", "none")].verdict.startswith("does not fit")
+
+
+def test_auto_layout_keeps_the_least_recompute_that_fits_per_layout():
+    cfg = resolve(model="llama-3-70b", gpus=16, tp=8, seq=4096)
+    for c in cfg.tried:
+        if not c.verdict.startswith("does not fit"):
+            less = [d for d in cfg.tried if (d.pp, d.sharding) == (c.pp, c.sharding)
+                    and ["none", "selective", "full"].index(d.recompute) < ["none", "selective", "full"].index(c.recompute)]
+            assert all(d.verdict.startswith("does not fit") for d in less)
+
+
+def test_given_sharding_and_recompute_are_kept():
+    cfg = resolve(model="llama-3-70b", gpus=16, tp=8, pp=1, dist_optimizer=True, recompute="full")
+    assert cfg.par.dist_optimizer and cfg.par.recompute == "full" and len(cfg.tried) == 1
+    with pytest.raises(MemoryFitError):
+        resolve(model="llama-3-70b", gpus=8, tp=8, pp=1, recompute="none", fsdp=False, dist_optimizer=False)
+
+
+def test_analyze_reports_the_layouts_it_tried(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    assert main(["analyze", "--model", "llama-3-405b", "--gpus", "576", "--tp", "8", "--pp", "9",
+                 "--out", str(tmp_path / "a"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["dist_optimizer"] and doc["config"]["recompute"] == "none"
+    verdicts = {(c["sharding"], c["recompute"]): c["verdict"] for c in doc["tried"]}
+    assert verdicts[("zero1", "none")] == "chosen" and verdicts[("ddp", "full")].startswith("slower")
+    assert (tmp_path / "a" / "layouts_tried.csv").is_file()

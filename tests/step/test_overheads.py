@@ -1,0 +1,139 @@
+"""Step-level overheads: hand-checked terms, their rows in the per-op table, and bad parameters."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from c3kit.errors import C3kitError
+from c3kit.hw import get_gpu
+from c3kit.step import make_plan, node_times, project
+from c3kit.step.overheads import (
+    DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, OverheadModel, fp8_cast_bytes, pipeline_factor, step_overheads)
+from c3kit.workload.graph import ADAM_BYTES_PER_PARAM, Node, build_step
+from c3kit.workload.model import ModelConfig
+from c3kit.workload.ops import Collective, Gemm, MemOp
+from c3kit.workload.parallel import Parallelism
+
+H100 = get_gpu("H100-SXM")
+DENSE = ModelConfig("tiny", hidden=512, layers=4, heads=8, vocab=1024)
+MOE = ModelConfig("tinymoe", hidden=512, layers=4, heads=8, vocab=1024, n_experts=8, top_k=2, moe_ffn_hidden=256)
+
+
+def stub_timer(op, hw):
+    """1 ns per byte for memory ops, 1 us per collective, 1 ms per GEMM, 2 ms per attention (fp8: half)."""
+    if isinstance(op, MemOp):
+        return op.bytes * 1e-9
+    if isinstance(op, Collective):
+        return 1e-6
+    base = 1e-3 if isinstance(op, Gemm) else 2e-3
+    return base / 2 if getattr(op, "dtype", "") == "fp8" else base
+
+
+def graph(model=DENSE, dtype="bf16", **par):
+    p = Parallelism(**{"micro_batch": 1, "global_batch": 0, **par})
+    return build_step(model, p, "train", 256, dtype, 8)
+
+
+def terms(g, model=DEFAULT_OVERHEADS):
+    plan = make_plan(g)
+    t = node_times(g, H100, stub_timer)
+    return {o.name: o for o in step_overheads(g, H100, stub_timer, plan, t, model)}, plan
+
+
+def test_pipeline_factor_hand_checked():
+    assert pipeline_factor(graph(pp=2, dp=1, global_batch=8)) == pytest.approx((8 + 1) / 8)
+    g = build_step(ModelConfig("t8", hidden=512, layers=8, heads=8, vocab=1024),
+                   Parallelism(pp=4, vpp=2, global_batch=8), "train", 256, "bf16", 8)
+    assert pipeline_factor(g) == pytest.approx((8 + 3 / 2) / 8)
+    assert pipeline_factor(graph()) == 1.0
+
+
+def test_fp8_cast_bytes_hand_checked():
+    fwd = Node(0, Gemm("fc1", 256, 2048, 512, "fp8"), (), "fwd", "layer", "compute", 1, "fc1")
+    assert fp8_cast_bytes(fwd) == (4.0 * (256 * 512 + 512 * 2048), 2)
+    dg = Node(1, Gemm("fc1.dgrad", 256, 512, 2048, "fp8"), (), "bwd", "layer", "compute", 1, "fc1", "dgrad")
+    assert fp8_cast_bytes(dg) == (4.0 * 256 * 2048, 1)
+    wg = Node(2, Gemm("fc1.wgrad", 512, 2048, 256, "fp8"), (), "bwd", "layer", "compute", 1, "fc1", "wgrad")
+    assert fp8_cast_bytes(wg) == (0.0, 0)
+    head = Node(3, Gemm("lm_head", 256, 1024, 512, "fp8"), (), "fwd", "micro", "compute", 1, "lm_head")
+    assert fp8_cast_bytes(head) == (0.0, 0)
+    bf = Node(4, Gemm("fc1", 256, 2048, 512, "bf16"), (), "fwd", "layer", "compute", 1, "fc1")
+    assert fp8_cast_bytes(bf) == (0.0, 0)
+
+
+def test_grad_clip_and_launch_gaps_hand_checked():
+    g = graph(dp=2)
+    got, plan = terms(g)
+    params = next(n for n in g.nodes if n.role == "optimizer").op.bytes / ADAM_BYTES_PER_PARAM
+    assert got["grad_clip"].seconds == pytest.approx(12 * params * 1e-9 + 1e-6)
+    kernels = sum(plan.multiplicity[i] for i, n in enumerate(g.nodes) if n.stream == "compute")
+    assert got["launch_gaps"].seconds == pytest.approx(0.9e-6 * kernels)
+    graphs = OverheadModel(cuda_graphs=True)
+    assert terms(g, graphs)[0]["launch_gaps"].seconds == pytest.approx(0.5e-6 * kernels)
+
+
+def test_fp8_recipe_prices_attention_and_head_in_bf16():
+    g = graph(dtype="fp8")
+    got, plan = terms(g)
+    expect = 0.0
+    for i, n in enumerate(g.nodes):
+        role = n.role.removeprefix("re_")
+        if role == "attn" or (role == "lm_head" and isinstance(n.op, Gemm)):
+            expect += (2e-3 if role == "attn" else 1e-3) / 2 * plan.multiplicity[i]
+    assert got["fp8_bf16_ops"].seconds == pytest.approx(expect)
+    assert got["fp8_casts"].seconds > 0
+    assert "fp8_casts" not in terms(graph())[0]
+
+
+def test_moe_permute_and_imbalance():
+    g = graph(MOE)
+    got, plan = terms(g)
+    routers = [(i, n) for i, n in enumerate(g.nodes) if n.role.removeprefix("re_") == "router" and n.grad in ("", "dgrad")]
+    expect = sum(4 * n.op.m * 2 * 512 * 2 * 1e-9 * plan.multiplicity[i] for i, n in routers)
+    assert got["moe_permute"].seconds == pytest.approx(expect)
+    assert "moe_imbalance" not in got
+    heavy = terms(g, OverheadModel(moe_imbalance=1.25))[0]["moe_imbalance"].seconds
+    experts = sum(1e-3 * plan.multiplicity[i] for i, n in enumerate(g.nodes) if n.role.removeprefix("re_") == "experts")
+    assert heavy == pytest.approx(0.25 * experts)
+
+
+def test_dp_bucket_only_for_small_layers_without_fsdp():
+    g = graph(dp=4)
+    got, _ = terms(g)
+    assert "dp_bucket" in got  # 4 layers of ~3M params: the 40M-parameter bucket holds the whole stage
+    assert "dp_bucket" not in terms(graph(dp=4, fsdp=True))[0]
+    assert "dp_bucket" not in terms(g, OverheadModel(dp_bucket=False))[0]
+
+
+def test_project_shows_overheads_as_rows_and_adds_them():
+    g = graph(dp=2)
+    base = project(g, H100, timer=stub_timer)
+    none = project(g, H100, timer=stub_timer, overheads=NO_OVERHEADS)
+    full = project(g, H100, timer=stub_timer, overheads=DEFAULT_OVERHEADS)
+    assert none.totals.step_time == base.totals.step_time
+    rows = [r for r in full.rows if r.role.startswith("overhead.")]
+    assert {r.name for r in rows} >= {"launch_gaps", "grad_clip"}
+    assert full.totals.overhead == pytest.approx(sum(r.compute_s for r in rows))
+    assert full.totals.step_time == pytest.approx(base.totals.step_time + full.totals.overhead)
+    assert sum(r.share for r in full.rows) == pytest.approx(
+        (full.totals.compute + full.totals.exposed + full.totals.bubble + full.totals.overhead) / full.totals.step_time)
+
+
+def test_every_term_has_a_source():
+    assert set(SOURCES) == {"launch_gaps", "grad_clip", "moe_permute", "moe_imbalance", "fp8_bf16_ops", "fp8_casts",
+                            "dp_bucket"}
+    assert all(len(s) > 40 for s in SOURCES.values())
+
+
+@pytest.mark.parametrize("bad", [dict(kernel_gap_s=-1e-6), dict(moe_imbalance=0.5), dict(dp_bucket_params=-1)])
+def test_bad_parameters(bad):
+    with pytest.raises(C3kitError):
+        OverheadModel(**bad)
+
+
+@settings(max_examples=25, deadline=None)
+@given(dp=st.sampled_from([1, 2, 4]), dtype=st.sampled_from(["bf16", "fp8"]), moe=st.booleans(),
+       rc=st.sampled_from(["none", "selective", "full"]))
+def test_overheads_never_shorten_a_step(dp, dtype, moe, rc):
+    g = graph(MOE if moe else DENSE, dtype, dp=dp, recompute=rc)
+    base = project(g, H100).totals.step_time
+    assert project(g, H100, overheads=DEFAULT_OVERHEADS).totals.step_time >= base
