@@ -69,10 +69,11 @@ def write_report(out: Path, res, runs) -> None:
             rep.text(n)
         fig, ax = plt.subplots(figsize=(6, 6))
         for paper, part in t.groupby("paper"):
-            ax.scatter(part["measured_s"], part["predicted_s"], label=paper)
+            ax.scatter(part["measured_s"], part["predicted_s"], label=paper, zorder=3)
         lo, hi = t["measured_s"].min() * 0.7, t["measured_s"].max() * 1.4
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="+-10%")
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, zorder=2)
+        # the band is drawn under the points and the line (zorder), never over them
+        ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="+-10%", zorder=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("measured step time (s)")

@@ -41,7 +41,8 @@ class StudyResult:
             if not any(str(c).startswith("published") for c in df.columns):
                 continue
             if "basis" not in df.columns:
-                raise StudyError(f"{name}: a table beside published figures needs a 'basis' column ({', '.join(BASES)})")
+                raise StudyError(f"{name}: a table beside published figures needs a 'basis' column "
+                                 f"({', '.join(BASES)})")
             bad = sorted(set(df["basis"]) - set(BASES))
             if bad:
                 raise StudyError(f"{name}: basis {bad} is not one of {', '.join(BASES)}")

@@ -324,26 +324,29 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
 
 
 def _fig(agg: pd.DataFrame):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from c3kit.studies.plots import figure, legend_below
 
     gpus = list(dict.fromkeys(agg.gpu))
-    fig, axes = plt.subplots(1, len(gpus), figsize=(5.5 * len(gpus), 3.8), squeeze=False, sharey=True)
+    fig, axes = figure(1, len(gpus), figsize=(5.5 * len(gpus), 4.4), squeeze=False, sharey=True)
     cols = ["G-long", "GC-equal", "C-long", "average"]
     for ax, g in zip(axes[0], gpus):
         d = agg[agg.gpu == g]
         x = list(range(len(d)))
         w = 0.17
         for i, c in enumerate(cols):
-            ax.bar([v + (i - 1.5) * w for v in x], d[c] * 100, w, label=c)
+            ax.bar([v + (i - 1.5) * w for v in x], d[c] * 100, w, label=f"ours, {c} (predicted independently)"
+                   if c == "average" else f"ours, {c}")
         ax.scatter([v + 2.5 * w for v in x], d.published_average * 100, color="k", marker="D", zorder=3,
-                   label="published avg (MI300X)")
+                   label="published average (MI300X)")
+        if "measured_average" in d and d.measured_average.notna().any():
+            ax.scatter([v + 2.5 * w for v in x], d.measured_average * 100, facecolor="none", edgecolor="k",
+                       marker="o", s=40, zorder=3, label="measured average (one GPU, local copy)")
+        ax.axhline(0, color="grey", lw=0.5)
         ax.set_xticks(x, d.strategy)
+        ax.set_xlabel("strategy")
         ax.set_title(g)
-        ax.set_ylabel("% of ideal speedup realized")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].set_ylabel("% of ideal speedup realized")
+    legend_below(fig, axes[0], ncols=3)
     return fig
 
 

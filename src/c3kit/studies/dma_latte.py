@@ -262,53 +262,47 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
 
 
 def _fig_share(bd: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = figure(figsize=(6.5, 4.2))
     for g, d in bd.groupby("gpu"):
-        ax.plot(d.bytes, d.non_copy_share * 100, marker=".", label=f"{g} (model)")
+        ax.plot(d.bytes, d.non_copy_share * 100, marker=".", label=f"{g} model ({_FIG_BASIS.get(g, 'assumed')})")
     ax.scatter(list(PUBLISHED_SHARE), [v * 100 for v in PUBLISHED_SHARE.values()], color="k", zorder=3,
                label="MI300X published")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("copy size (B)")
-    ax.set_ylabel("non-copy share (%)")
-    ax.legend()
+    bytes_axis(ax, bd.bytes.min(), bd.bytes.max(), "copy size")
+    ax.set_ylabel("non-copy share of one copy (%)")
+    legend_below(fig, [ax], ncols=2)
     return fig
 
 
+# what a model curve beside the published points rests on, for the figures' legends
+_FIG_BASIS = {"MI300X": "parameters fitted to these points", "H200-SXM": "assumed parameters"}
+
+
 def _fig_speedup(sw: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
+    fig, axes = figure(1, 2, figsize=(10, 4.2), sharey=True)
     for ax, kind in zip(axes, VARIANTS_FOR):
         for g, d in sw[sw.kind == kind].groupby("gpu"):
             best = d.groupby("bytes").speedup_vs_pcpy.max()
-            ax.plot(best.index, best.values, marker=".", label=f"{g} best (model)")
+            ax.plot(best.index, best.values, marker=".",
+                    label=f"{g} best variant, model ({_FIG_BASIS.get(g, 'assumed')})")
         pts = PUBLISHED_SPEEDUP[kind]
         ax.scatter([p[0] for p in pts], [p[2] for p in pts], color="k", zorder=3, label="MI300X published")
-        ax.set_xscale("log", base=2)
+        bytes_axis(ax, sw.bytes.min(), sw.bytes.max(), "collective size S")
         ax.set_title(kind)
-        ax.set_xlabel("size S (B)")
         ax.axhline(1, color="grey", lw=0.5)
     axes[0].set_ylabel("speedup over pcpy")
-    axes[0].legend()
+    legend_below(fig, axes, ncols=3)
     return fig
 
 
 def _fig_vs_sm(sw: pd.DataFrame):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
     gpus = list(dict.fromkeys(sw.gpu))
-    fig, axes = plt.subplots(len(gpus), 2, figsize=(10, 3.2 * len(gpus)), squeeze=False)
+    fig, axes = figure(len(gpus), 2, figsize=(10, 3.4 * len(gpus) + 0.5), squeeze=False)
     for r, g in enumerate(gpus):
         for c, kind in enumerate(VARIANTS_FOR):
             d = sw[(sw.gpu == g) & (sw.kind == kind)]
@@ -319,11 +313,11 @@ def _fig_vs_sm(sw: pd.DataFrame):
             ax.plot(best.index, best.values * 1e6, label="best DMA variant")
             sm = d.groupby("bytes").sm_library_s.first()
             ax.plot(sm.index, sm.values * 1e6, "--", label="SM library (alpha-beta)")
-            ax.set_xscale("log", base=2)
+            bytes_axis(ax, sw.bytes.min(), sw.bytes.max(), "collective size S")
             ax.set_yscale("log")
             ax.set_title(f"{g} {kind}")
             ax.set_ylabel("time (us)")
-    axes[0][0].legend()
+    legend_below(fig, axes.ravel(), ncols=3)
     return fig
 
 

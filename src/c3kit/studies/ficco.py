@@ -162,56 +162,51 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False) -> StudyResult
         notes=notes, headline=headline)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _fig_speedup(real: pd.DataFrame):
-    plt = _plt()
+    from c3kit.studies.plots import figure
+
     hws = sorted(set(real.hw))
-    fig, axes = plt.subplots(1, len(hws), figsize=(6 * len(hws), 3.8), squeeze=False, sharey=True)
+    fig, axes = figure(1, len(hws), figsize=(6 * len(hws), 4), squeeze=False, sharey=True)
     for ax, g in zip(axes[0], hws):
         d = real[real.hw == g]
         fams = sorted(set(d.family))
         ax.boxplot([d[d.family == f].speedup for f in fams], tick_labels=fams)
         ax.axhline(1, color="grey", lw=0.5)
         ax.set_title(g)
-        ax.set_ylabel("speedup over serial")
+        ax.set_xlabel("schedule family (every realizable schedule of every scenario)")
+    axes[0][0].set_ylabel("speedup over serial")
     return fig
 
 
 def _fig_losses(real: pd.DataFrame):
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    from c3kit.studies.plots import figure, legend_below
+
+    fig, axes = figure(1, 2, figsize=(11, 4.4))
     d = real[real.family.isin(["ring", "ficco"])]
-    rows = d.m / d.family.map({"ring": 8, "ficco": 8}).astype(float)
+    rows = d.m / 8.0
     for fam, mk in (("ring", "o"), ("ficco", "x")):
         s = d.family == fam
-        axes[0].scatter(rows[s], d.dil[s] * 100, s=6, marker=mk, label=fam)
-        axes[1].scatter(rows[s], d.contention_comp[s] * 100, s=6, marker=mk, label=fam)
+        axes[0].scatter(rows[s], d.dil[s] * 100, s=6, marker=mk, label=f"{fam} schedules")
+        axes[1].scatter(rows[s], d.contention_comp[s] * 100, s=6, marker=mk, label=f"{fam} schedules")
     for ax, lab in zip(axes, ("DIL (%)", "compute contention loss (%)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("rows per compute chunk (m / 8)")
         ax.set_ylabel(lab)
-        ax.legend()
+    legend_below(fig, axes, ncols=2)
     return fig
 
 
 def _fig_pick(pk: pd.DataFrame):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    from c3kit.studies.plots import figure, legend_below
+
+    fig, ax = figure(figsize=(4.8, 5.2))
     for g in sorted(set(pk.hw)):
         d = pk[pk.hw == g]
         ax.scatter(d.oracle_speedup, d.heuristic_speedup, s=8, label=g)
     lo = min(pk.heuristic_speedup.min(), 1.0)
     hi = pk.oracle_speedup.max()
-    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.5)
-    ax.set_xlabel("oracle speedup")
-    ax.set_ylabel("heuristic pick speedup")
-    ax.legend()
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.5, label="pick = oracle")
+    ax.set_xlabel("oracle speedup over serial")
+    ax.set_ylabel("heuristic pick's speedup over serial")
+    legend_below(fig, [ax], ncols=3)
     return fig

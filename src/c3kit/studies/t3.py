@@ -271,47 +271,45 @@ def run(tp: tuple[int, ...] | None = None, models: tuple[str, ...] | None = None
         notes=notes, headline=headline)
 
 
+def _labels(df: pd.DataFrame) -> list[str]:
+    return [f"{r.model} tp{r.tp} {r.sublayer}" for r in df.itertuples()]
+
+
 def _fig_speedup(df: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r.model.split('-')[0]}{'' if r.model.startswith(('GPT', 'PaLM')) else ''} tp{r.tp} {r.sublayer}"
-              for r in df.itertuples()]
-    x = range(len(df))
-    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(df)), 4))
+    x = list(range(len(df)))
+    fig, ax = figure(figsize=(max(6, 0.38 * len(df)), 5.5))
     w = 0.27
     ax.bar([i - w for i in x], df.speedup_ideal, w, label="ideal")
-    ax.bar(list(x), df.speedup_t3, w, label="T3")
+    ax.bar(x, df.speedup_t3, w, label="T3")
     ax.bar([i + w for i in x], df.speedup_t3_mca, w, label="T3-MCA")
-    ax.set_xticks(list(x), labels, rotation=90, fontsize=7)
+    ax.set_xticks(x, _labels(df), rotation=90, fontsize=7)
+    ax.set_xlabel("sublayer (model, TP degree, GEMM)")
     ax.set_ylabel("speedup over sequential")
     ax.axhline(1, color="grey", lw=0.5)
-    ax.legend()
+    legend_below(fig, [ax], ncols=3)
     return fig
 
 
 def _fig_traffic(df: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(df)), 4))
+    fig, ax = figure(figsize=(max(6, 0.38 * len(df)), 6))
     x = list(range(len(df)))
     w = 0.4
     b0 = [0.0] * len(df)
     for col, lab in (("dram_gemm_read_B", "GEMM read"), ("dram_gemm_write_B", "GEMM write"),
                      ("dram_rs_read_base_B", "RS read"), ("dram_rs_write_base_B", "RS write")):
-        ax.bar([i - w / 2 for i in x], df[col] / 1e6, w, bottom=b0, label=f"base {lab}")
+        ax.bar([i - w / 2 for i in x], df[col] / 1e6, w, bottom=b0, label=f"baseline: {lab}")
         b0 = [a + b / 1e6 for a, b in zip(b0, df[col])]
     b1 = [0.0] * len(df)
     for col, lab in (("dram_gemm_read_B", "GEMM read"), ("dram_gemm_write_B", "GEMM write"),
                      ("dram_dma_read_t3_B", "DMA read"), ("dram_nmc_update_t3_B", "NMC update")):
-        ax.bar([i + w / 2 for i in x], df[col] / 1e6, w, bottom=b1, label=f"T3 {lab}", hatch="//")
+        ax.bar([i + w / 2 for i in x], df[col] / 1e6, w, bottom=b1, label=f"T3 (hatched): {lab}", hatch="//")
         b1 = [a + b / 1e6 for a, b in zip(b1, df[col])]
-    ax.set_xticks(x, [f"{r.model[:6]} tp{r.tp} {r.sublayer}" for r in df.itertuples()], rotation=90, fontsize=7)
+    ax.set_xticks(x, _labels(df), rotation=90, fontsize=7)
+    ax.set_xlabel("sublayer (model, TP degree, GEMM); left bar baseline, right bar T3")
     ax.set_ylabel("DRAM traffic per GPU (MB)")
-    ax.legend(fontsize=6, ncol=2)
+    legend_below(fig, [ax], ncols=4, fontsize=8)
     return fig
