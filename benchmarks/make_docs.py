@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "docs" / "studies.md", ROOT / "docs" / "overlap.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated:(?P=name) -->)", re.S)
 VOLATILE = {"study-times", "overlap-speed"}
+# study figures docs/studies.md shows, written to docs/figures/<name>.png on a full (not --quick, not --check) run
+FIGURES = {"dma": ("dma_share", "dma_speedup"), "t3": ("t3_speedup",), "c3": ("c3_fraction",),
+           "ficco": ("ficco_heuristic",)}
+FIGURE_DIR = ROOT / "docs" / "figures"
 PARTS = ("dma", "t3", "c3", "ficco", "overlap")
 
 
@@ -214,9 +218,10 @@ def c3_details(r: dict) -> str:
     for g in dict.fromkeys(df.gpu):
         d = df[(df.gpu == g) & (df.strategy == "dma")]
         red = d[d.collective.isin(["reduce_scatter", "all_reduce"])].groupby("collective").fraction_of_ideal.mean()
+        copies = d[~d.collective.isin(red.index)].fraction_of_ideal.mean()
         lines.append(f"- {g}: DMA offload of reducing collectives realizes "
                      + ", ".join(f"{k} {pct(v)}" for k, v in red.items())
-                     + f"; of the copy collectives (all-gather, all-to-all) {pct(d[~d.collective.isin(red.index)].fraction_of_ideal.mean())}.")
+                     + f"; of the copy collectives (all-gather, all-to-all) {pct(copies)}.")
     sens = res.tables["c3_dma_sensitivity"]
     lines.append("- What-if, DMA engines at the per-peer link rate (`c3_dma_sensitivity`): "
                  + ", ".join(f"{g} {pct(a)}" for g, a in zip(sens.gpu, sens.average)) + " of ideal on average.")
@@ -322,6 +327,27 @@ BLOCKS: dict[str, tuple[str, Callable[[dict], str]]] = {
 }
 
 
+def write_figures(results: dict, out: Path = FIGURE_DIR) -> list[Path]:
+    """Save the studies' figures that the docs embed (same builders as the study reports)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for part, names in FIGURES.items():
+        if part not in results:
+            continue
+        for name, build, _ in results[part].figures:
+            if name in names:
+                fig = build()
+                path = out / f"{name}.png"
+                fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
+                plt.close(fig)
+                written.append(path)
+    return written
+
+
 # --- rewriting ----------------------------------------------------------------------------------------
 def markers(text: str) -> list[str]:
     """Names of the generated blocks in a page, in order."""
@@ -368,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             print(new)
         elif not a.check and new != text:
             doc.write_text(new)
+    if not a.quick and not a.check:
+        write_figures(results)
     if a.check and stale:
         print("stale generated blocks: " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -34,8 +34,13 @@ def test_dma_and_t3_blocks_in_the_docs_are_up_to_date(make_docs):
         assert changed == [], f"stale in {doc.name}: {changed}; run python benchmarks/make_docs.py"
 
 
-def test_every_block_renders_on_the_small_scenario_sets(make_docs):
+def test_every_block_and_figure_renders_on_the_small_scenario_sets(make_docs, tmp_path):
     results = make_docs.compute(quick=True)
+    written = make_docs.write_figures(results, tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"{n}.png" for ns in make_docs.FIGURES.values() for n in ns)
+    assert all(p.stat().st_size > 1000 for p in written)
+    studies = (make_docs.ROOT / "docs" / "studies.md").read_text()
+    assert all(f"(figures/{p.name})" in studies and (make_docs.FIGURE_DIR / p.name).is_file() for p in written)
     for doc in make_docs.DOCS:
         text = doc.read_text()
         new, _ = make_docs.render(text, results)
