@@ -32,13 +32,22 @@ def _finish(result, out: Path, as_json: bool) -> None:
         emit_json({**result.to_dict(), "out": str(out)})
         return
     _out_console().print(df_table(result.title, _rounded(result.summary)))
+    console.print(_basis_line(result))
     for note in result.notes[:2]:
         console.print(note)
     console.print(f"[dim]{result.seconds:.2f} s; report: {out}/report.md[/dim]")
 
 
 def _rounded(df):
-    return df.round(4)
+    # basis_detail (why a row has its basis) is in the report, the CSV and --json; the console keeps basis
+    return df.drop(columns=[c for c in ("basis_detail",) if c in df.columns]).round(4)
+
+
+def _basis_line(result) -> str:
+    from c3kit.studies.all_studies import basis_counts
+
+    counts = basis_counts(result)
+    return "basis of ours beside published: " + (", ".join(f"{n} {b}" for b, n in counts.items()) or "none given")
 
 
 def _out_console():
@@ -210,4 +219,5 @@ def all_(
         return
     for r in results:
         _out_console().print(df_table(f"{r.title} ({r.seconds:.2f} s)", _rounded(r.summary)))
+        console.print(_basis_line(r))
     console.print(f"[dim]report: {out}/report.md[/dim]")

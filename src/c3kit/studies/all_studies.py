@@ -15,6 +15,12 @@ from c3kit.hw.model import GPU
 
 JSON_MAX_ROWS = 2000  # larger tables go to CSV only, so --json stays a readable document
 
+# The basis of a figure shown beside a published one: how our number relates to the published point.
+MEASURED = "measured"  # ours is a measurement on a real GPU
+PREDICTED = "predicted independently"  # no parameter was fitted to the published point it stands beside
+FITTED = "fitted to these points"  # model parameters were fitted to the very published points shown
+BASES = (MEASURED, PREDICTED, FITTED)
+
 
 @dataclass
 class StudyResult:
@@ -29,14 +35,32 @@ class StudyResult:
     headline: dict = field(default_factory=dict)
     seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        # every table that shows a published figure says, row by row, what our figure beside it rests on
+        for name, df in {f"{self.name} summary": self.summary, **self.tables}.items():
+            if not any(str(c).startswith("published") for c in df.columns):
+                continue
+            if "basis" not in df.columns:
+                raise StudyError(f"{name}: a table beside published figures needs a 'basis' column "
+                                 f"({', '.join(BASES)})")
+            bad = sorted(set(df["basis"]) - set(BASES))
+            if bad:
+                raise StudyError(f"{name}: basis {bad} is not one of {', '.join(BASES)}")
+
     def to_dict(self, max_rows: int = JSON_MAX_ROWS) -> dict:
         """JSON-ready view: headline, notes, summary; tables as records (larger ones only by size and CSV name)."""
         return {
             "study": self.name, "title": self.title, "seconds": round(self.seconds, 3), "headline": self.headline,
-            "notes": self.notes, "summary": _records(self.summary),
+            "notes": self.notes, "basis": basis_counts(self), "summary": _records(self.summary),
             "tables": {k: (_records(v) if len(v) <= max_rows else {"rows": len(v), "csv": f"{k}.csv"})
                        for k, v in self.tables.items()},
         }
+
+
+def basis_counts(result: StudyResult) -> dict[str, int]:
+    """How many summary rows rest on each basis (measured, predicted independently, fitted to these points)."""
+    col = result.summary["basis"] if "basis" in result.summary.columns else pd.Series([], dtype=str)
+    return {b: int((col == b).sum()) for b in BASES if (col == b).any()}
 
 
 def _records(df: pd.DataFrame) -> list[dict]:

@@ -11,7 +11,7 @@ from c3kit import cost
 from c3kit.cost.dma import VARIANTS_FOR, DMAParams, all_variants, best_variant, dma_collective_time, \
     selector, single_copy_time
 from c3kit.errors import C3kitError, StudyError
-from c3kit.studies.all_studies import StudyResult, gap, gpu_or
+from c3kit.studies.all_studies import FITTED, PREDICTED, StudyResult, gap, gpu_or
 from c3kit.workload.ops import Collective
 
 KB, MB, GB = 2**10, 2**20, 2**30
@@ -33,6 +33,11 @@ PUBLISHED_VS_RCCL = {
     ("all_gather", "best", "small"): 1.30, ("all_to_all", "best", "small"): 1 / 1.20,
     ("all_gather", "best", "large"): 1 / 1.16, ("all_to_all", "best", "large"): 1 / 1.07,
 }
+
+# the comparison metrics whose published points MI300X_LATTE was fitted to (the rest were left out of the fit)
+FITTED_METRICS = ("non-copy share", "best/pcpy speedup")
+FIT_DETAIL = "MI300X_LATTE was fitted to the published non-copy shares and best-variant speedups"
+HELD_DETAIL = "not in the fit; MI300X_LATTE was fitted to this paper's shares and best-variant speedups"
 
 # MI300X DMA parameters fitted (least squares in log space, then rounded) to the published non-copy shares
 # and best-variant speedups above; engine count and links come from the catalog entry.
@@ -130,9 +135,11 @@ def breakdown(params: DMAParams, sizes, label: str) -> pd.DataFrame:
     for s in sizes:
         t = single_copy_time(s, params)
         pub = PUBLISHED_SHARE.get(int(s), float("nan"))
+        # the published shares are MI300X's: only the MI300X rows (fitted parameters) are compared with them
         rows.append(dict(gpu=label, bytes=s, schedule_s=t.schedule, copy_s=t.copy, sync_s=t.sync_time,
                          total_s=t.total, non_copy_share=t.non_copy_share, published_share=pub,
-                         gap_points=(t.non_copy_share - pub) * 100 if label == "MI300X" else float("nan")))
+                         gap_points=(t.non_copy_share - pub) * 100 if label == "MI300X" else float("nan"),
+                         basis=FITTED if label == "MI300X" else PREDICTED))
     return pd.DataFrame(rows)
 
 
@@ -143,8 +150,8 @@ def _size_label(b: float) -> str:
     return f"{b:g} B"
 
 
-def comparison(params: DMAParams, ranks: int, gpu) -> pd.DataFrame:
-    """Per published point: our non-copy share / best variant / speedup beside the paper's, with the gap."""
+def comparison(params: DMAParams, ranks: int, gpu, fitted: bool = True) -> pd.DataFrame:
+    """Per published point: ours beside the paper's, the gap and the basis (fitted: params are MI300X_LATTE)."""
     rows = []
     for s, pub in PUBLISHED_SHARE.items():
         ours = single_copy_time(s, params).non_copy_share
@@ -166,7 +173,12 @@ def comparison(params: DMAParams, ranks: int, gpu) -> pd.DataFrame:
         ratio = t.total / _sm_time(kind, s, ranks, gpu)
         rows.append(dict(metric=f"{which} DMA / SM library time", kind=kind, size=_size_label(s), ours=ratio,
                          ours_variant=t.label, published=pub, published_variant="vs RCCL", gap=gap(ratio, pub)))
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    in_fit = df.metric.isin(FITTED_METRICS) & fitted
+    df["basis"] = [FITTED if f else PREDICTED for f in in_fit]
+    df["basis_detail"] = [FIT_DETAIL if f else (HELD_DETAIL if fitted else "parameters not fitted to this paper")
+                          for f in in_fit]
+    return df
 
 
 def selector_table(params: DMAParams, sizes, ranks: int, gpu, label: str) -> pd.DataFrame:
@@ -229,14 +241,15 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
         mi300x_share_mean_abs_gap_points=float((sh.ours - sh.published).abs().mean() * 100),
         mi300x_speedup_mean_abs_gap=float(spd.gap.abs().mean()),
         mi300x_variant_matches=int((spd.ours_variant == spd.published_variant).sum()), mi300x_variant_points=len(spd),
-        h200_origin=h2_origin,
+        mi300x_basis=FITTED, h200_origin=h2_origin,
     )
     notes = [
         f"Model: c3kit.cost.dma (event walk over commands; schedule, copy and sync terms). {ranks} GPUs; "
         f"S is the nccl-tests size, each GPU sends S/{ranks} to each peer. Sizes {_size_label(sizes[0])}.."
         f"{_size_label(sizes[-1])}.",
         f"MI300X parameters: {mi_origin}. The fit used the published shares and speedups, so agreement on "
-        "MI300X shows the model can express the published shape, not an independent prediction.",
+        "MI300X shows the model can express the published shape, not an independent prediction: those rows "
+        f"are labelled basis '{FITTED}'; the b2b and vs-RCCL rows were left out of the fit ('{PREDICTED}').",
         f"H200 parameters: {h2_origin}. Set them from measurements with `--set NAME=VALUE` or a calibration file "
         f"{_shipped_dma_name()} (kind \"dma\": columns param, value, or measured single "
         "copies bytes, seconds).",
@@ -258,53 +271,47 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
 
 
 def _fig_share(bd: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = figure(figsize=(6.5, 4.2))
     for g, d in bd.groupby("gpu"):
-        ax.plot(d.bytes, d.non_copy_share * 100, marker=".", label=f"{g} (model)")
+        ax.plot(d.bytes, d.non_copy_share * 100, marker=".", label=f"{g} model ({_FIG_BASIS.get(g, 'assumed')})")
     ax.scatter(list(PUBLISHED_SHARE), [v * 100 for v in PUBLISHED_SHARE.values()], color="k", zorder=3,
                label="MI300X published")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("copy size (B)")
-    ax.set_ylabel("non-copy share (%)")
-    ax.legend()
+    bytes_axis(ax, bd.bytes.min(), bd.bytes.max(), "copy size")
+    ax.set_ylabel("non-copy share of one copy (%)")
+    legend_below(fig, [ax], ncols=2)
     return fig
 
 
+# what a model curve beside the published points rests on, for the figures' legends
+_FIG_BASIS = {"MI300X": "parameters fitted to these points", "H200-SXM": "assumed parameters"}
+
+
 def _fig_speedup(sw: pd.DataFrame):
-    import matplotlib
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
+    fig, axes = figure(1, 2, figsize=(10, 4.2), sharey=True)
     for ax, kind in zip(axes, VARIANTS_FOR):
         for g, d in sw[sw.kind == kind].groupby("gpu"):
             best = d.groupby("bytes").speedup_vs_pcpy.max()
-            ax.plot(best.index, best.values, marker=".", label=f"{g} best (model)")
+            ax.plot(best.index, best.values, marker=".",
+                    label=f"{g} best variant, model ({_FIG_BASIS.get(g, 'assumed')})")
         pts = PUBLISHED_SPEEDUP[kind]
         ax.scatter([p[0] for p in pts], [p[2] for p in pts], color="k", zorder=3, label="MI300X published")
-        ax.set_xscale("log", base=2)
+        bytes_axis(ax, sw.bytes.min(), sw.bytes.max(), "collective size S")
         ax.set_title(kind)
-        ax.set_xlabel("size S (B)")
         ax.axhline(1, color="grey", lw=0.5)
     axes[0].set_ylabel("speedup over pcpy")
-    axes[0].legend()
+    legend_below(fig, axes, ncols=3)
     return fig
 
 
 def _fig_vs_sm(sw: pd.DataFrame):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from c3kit.studies.plots import bytes_axis, figure, legend_below
 
     gpus = list(dict.fromkeys(sw.gpu))
-    fig, axes = plt.subplots(len(gpus), 2, figsize=(10, 3.2 * len(gpus)), squeeze=False)
+    fig, axes = figure(len(gpus), 2, figsize=(10, 3.4 * len(gpus) + 0.5), squeeze=False)
     for r, g in enumerate(gpus):
         for c, kind in enumerate(VARIANTS_FOR):
             d = sw[(sw.gpu == g) & (sw.kind == kind)]
@@ -315,11 +322,11 @@ def _fig_vs_sm(sw: pd.DataFrame):
             ax.plot(best.index, best.values * 1e6, label="best DMA variant")
             sm = d.groupby("bytes").sm_library_s.first()
             ax.plot(sm.index, sm.values * 1e6, "--", label="SM library (alpha-beta)")
-            ax.set_xscale("log", base=2)
+            bytes_axis(ax, sw.bytes.min(), sw.bytes.max(), "collective size S")
             ax.set_yscale("log")
             ax.set_title(f"{g} {kind}")
             ax.set_ylabel("time (us)")
-    axes[0][0].legend()
+    legend_below(fig, axes.ravel(), ncols=3)
     return fig
 
 
