@@ -93,8 +93,8 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> fl
         return float("nan")
     order = np.argsort(v, kind="stable")
     v, w = v[order], np.cumsum(w[order])
-    rank = q / 100.0 * (w[-1] - 1)
-    return float(v[int(np.searchsorted(w, rank + 1 - 1e-9))])
+    rank = math.floor(q / 100.0 * (w[-1] - 1) + 1e-9)  # numpy's "lower" method on the expanded values
+    return float(v[int(np.searchsorted(w, rank, side="right"))])
 
 
 @dataclass(frozen=True)

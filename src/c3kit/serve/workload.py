@@ -156,7 +156,8 @@ def poisson(rate: float, n: int, prompt: LengthSpec | str, output: LengthSpec | 
     p = parse_lengths(prompt, "prompt") if isinstance(prompt, str) else prompt
     o = parse_lengths(output, "output") if isinstance(output, str) else output
     rng = np.random.default_rng(seed)
-    arr = np.zeros(n) if math.isinf(rate) else np.cumsum(rng.exponential(1.0 / rate, n))
+    gaps = rng.exponential(1.0, n)  # drawn at every rate, so one seed gives the same lengths at all rates
+    arr = np.zeros(n) if math.isinf(rate) else np.cumsum(gaps) / rate
     return Workload(arr, p.sample(rng, n), o.sample(rng, n),
                     f"Poisson {rate:g} req/s, prompt {p.text or p.kind}, output {o.text or o.kind}, seed {seed}")
 
