@@ -30,6 +30,9 @@ DATASETS = {
     "sharegpt": (161.31, 337.99, 1.0,
                  "means: Kwon et al., 'Efficient Memory Management for LLM Serving with PagedAttention' "
                  "(SOSP 2023, arXiv:2309.06180) Fig. 11, ShareGPT input/output lengths; sigma 1.0 assumed"),
+    "sharegpt-vllm-bench": (202.0, 179.0, 1.0,
+                            "means: vLLM blog 'vLLM v0.6.0: 2.7x Throughput Improvement' (2024-09-05), its benchmark's "
+                            "ShareGPT sample (500 prompts): average input 202, output 179 tokens; sigma 1.0 assumed"),
     "alpaca": (19.31, 58.45, 0.6,
                "means: Kwon et al. (SOSP 2023, arXiv:2309.06180) Fig. 11, Alpaca input/output lengths; "
                "sigma 0.6 assumed"),
