@@ -62,3 +62,16 @@ def test_weighted_percentile_by_hand():
     assert weighted_percentile(v, w, 50) == 1.0
     assert weighted_percentile(v, w, 100) == 3.0
     assert weighted_percentile(v, w, 0) == 1.0
+
+
+def test_replicas_double_saturated_throughput():
+    w = poisson(float("inf"), 1200, "uniform:50:300", "uniform:20:120", 3)
+    one = compute(simulate(w, StubPricer(0.004, 2e-5), CFG, replicas=1))
+    two = compute(simulate(w, StubPricer(0.004, 2e-5), CFG, replicas=2))
+    assert two.requests == one.requests == 1200
+    assert two.throughput_rps == pytest.approx(2 * one.throughput_rps, rel=0.1)
+
+
+def test_bad_replicas():
+    with pytest.raises(ServeError):
+        simulate(poisson(1.0, 10, "10", "10"), StubPricer(), CFG, replicas=0)

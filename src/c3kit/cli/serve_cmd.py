@@ -192,11 +192,13 @@ def _write_report(out: Path, setup, runs, main, info: dict) -> None:
 def _print(setup, info: dict, df, main, out: Path) -> None:
     console.print(setup.describe())
     console.print(f"workload: {info['workload']}; cost model {info['cost_model']}")
-    cols = ["rate_rps", "throughput_rps", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
-            "tpot_p99_ms", "e2e_p99_ms", "mean_batch", "max_kv_use", "preemptions"]
+    cols = {"rate_rps": "rate req/s", "throughput_rps": "served req/s", "output_tok_s": "out tok/s",
+            "ttft_p50_ms": "TTFT p50 ms", "ttft_p99_ms": "TTFT p99 ms", "tpot_p50_ms": "TPOT p50 ms",
+            "tpot_p99_ms": "TPOT p99 ms", "e2e_p99_ms": "E2E p99 ms", "mean_batch": "batch", "max_kv_use": "max KV",
+            "preemptions": "preempt"}
     if info["slo"]:
-        cols += ["slo_attained", "goodput_rps"]
-    console.print(df_table("Serving runs", df[cols].round(4)))
+        cols.update({"slo_attained": "SLO met", "goodput_rps": "goodput"})
+    console.print(df_table("Serving runs", df[list(cols)].rename(columns=cols).round(4)))
     m = main.metrics
     console.print(rich_table("Main run", ["metric", "p50", "p90", "p99"], [
         (k.upper(), *(fmt_time(getattr(m, k)[f"p{p}"]) for p in (50, 90, 99))) for k in ("ttft", "tpot", "itl", "e2e")]))
