@@ -296,7 +296,7 @@ def run_fused(quick: bool = False, progress=None) -> StudyResult:
     from c3kit.step import SimpleOverlap
 
     cm = as_model("efficiency")
-    cases = [("Llama-3-70B", 8)] if quick else [("Llama-3-70B", 8), ("Mega-GPT-2-8.3B", 8), ("T-NLG-17B", 8)]
+    cases = [("Llama-3-70B", 8)] if quick else [("Llama-3-70B", 8), ("Mega-GPT-2-8.3B", 8), ("T-NLG-17B", 4)]
     gpus = ("H200-SXM",) if quick else ("H200-SXM", "MI300X")
     prompts = (2048,) if quick else (1024, 4096)
     n = 30 if quick else 80
