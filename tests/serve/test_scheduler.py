@@ -36,6 +36,7 @@ def test_two_requests_by_hand(stub):
     assert m.ttft["p50"] == pytest.approx((0.014 + 0.022) / 2)
     assert m.mean_tpot == pytest.approx((0.0125 + 0.012) / 2)
     assert m.duration_s == pytest.approx(0.039)
+    assert m.mean_itl == pytest.approx((0.013 + 2 * 0.012) / 3)  # A after it2 and it3, B after it3
     assert m.output_tps == pytest.approx(5 / 0.039)
 
 

@@ -114,6 +114,7 @@ class Metrics:
     mean_ttft: float
     mean_tpot: float
     mean_e2e: float
+    mean_itl: float  # over every inter-token gap (vLLM's "Mean ITL")
     mean_batch: float  # decode + prefill requests per iteration, time-weighted
     max_batch: int
     mean_kv_use: float  # share of KV blocks in use, time-weighted
@@ -191,6 +192,7 @@ def compute(r: SimResult, slo: SLO | None = None) -> Metrics:
         ttft=_pcts(pr["ttft"]), tpot=_pcts(pr["tpot"]), itl=itl, e2e=_pcts(pr["e2e"]),
         mean_ttft=float(np.mean(pr["ttft"])), mean_tpot=float(np.nanmean(pr["tpot"])) if np.isfinite(pr["tpot"]).any()
         else float("nan"), mean_e2e=float(np.mean(pr["e2e"])),
+        mean_itl=float((iv * iw).sum() / iw.sum()) if iw.sum() > 0 else float("nan"),
         mean_batch=float((batch * d).sum() / busy), max_batch=int(batch.max()) if len(batch) else 0,
         mean_kv_use=float((kv * d).sum() / busy), max_kv_use=float(kv.max()) if len(kv) else 0.0,
         preemptions=int(r.preemptions.sum()), iterations=len(it))
