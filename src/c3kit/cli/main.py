@@ -37,7 +37,7 @@ def version(as_json: bool = JSON_OPT) -> None:
 def _register() -> None:
     import importlib
 
-    for module in ("analyze", "hw", "scale", "validate", "overlap", "study", "bench", "pim"):
+    for module in ("analyze", "hw", "scale", "validate", "overlap", "study", "bench", "pim", "serve"):
         mod = importlib.import_module(f"c3kit.cli.{module}_cmd")
         mod.register(app)
 
