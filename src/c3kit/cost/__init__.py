@@ -58,7 +58,7 @@ def _calibrated_attention(op: Attention, hw: GPU) -> float | None:
 def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
     """A memory-bound op from its measured kind; None where the GPU or the kind has no measurement."""
     cal = calibration_for(hw, "memory")
-    t = None if cal is None else cal.memory_time(op.kind, op.bytes)
+    t = None if cal is None else cal.memory_time(op.kind, op.bytes, op.width)
     return None if t is None else float(t)
 
 

@@ -86,6 +86,7 @@ class MemOp:
     bytes: float
     flops: float = 0.0
     kind: str = ""
+    width: int = 0  # elements per row of the main operand (per-row latency of normalisations); 0 = unknown
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or self.flops < 0:
