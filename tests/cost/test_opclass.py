@@ -114,3 +114,21 @@ def test_fit_floor_is_the_marginal_kernel():
             for m, base, per in (("graph", 3e-6, 2e-6), ("eager", 1e-5, 6e-6)) for n in (1, 10, 100)]
     g, e = fit_floor(rows)
     assert g == pytest.approx(2e-6) and e == pytest.approx(6e-6)
+
+
+def test_chained_kinds_split_bytes_by_traffic():
+    from c3kit.cost.opclass import FeatureCost, OpCalibration, ScaledCalibration
+
+    add = FeatureCost(1e-6, (1 / 4e12, 0.0, 0.0))
+    norm = FeatureCost(2e-6, (1 / 3e12, 1e-9, 0.0))
+    cal = ScaledCalibration(OpCalibration("X", {"residual_add": add, "rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}),
+                            1.0, 1.0, 1e18)
+    elements, w = 4096 * 8192, 8192
+    nbytes = (3 + 2) * elements * 2  # residual add 3, rmsnorm 2 units of traffic
+    t = cal.memory_time("residual_add+rmsnorm", nbytes, w)
+    want = 1e-6 + 3 * elements * 2 / 4e12 + 2e-6 + 2 * elements * 2 / 3e12 + w * 1e-9
+    assert t == pytest.approx(want)
+    assert cal.memory_time("residual_add+gelu", nbytes, w) is None
+    # half the bandwidth doubles the bandwidth terms only
+    slow = ScaledCalibration(cal.cal, 1.0, 0.5, 1e18).memory_time("rmsnorm", 2 * elements * 2, w)
+    assert slow == pytest.approx(2e-6 + 2 * 2 * elements * 2 / 3e12 + w * 1e-9)
