@@ -15,7 +15,8 @@ from c3kit.cost.model import KINDS, ROOFLINE, CostModel, as_model, clear_caches,
 from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
-from c3kit.hw.model import GPU
+from c3kit.cost.opclass import calibration_for
+from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 
 _PRESETS = {k: CostModel(kind=k) for k in KINDS}
@@ -44,6 +45,23 @@ def _sustained(op: Gemm, hw: GPU, burst_s: float) -> float:
     return burst_s * sustained_for(hw.name).factor(eff)
 
 
+def _calibrated_attention(op: Attention, hw: GPU) -> float | None:
+    """Attention from the GPU's measured (or transferred) attention class; None where there is none."""
+    cal = calibration_for(hw, "attention")
+    if cal is None:
+        return None
+    t = cal.attention_time(op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
+                           op.backward, dtype_bytes(op.dtype))
+    return None if t is None else float(t)
+
+
+def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
+    """A memory-bound op from its measured kind; None where the GPU or the kind has no measurement."""
+    cal = calibration_for(hw, "memory")
+    t = None if cal is None else cal.memory_time(op.kind, op.bytes, op.width)
+    return None if t is None else float(t)
+
+
 def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     """Seconds that op takes alone on hw under the cost model (default roofline)."""
     m = _PRESETS.get(model) if model is None or isinstance(model, str) else model
@@ -67,9 +85,11 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     if cls is Collective:
         return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
     if cls is Attention:
-        return roofline_time(op, hw, m.attn_eff, m.mem_eff)
+        t = _calibrated_attention(op, hw) if m.kind != "roofline" else None
+        return t if t is not None else roofline_time(op, hw, m.attn_eff, m.mem_eff)
     if cls is MemOp:
-        return roofline_time(op, hw, 1.0, m.mem_eff)
+        t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.kind else None
+        return t if t is not None else roofline_time(op, hw, 1.0, m.mem_eff)
     raise CostError(f"cannot time {op!r}: not a Gemm, Attention, MemOp or Collective")
 
 

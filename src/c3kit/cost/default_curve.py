@@ -19,7 +19,9 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
     from c3kit.cost.fit_cache import load_fit
     from c3kit.cost.table import cached_gemm_table
 
-    base = base_name(name)
+    from c3kit.cost.basis import source_gpu
+
+    base = source_gpu(name, "gemm") or base_name(name)  # own, projected or transferred (cost/basis.py)
     table = cached_gemm_table(base)
     out = (DEFAULT_CURVE, "default")
     if table is not None:

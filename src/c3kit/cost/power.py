@@ -121,7 +121,9 @@ def sustained_for(gpu_name: str) -> SustainedClock:
     from c3kit.hw.catalog import get_gpu
     from c3kit.hw.future import base_name
 
-    base = base_name(gpu_name)
+    from c3kit.cost.basis import source_gpu
+
+    base = source_gpu(gpu_name, "gemm") or base_name(gpu_name)
     table = cached_gemm_table(base)
     path = calibration_path(base, "gemm", variant="steady")
     if table is None or not path.is_file():

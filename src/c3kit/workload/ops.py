@@ -109,11 +109,17 @@ class Attention:
 
 @dataclass(frozen=True)
 class MemOp:
-    """A memory-bound op (norm, activation, softmax, residual add, optimizer update): bytes moved and FLOPs."""
+    """A memory-bound op (norm, activation, softmax, residual add, optimizer update): bytes moved and FLOPs.
+
+    kind names its measured class (workload.memops.MEMOP_KINDS, e.g. "rmsnorm.bwd"), whose calibrated
+    cost prices it where the GPU has one; "" = priced by the roofline alone.
+    """
 
     name: str
     bytes: float
     flops: float = 0.0
+    kind: str = ""
+    width: int = 0  # elements per row of the main operand (per-row latency of normalisations); 0 = unknown
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or self.flops < 0:

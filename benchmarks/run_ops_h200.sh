@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call on the lent single H200: op-level microbenchmarks beyond GEMMs (kernel floors,
+# memory-bound ops, attention, small / grouped / FP8 GEMMs) and the whole-layer checks (training
+# blocks, CUDA-graph decode steps), each family one file under $OUT, plus nvidia-smi's log.
+# Usage (device tool, from the repo root): bash benchmarks/run_ops_h200.sh
+# Quick local check (CPU): OUT=/tmp/ops QUICK=--quick bash benchmarks/run_ops_h200.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-c3kit-out/h200-ops}
+mkdir -p "$OUT"
+export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${PYTHON:-python3}
+FAMILIES=${FAMILIES:-"floor memory gemm attention decode layers"}
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv 2>&1
+  SMI_PID=
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -l 1 >"$OUT/smi-ops.csv" 2>&1 &
+    SMI_PID=$!
+  fi
+  for f in $FAMILIES; do
+    t0=$(date +%s)
+    timeout "${FAMILY_TIMEOUT:-150}" $PY -m c3kit.runtime.bench.ops --out "$OUT" --only "$f" --budget-s "${FAMILY_BUDGET_S:-75}" --script benchmarks/run_ops_h200.sh ${QUICK:-}
+    echo "== $f: rc=$? after $(($(date +%s) - t0)) s"
+  done
+  if [ -n "$SMI_PID" ]; then kill "$SMI_PID" 2>/dev/null; fi
+  date -u
+} 2>&1 | tee "$OUT/log.txt"

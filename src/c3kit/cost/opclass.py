@@ -1,0 +1,308 @@
+"""Op classes beyond GEMMs priced from measured rows: memory-bound kinds, attention (training and decode)
+and the per-kernel floor, each a small physical model whose few parameters are fitted to op-level
+measurements (runtime/bench/ops.py), never to step times.
+
+Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
+least squares (each row weighted by 1 / its time); the features say what the time grows with:
+- memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
+  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth).
+- attention forward / backward per head_dim (flash-style, causal): the causal FLOPs, the query rows x
+  head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x head_dim.
+- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
+- kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
+
+The measured files are found through the calibration store; a GPU without them (and without a
+documented transfer, cost/basis.py) is priced by the roofline with cost/model.py's efficiencies.
+Backward memory-bound rows below BWD_MIN_ELEMENTS were timed with autograd's host work exposed and are
+left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU-side figure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from c3kit.errors import CostError
+
+HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
+BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
+L2_BYTES_H200 = 60e6  # default only; op_calibration passes the GPU's catalog l2_bytes
+
+
+def _rows(doc: dict) -> list[dict]:
+    return [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+
+
+def fit_nonneg(X: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """[fixed, coef_1, ...] >= 0 minimising sum(((fixed + X @ coef) / t - 1)^2) (active-set relative fit)."""
+    t = np.asarray(t, dtype=float)
+    X = np.asarray(X, dtype=float).reshape(len(t), -1)
+    if len(t) < X.shape[1] + 1 or np.any(t <= 0):
+        raise CostError(f"fit needs at least {X.shape[1] + 1} rows with positive times, got {len(t)}")
+    A = np.column_stack([np.ones(len(t)), X]) / t[:, None]
+    active = list(range(A.shape[1]))
+    while active:
+        c, *_ = np.linalg.lstsq(A[:, active], np.ones(len(t)), rcond=None)
+        if np.all(c >= 0):
+            out = np.zeros(A.shape[1])
+            out[active] = c
+            return out
+        active.pop(int(np.argmin(c)))
+    return np.zeros(A.shape[1])
+
+
+def fit_linear(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(a, s) >= 0 minimising sum(((a + s x) / t - 1)^2): fixed cost and seconds per unit of x."""
+    c = fit_nonneg(np.asarray(x, dtype=float)[:, None], t)
+    return float(c[0]), float(c[1])
+
+
+@dataclass(frozen=True)
+class FeatureCost:
+    """t = fixed_s + sum(coefs_i x features_i); features as the class's feature function gives them."""
+
+    fixed_s: float
+    coefs: tuple[float, ...]
+    n_rows: int = 0
+
+    def __call__(self, features):
+        """Seconds for a feature matrix (rows x len(coefs)) or one feature vector."""
+        f = np.asarray(features, dtype=float)
+        return self.fixed_s + f @ np.asarray(self.coefs)
+
+    @property
+    def rate(self) -> float:
+        """Units of the first feature per second at large sizes (achieved bandwidth or FLOP/s)."""
+        return 1.0 / self.coefs[0] if self.coefs and self.coefs[0] > 0 else float("inf")
+
+
+def LinearCost(fixed_s: float, per_unit_s: float, n_rows: int = 0) -> FeatureCost:  # noqa: N802 - a constructor
+    """A one-feature FeatureCost: t = fixed_s + units x per_unit_s."""
+    return FeatureCost(fixed_s, (per_unit_s,), n_rows)
+
+
+def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0):
+    """[bytes, width, bytes beyond L2] of a memory-bound kind (arrays or scalars, stacked on the last axis)."""
+    from c3kit.workload.memops import memop_traffic
+
+    nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
+    w = np.broadcast_to(np.asarray(width, dtype=float), nbytes.shape)
+    return np.stack([nbytes, w, np.maximum(nbytes - l2_bytes, 0.0)], axis=-1)
+
+
+def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
+    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention."""
+    f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
+    q_rows = np.asarray(batch, float) * heads * q_len * head_dim
+    kv_rows = np.asarray(batch, float) * kv_heads * kv_len * head_dim
+    return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
+
+
+def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0):
+    """[KV-cache bytes read, query heads in the batch] of one decode attention (q_len 1)."""
+    kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
+    return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
+
+
+def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
+    """FLOPs of QK^T and PV as c3kit counts them (Attention.flops), for arrays as well as scalars."""
+    f = 4.0 * np.asarray(batch, float) * heads * q_len * kv_len * head_dim
+    if causal:
+        f = np.where(np.asarray(q_len) == np.asarray(kv_len), 0.5 * f, f)
+    return f * (2.5 if backward else 1.0)
+
+
+@dataclass(frozen=True)
+class OpCalibration:
+    """Fitted op-class models of one GPU and where they came from."""
+
+    gpu: str
+    memory: dict  # kind -> FeatureCost over memory_features
+    attention: dict  # (pass, head_dim) -> FeatureCost over attention_features; pass in fwd / bwd
+    decode: FeatureCost | None  # over decode_features
+    floor_graph_s: float
+    floor_eager_s: float
+    origin: dict  # family -> file name
+    l2_bytes: float = L2_BYTES_H200
+
+    def attention_model(self, backward: bool, head_dim: int) -> FeatureCost | None:
+        """The fitted model of this pass at the nearest measured head_dim (None when no pass is measured)."""
+        ps = "bwd" if backward else "fwd"
+        cands = [k for k in self.attention if k[0] == ps]
+        if not cands:
+            return None
+        return self.attention[min(cands, key=lambda k: (abs(k[1] - head_dim), -k[1]))]
+
+
+def fit_memory(rows: list[dict], held_out_width: int | None = HELD_OUT_WIDTH,
+               l2_bytes: float = L2_BYTES_H200) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit)."""
+    from c3kit.workload.memops import MEMOP_KINDS
+
+    groups: dict = {}
+    for r in rows:
+        kind = _memory_kind(r)
+        if kind is None or kind not in MEMOP_KINDS or r["time_s"] is None:
+            continue
+        if held_out_width is not None and int(r["width"]) == held_out_width:
+            continue
+        elements = float(r["tokens"]) * float(r["width"])
+        if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
+            continue
+        groups.setdefault(kind, []).append((memory_features(kind, elements, r["width"], l2_bytes),
+                                            float(r["time_s"])))
+    out = {}
+    for kind, pts in groups.items():
+        if len(pts) >= 4:
+            X = np.array([p[0] for p in pts])
+            c = fit_nonneg(X, np.array([p[1] for p in pts]))
+            out[kind] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    return out
+
+
+def _memory_kind(r: dict) -> str | None:
+    """The MEMOP_KINDS name of an ops-memory row ("rmsnorm" + "bwd" -> "rmsnorm.bwd")."""
+    op, ps = str(r["op"]), str(r["pass"])
+    if ps == "fwd":
+        return op
+    if ps == "bwd":
+        return op + ".bwd"
+    return None
+
+
+def is_held_out_attention(r: dict) -> bool:
+    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes."""
+    return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
+
+
+def _row_features(r: dict):
+    if r["pass"] == "decode":
+        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
+    return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
+                              bool(r["causal"]), r["pass"] == "bwd")
+
+
+def fit_attention(rows: list[dict], hold_out: bool = True) -> tuple[dict, FeatureCost | None]:
+    """((pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows of the default backend."""
+    groups: dict = {}
+    for r in rows:
+        if r["backend"] != "default" or r["time_s"] is None or (hold_out and is_held_out_attention(r)):
+            continue
+        key = "decode" if r["pass"] == "decode" else (r["pass"], int(r["head_dim"]))
+        groups.setdefault(key, []).append((_row_features(r), float(r["time_s"])))
+    att, decode = {}, None
+    for key, pts in groups.items():
+        X = np.array([p[0] for p in pts])
+        if len(pts) < X.shape[1] + 2:
+            continue
+        c = fit_nonneg(X, np.array([p[1] for p in pts]))
+        cost = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+        if key == "decode":
+            decode = cost
+        else:
+            att[key] = cost
+    return att, decode
+
+
+def fit_floor(rows: list[dict]) -> tuple[float, float]:
+    """(per-kernel seconds inside a CUDA graph, per-kernel seconds launched eagerly) from ops-floor rows."""
+    def per_kernel(mode):
+        pts = [(r["kernels"], r["time_s"]) for r in rows if r["case"] == "tiny_add" and r["mode"] == mode]
+        if len(pts) < 2:
+            return float("nan")
+        x, t = np.array(pts, dtype=float).T
+        return float(np.polyfit(x, t, 1)[0])  # slope: the marginal kernel, launch of the batch excluded
+    return per_kernel("graph"), per_kernel("eager")
+
+
+def ops_file(gpu_name: str, family: str):
+    """Path of the shipped ops-<family> calibration file of a GPU (it may not exist)."""
+    from c3kit.cost.calib_store import calibration_path
+
+    return calibration_path(gpu_name, "ops", variant=family)
+
+
+@lru_cache(maxsize=16)
+def op_calibration(gpu_name: str) -> OpCalibration | None:
+    """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
+    found = {}
+    for fam in ("memory", "attention", "floor"):
+        p = ops_file(gpu_name, fam)
+        if p.is_file():
+            found[fam] = p
+    if not found:
+        return None
+    from c3kit.hw.catalog import get_gpu
+
+    docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
+    l2 = get_gpu(gpu_name).l2_bytes
+    mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
+    att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
+    fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
+    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
+
+
+@dataclass(frozen=True)
+class ScaledCalibration:
+    """An OpCalibration applied on a GPU: compute terms / flops_ratio, bandwidth terms / bw_ratio, the GPU's L2."""
+
+    cal: OpCalibration
+    flops_ratio: float
+    bw_ratio: float
+    l2_bytes: float
+
+    def memory_time(self, kind: str, nbytes, width=None, itemsize: float = 2.0):
+        """Seconds of a memory-bound op moving nbytes over rows of `width`; kind may chain kinds over the same
+        elements ("residual_add+rmsnorm": a residual add feeding a norm, bytes split by their traffic). None
+        when a kind is not measured here."""
+        from c3kit.workload.memops import MEMOP_KINDS
+
+        kinds = kind.split("+")
+        models = [self.cal.memory.get(k) for k in kinds]
+        if any(m is None for m in models) or any(k not in MEMOP_KINDS for k in kinds):
+            return None
+        nbytes = np.asarray(nbytes, dtype=float)
+        w = np.zeros_like(nbytes) if width is None else np.broadcast_to(np.asarray(width, float), nbytes.shape)
+        elements = nbytes / (sum(MEMOP_KINDS[k][0] for k in kinds) * itemsize)
+        scale = np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio])
+        total = 0.0
+        for k, m in zip(kinds, models):
+            total = total + m.fixed_s + memory_features(k, elements, w, self.l2_bytes, itemsize) @ (
+                np.asarray(m.coefs) * scale)
+        return total
+
+    def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0):
+        """Seconds of SDPA (training: q_len == kv_len; decode: q_len 1), None when not measured here."""
+        cal = self.cal
+        if np.all(np.asarray(q_len) == 1) and cal.decode is not None:
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
+            c = np.asarray(cal.decode.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
+            return cal.decode.fixed_s + f @ c
+        m = cal.attention_model(bool(backward), int(np.max(head_dim)))
+        if m is None:
+            return None
+        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+        return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
+
+
+@lru_cache(maxsize=256)
+def calibration_for(gpu, op_class: str) -> ScaledCalibration | None:
+    """The op calibration that prices op_class on gpu (own, transferred or projected), rescaled to gpu."""
+    from c3kit.cost.basis import source_gpu
+
+    src = source_gpu(gpu.name, op_class)
+    if src is None:
+        return None
+    cal = op_calibration(src)
+    if cal is None:
+        return None
+    if src == gpu.name:
+        return ScaledCalibration(cal, 1.0, 1.0, gpu.l2_bytes)
+    from c3kit.hw.catalog import get_gpu
+
+    ref = get_gpu(src)
+    return ScaledCalibration(cal, gpu.peak_flops("bf16") / ref.peak_flops("bf16"), gpu.hbm_bw / ref.hbm_bw,
+                             gpu.l2_bytes)

@@ -1,0 +1,542 @@
+"""Op-level microbenchmarks beyond GEMMs: kernel floors, memory-bound ops, attention, small / grouped /
+FP8 GEMMs, and whole Llama-style layers (training blocks and CUDA-graph decode steps).
+
+Each family writes one calibration file (docs/CONVENTIONS.md format) through c3kit.runtime.calib.
+Run: python -m c3kit.runtime.bench.ops --out DIR [--only floor,memory,...] [--quick]
+(--quick: a few tiny shapes, for trying it on a CPU; timings there mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time as _time
+from typing import Callable
+
+from c3kit.runtime._torch import require_torch
+from c3kit.runtime.bench.timing import elapsed, sync
+
+FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode")
+
+
+class _Budget:
+    """A family's wall-clock budget: loops stop taking new cases once it is spent (the file keeps what ran)."""
+
+    deadline = float("inf")
+
+    @classmethod
+    def spent(cls) -> bool:
+        """True once the running family's budget is used up."""
+        return _time.perf_counter() > cls.deadline
+
+# Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
+# checks run on these, so no catalog model's layer ever fed a parameter. Shapes from each model's
+# published config.json (Hugging Face): hidden, heads, kv_heads, head_dim, ffn, vocab.
+LAYER_MODELS = {
+    "qwen2.5-14b": (5120, 40, 8, 128, 13824, 152064),
+    "mistral-nemo-12b": (5120, 32, 8, 128, 14336, 131072),
+    "qwen2.5-32b": (5120, 40, 8, 128, 27648, 152064),
+    "llama-3.2-3b": (3072, 24, 8, 128, 8192, 128256),
+    "gemma-2-9b-like": (3584, 16, 8, 256, 14336, 256000),
+    "yi-34b": (7168, 56, 8, 128, 20480, 64000),
+}
+
+
+def _graph_time(fn: Callable[[], object], device, calls: int, repeats: int = 5) -> float:
+    """Median seconds of one fn() from replays of a CUDA graph of `calls` calls (no launch gaps)."""
+    torch = require_torch()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    for _ in range(2):
+        g.replay()
+    torch.cuda.synchronize(device)
+    return statistics.median(elapsed(g.replay, device) / calls for _ in range(repeats))
+
+
+def _eager_time(fn: Callable[[], object], device, target_s: float = 0.01, repeats: int = 5) -> float:
+    """Median seconds of one fn() from loops of about target_s launched eagerly (host gaps included)."""
+    fn()
+    sync(device)
+    t0 = _time.perf_counter()
+    fn()
+    sync(device)
+    est = max(_time.perf_counter() - t0, 1e-6)
+    iters = int(min(2000, max(2, target_s / est)))
+
+    def loop():
+        for _ in range(iters):
+            fn()
+
+    loop()
+    sync(device)
+    return statistics.median(elapsed(loop, device) / iters for _ in range(repeats))
+
+
+def _timed(fn, device, cuda: bool, graph: bool = True) -> float:
+    """Graph-replay time on CUDA (falls back to eager when capture fails), host-clock loop on the CPU."""
+    if cuda and graph:
+        try:
+            t = _eager_time(fn, device, target_s=0.003, repeats=1)
+            calls = int(max(3, min(100, 0.01 / max(t, 1e-7))))
+            return _graph_time(fn, device, calls)
+        except Exception:  # noqa: BLE001 - not capturable (CPU sync inside): time it eagerly
+            require_torch().cuda.synchronize(device)
+    return _eager_time(fn, device)
+
+
+# ---------------------------------------------------------------- floor
+def bench_floor(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Per-kernel fixed cost: a 1-element add, eager and in a CUDA graph, plus an add over a size ladder."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    cols = ["case", "mode", "elements", "bytes", "kernels", "time_s"]
+    rows = []
+    x = torch.zeros(1, device=device)
+    for n in (1, 10, 100):
+        def many(n=n):
+            for _ in range(n):
+                x.add_(1.0)
+        rows.append(["tiny_add", "eager", 1, 8, n, _eager_time(many, device)])
+        if cuda:
+            rows.append(["tiny_add", "graph", 1, 8, n, _graph_time(many, device, calls=10)])
+    sizes = [2 ** p for p in range(10, 31, 2)] if not quick else [1024, 4096]
+    for n in sizes:
+        a = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
+        b = torch.empty_like(a)
+        c = torch.empty_like(a)
+        rows.append(["add", "graph" if cuda else "eager", n, 3 * 2 * n, 1,
+                     _timed(lambda a=a, b=b, c=c: torch.add(a, b, out=c), device, cuda)])
+        rows.append(["copy", "graph" if cuda else "eager", n, 2 * 2 * n, 1,
+                     _timed(lambda a=a, c=c: c.copy_(a), device, cuda)])
+        del a, b, c
+    return cols, rows
+
+
+# ---------------------------------------------------------------- memory-bound ops
+def _rope(x, cos, sin):
+    """Rotary embedding the way Llama-style PyTorch code writes it (rotate_half)."""
+    torch = require_torch()
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def bench_memory(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Norms, activations, residual add, RoPE, cross-entropy, embedding and AdamW: forward and backward."""
+    torch = require_torch()
+    F = torch.nn.functional
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows = []
+    rng = random.Random(7)
+    tokens = [1, 8, 64, 256, 1024, 4096, 8192, 16384, 32768] if not quick else [8, 64]
+    widths = [2048, 4096, 5120, 8192] if not quick else [256]
+
+    def run(op, ps, T, W, nbytes, fn, graph=True):
+        rows.append([op, ps, T, W, float(nbytes), _timed(fn, device, cuda, graph)])
+
+    for T in tokens:
+        for W in widths:
+            if _Budget.spent():
+                break
+            x = torch.randn(T, W, device=device, dtype=bf, requires_grad=True)
+            g = torch.randn(T, W, device=device, dtype=bf)
+            w = torch.ones(W, device=device, dtype=bf, requires_grad=True)
+            e = T * W * 2
+            run("rmsnorm", "fwd", T, W, 2 * e, lambda: F.rms_norm(x, (W,), w, 1e-5))
+            y = F.rms_norm(x, (W,), w, 1e-5)
+            run("rmsnorm", "bwd", T, W, 3 * e,
+                lambda: torch.autograd.grad(y, (x, w), g, retain_graph=True), graph=False)
+            run("layernorm", "fwd", T, W, 2 * e, lambda: F.layer_norm(x, (W,), w, None, 1e-5))
+            yl = F.layer_norm(x, (W,), w, None, 1e-5)
+            run("layernorm", "bwd", T, W, 3 * e,
+                lambda: torch.autograd.grad(yl, (x, w), g, retain_graph=True), graph=False)
+            r = torch.randn(T, W, device=device, dtype=bf)
+            run("residual_add", "fwd", T, W, 3 * e, lambda: x + r)
+            run("gelu", "fwd", T, W, 2 * e, lambda: F.gelu(x, approximate="tanh"))
+            yg = F.gelu(x, approximate="tanh")
+            run("gelu", "bwd", T, W, 3 * e, lambda: torch.autograd.grad(yg, x, g, retain_graph=True), graph=False)
+            u = torch.randn(T, W, device=device, dtype=bf, requires_grad=True)
+            run("swiglu", "fwd", T, W, 3 * e, lambda: F.silu(x) * u)
+            ys = F.silu(x) * u
+            run("swiglu", "bwd", T, W, 5 * e, lambda: torch.autograd.grad(ys, (x, u), g, retain_graph=True),
+                graph=False)
+            hd = 128
+            if W % hd == 0:
+                q = torch.randn(T, W // hd, hd, device=device, dtype=bf, requires_grad=True)
+                cos = torch.randn(T, 1, hd, device=device, dtype=bf)
+                sin = torch.randn(T, 1, hd, device=device, dtype=bf)
+                run("rope", "fwd", T, W, 2 * e, lambda: _rope(q, cos, sin))
+                yr = _rope(q, cos, sin)
+                run("rope", "bwd", T, W, 2 * e,
+                    lambda: torch.autograd.grad(yr, q, g.view(T, W // hd, hd), retain_graph=True), graph=False)
+            del x, g, w, y, yl, r, yg, u, ys
+    for T in ([512, 2048, 8192, 16384] if not quick else [8]):
+        for V in ([32000, 128256, 152064] if not quick else [512]):
+            if _Budget.spent():
+                break
+            if T * V * 4 > 12e9:
+                continue
+            logits = torch.randn(T, V, device=device, dtype=bf, requires_grad=True)
+            tgt = torch.randint(0, V, (T,), device=device)
+            run("cross_entropy", "fwd", T, V, T * V * 2, lambda: F.cross_entropy(logits.float(), tgt))
+            loss = F.cross_entropy(logits.float(), tgt)
+            run("cross_entropy", "bwd", T, V, T * V * 2 * 3,
+                lambda: torch.autograd.grad(loss, logits, retain_graph=True), graph=False)
+            del logits, tgt, loss
+    for T in ([1024, 8192, 32768] if not quick else [8]):
+        for W in ([4096, 8192] if not quick else [64]):
+            emb = torch.nn.Embedding(128256 if not quick else 1000, W, device=device, dtype=bf)
+            idx = torch.randint(0, emb.num_embeddings, (T,), device=device)
+            run("embedding", "fwd", T, W, 2 * T * W * 2, lambda: emb(idx))
+    # AdamW over a model's worth of tensors: bytes = 16 B/param moved (p, g, m, v read; p, m, v written, fp32)
+    for n_params in ([2 ** 20, 2 ** 24, 2 ** 26, 2 ** 28] if not quick else [4096]):
+        for impl in ("fused", "foreach"):
+            if _Budget.spent():
+                break
+            shapes = []
+            left = n_params
+            while left > 0:
+                s = min(left, rng.choice([4096 * 4096, 4096 * 1024, 4096 * 14336 // 4, 4096]))
+                shapes.append(s)
+                left -= s
+            ps = [torch.zeros(s, device=device, requires_grad=True) for s in shapes]
+            for p in ps:
+                p.grad = torch.randn_like(p)
+            try:
+                opt = torch.optim.AdamW(ps, lr=1e-4, **{impl: True})
+                opt.step()
+                rows.append(["adamw_" + impl, "step", len(ps), n_params, 28.0 * n_params,
+                             _eager_time(opt.step, device)])
+                rows.append(["clip_grad_norm", "step", len(ps), n_params, 4.0 * n_params * 2,
+                             _eager_time(lambda: torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=True), device)])
+            except Exception as ex:  # noqa: BLE001 - an implementation missing on this build: record it
+                print(f"adamw {impl}: {ex}", file=sys.stderr)
+            del ps
+    return cols, rows
+
+
+# ---------------------------------------------------------------- attention
+def _backend_ctx(name: str):
+    torch = require_torch()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "cudnn": SDPBackend.CUDNN_ATTENTION}[name]) if name != "default" else torch.enable_grad()
+
+
+def bench_attention(device, quick: bool) -> tuple[list[str], list[list]]:
+    """SDPA forward and backward (causal, GQA, head dims 64/128) and decode attention (q_len 1, KV cache)."""
+    torch = require_torch()
+    F = torch.nn.functional
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["backend", "pass", "batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "time_s"]
+    rows = []
+    rng = random.Random(11)
+    seqs = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072] if not quick else [64, 128]
+    cases = []
+    for s in seqs:
+        for hd in (64, 128):
+            for hq, hk in ((8, 8), (8, 1), (16, 2), (32, 8), (4, 1), (64, 8)):
+                b = 1 if quick else max(1, 16384 // s)
+                # causal forward FLOPs under ~2e13 (about 40 ms) so that the set fits in a device call
+                if 2 * b * hq * s * s * hd > 2e13:
+                    continue
+                cases.append((b, hq, hk, s, hd))
+    rng.shuffle(cases)
+    if quick:
+        cases = cases[:4]
+    for backend in (("default", "flash", "efficient") if cuda else ("default",)):
+        for (b, hq, hk, s, hd) in cases:
+            if _Budget.spent():
+                break
+            if backend != "default" and rng.random() < 0.7:
+                continue
+            q = torch.randn(b, hq, s, hd, device=device, dtype=bf, requires_grad=True)
+            k = torch.randn(b, hk, s, hd, device=device, dtype=bf, requires_grad=True)
+            v = torch.randn(b, hk, s, hd, device=device, dtype=bf, requires_grad=True)
+            try:
+                with _backend_ctx(backend):
+                    def fwd():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hq != hk)
+                    tf = _timed(fwd, device, cuda)
+                    o = fwd()
+                    go = torch.randn_like(o)
+                    tb = _eager_time(lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True), device)
+                rows.append([backend, "fwd", b, hq, hk, s, s, hd, 1, tf])
+                rows.append([backend, "bwd", b, hq, hk, s, s, hd, 1, tb])
+            except Exception as ex:  # noqa: BLE001 - backend cannot run this shape: skip it
+                print(f"attention {backend} {(b, hq, hk, s, hd)}: {type(ex).__name__}", file=sys.stderr)
+            del q, k, v
+    # decode: one new token per sequence over a KV cache (what a serving engine's step runs)
+    for kv in ([512, 2048, 4096, 8192, 16384, 32768, 65536, 131072] if not quick else [64]):
+        for b in ([1, 4, 16, 64, 256] if not quick else [2]):
+            for hd, hq, hk in ((128, 8, 1), (128, 32, 8), (128, 4, 1), (64, 16, 16), (128, 64, 8)):
+                if _Budget.spent():
+                    break
+                if b * hk * kv * hd * 2 * 2 > 16e9:
+                    continue
+                q = torch.randn(b, hq, 1, hd, device=device, dtype=bf)
+                k = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+                v = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+                try:
+                    t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk), device, cuda)
+                    rows.append(["default", "decode", b, hq, hk, 1, kv, hd, 0, t])
+                except Exception as ex:  # noqa: BLE001
+                    print(f"decode attention {(b, hq, hk, kv, hd)}: {type(ex).__name__}", file=sys.stderr)
+                del q, k, v
+    return cols, rows
+
+
+# ---------------------------------------------------------------- small, grouped and FP8 GEMMs
+def bench_gemm(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Small-M GEMMs / GEMVs (decode), grouped GEMMs (MoE experts), FP8 _scaled_mm and its cast kernels."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["kind", "m", "n", "k", "groups", "dtype", "time_s"]
+    rows = []
+    nk = [(4096, 4096), (1280, 5120), (5120, 1792), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 3584),
+          (1024, 8192), (6144, 4096), (8192, 8192)]
+    ms = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    if quick:
+        nk, ms = [(64, 64)], [1, 8]
+    for (n, k) in nk:
+        w = torch.randn(k, n, device=device, dtype=bf)
+        for m in ms:
+            if _Budget.spent():
+                break
+            a = torch.randn(m, k, device=device, dtype=bf)
+            rows.append(["small_m", m, n, k, 1, "bf16", _timed(lambda a=a: a @ w, device, cuda)])
+    # grouped GEMM: E experts, tokens per expert m (balanced), as torch._grouped_mm runs it, and as a loop
+    grouped = getattr(torch, "_grouped_mm", None)
+    for E in ([8, 16, 64, 128] if not quick else [2]):
+        for (n, k) in ([(2048, 4096), (4096, 1024), (1536, 2048), (14336, 4096)] if not quick else [(64, 64)]):
+            for m in ([16, 64, 256, 1024, 4096] if not quick else [8]):
+                if _Budget.spent():
+                    break
+                if E * m * max(n, k) * 2 > 4e9 or E * n * k * 2 > 8e9:
+                    continue
+                a = torch.randn(E * m, k, device=device, dtype=bf)
+                w = torch.randn(E, k, n, device=device, dtype=bf)
+                if grouped is not None and cuda:
+                    offs = torch.arange(m, E * m + 1, m, device=device, dtype=torch.int32)
+                    try:
+                        wt = w.transpose(-2, -1).contiguous().transpose(-2, -1)
+                        rows.append(["grouped_mm", m, n, k, E, "bf16",
+                                     _timed(lambda: grouped(a, wt, offs=offs), device, cuda)])
+                    except Exception as ex:  # noqa: BLE001
+                        print(f"_grouped_mm {(E, m, n, k)}: {type(ex).__name__}: {ex}", file=sys.stderr)
+                if E <= 16:
+                    def loop(a=a, w=w, E=E, m=m):
+                        for e in range(E):
+                            a[e * m:(e + 1) * m] @ w[e]
+                    rows.append(["expert_loop", m, n, k, E, "bf16", _timed(loop, device, cuda)])
+                rows.append(["bmm", m, n, k, E, "bf16",
+                             _timed(lambda a=a, w=w, E=E, m=m: torch.bmm(a.view(E, m, k), w), device, cuda)])
+                del a, w
+    # FP8: per-tensor scaled e4m3 GEMM, and the amax + scale + cast kernels that feed it
+    if cuda and hasattr(torch, "float8_e4m3fn"):
+        for (m, n, k) in [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1280, 5120), (16384, 5120, 1792),
+                          (8192, 28672, 8192), (8192, 8192, 3584), (2048, 14336, 4096), (32768, 4096, 14336),
+                          (1024, 1024, 1024), (4096, 6144, 4096), (8192, 4096, 14336), (512, 8192, 8192)]:
+            a = torch.randn(m, k, device=device, dtype=bf)
+            b = torch.randn(n, k, device=device, dtype=bf)
+            a8 = a.to(torch.float8_e4m3fn)
+            b8 = b.to(torch.float8_e4m3fn).t()
+            one = torch.ones((), device=device)
+            try:
+                rows.append(["fp8_scaled_mm", m, n, k, 1, "fp8",
+                             _timed(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=bf), device, cuda)])
+            except Exception as ex:  # noqa: BLE001
+                print(f"_scaled_mm {(m, n, k)}: {type(ex).__name__}: {ex}", file=sys.stderr)
+            rows.append(["bf16_mm", m, n, k, 1, "bf16", _timed(lambda: a @ b.t(), device, cuda)])
+
+            def cast(a=a):
+                s = a.abs().amax().float().clamp(min=1e-12) / 448.0
+                return (a / s).to(torch.float8_e4m3fn)
+            rows.append(["fp8_cast", m, k, 0, 1, "fp8", _timed(cast, device, cuda)])
+            del a, b, a8, b8
+    return cols, rows
+
+
+# ---------------------------------------------------------------- whole layers
+def _block(torch, H, hq, hk, hd, F_, device, dtype):
+    """A Llama-style decoder block's weights for one TP rank (hq, hk heads; F_ FFN columns)."""
+    def w(*s):
+        return (torch.randn(*s, device=device, dtype=dtype) * 0.02).requires_grad_()
+    return {"n1": torch.ones(H, device=device, dtype=dtype, requires_grad=True),
+            "qkv": w(H, (hq + 2 * hk) * hd), "o": w(hq * hd, H),
+            "n2": torch.ones(H, device=device, dtype=dtype, requires_grad=True),
+            "gu": w(H, 2 * F_), "d": w(F_, H)}
+
+
+def _block_fwd(torch, p, x, cos, sin, hq, hk, hd, kv=None, pos=None):
+    """Forward of the block on x [b, s, H]; with kv=(K, V) caches, decode: write at pos, attend over all."""
+    F = torch.nn.functional
+    b, s, H = x.shape
+    h = F.rms_norm(x, (H,), p["n1"], 1e-5)
+    qkv = h @ p["qkv"]
+    q, k, v = qkv.split([hq * hd, hk * hd, hk * hd], dim=-1)
+    q = _rope(q.view(b, s, hq, hd), cos, sin).transpose(1, 2)
+    k = _rope(k.view(b, s, hk, hd), cos, sin).transpose(1, 2)
+    v = v.view(b, s, hk, hd).transpose(1, 2)
+    if kv is None:
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hq != hk)
+    else:
+        K, V = kv
+        K.index_copy_(2, pos, k)
+        V.index_copy_(2, pos, v)
+        a = F.scaled_dot_product_attention(q, K, V, enable_gqa=hq != hk)
+    x = x + a.transpose(1, 2).reshape(b, s, hq * hd) @ p["o"]
+    h = F.rms_norm(x, (H,), p["n2"], 1e-5)
+    g, u = (h @ p["gu"]).chunk(2, dim=-1)
+    return x + (F.silu(g) * u) @ p["d"]
+
+
+def bench_layers(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Whole blocks (one TP rank's share) forward only and forward + backward, 4k to 32k tokens."""
+    torch = require_torch()
+    cols = ["model", "tp", "batch", "seq", "pass", "hidden", "heads", "kv_heads", "head_dim", "ffn", "time_s"]
+    rows = []
+    bf = torch.bfloat16
+    cases = []
+    for name, (H, nh, nk, hd, F_, _V) in LAYER_MODELS.items():
+        for tp in (1, 2, 4, 8):
+            if nh % tp or F_ % tp:
+                continue
+            for (b, s) in ((1, 4096), (2, 4096), (1, 8192), (1, 16384), (1, 32768)):
+                cases.append((name, tp, b, s))
+    random.Random(3).shuffle(cases)
+    cases = cases[:60]
+    if quick:
+        cases = [("llama-3.2-3b", 8, 1, 64)]
+    for (name, tp, b, s) in cases:
+        if _Budget.spent():
+            break
+        H, nh, nk, hd, F_, _V = LAYER_MODELS[name]
+        if quick:
+            H, nh, nk, hd, F_ = 256, 8, 8, 32, 512
+        hq, hk = nh // tp, max(1, nk // tp)
+        p = _block(torch, H, hq, hk, hd, F_ // tp, device, bf)
+        x = torch.randn(b, s, H, device=device, dtype=bf, requires_grad=True)
+        cos = torch.randn(s, 1, hd, device=device, dtype=bf)
+        sin = torch.randn(s, 1, hd, device=device, dtype=bf)
+        with torch.no_grad():
+            tf = _eager_time(lambda: _block_fwd(torch, p, x, cos, sin, hq, hk, hd), device, target_s=0.05)
+        g = torch.randn(b, s, H, device=device, dtype=bf)
+
+        def fb():
+            y = _block_fwd(torch, p, x, cos, sin, hq, hk, hd)
+            torch.autograd.backward(y, g)
+        tfb = _eager_time(fb, device, target_s=0.05)
+        rows.append([name, tp, b, s, "fwd", H, hq, hk, hd, F_ // tp, tf])
+        rows.append([name, tp, b, s, "fwd_bwd", H, hq, hk, hd, F_ // tp, tfb])
+        del p, x, g
+    return cols, rows
+
+
+def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
+    """One-layer decode steps in a CUDA graph: one token per sequence, KV cache 4k to 128k, batch 1 to 256."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    cols = ["model", "tp", "batch", "kv_len", "hidden", "heads", "kv_heads", "head_dim", "ffn", "graph", "time_s"]
+    rows = []
+    bf = torch.bfloat16
+    cases = []
+    for name, (H, nh, nk, hd, F_, _V) in LAYER_MODELS.items():
+        for tp in (1, 2, 4, 8):
+            if nh % tp or F_ % tp:
+                continue
+            for b in (1, 4, 16, 64, 256):
+                for kv in (4096, 16384, 32768, 131072):
+                    cases.append((name, tp, b, kv))
+    rng = random.Random(5)
+    rng.shuffle(cases)
+    if quick:
+        cases = [("llama-3.2-3b", 8, 2, 64)]
+    for (name, tp, b, kv) in cases[:160]:
+        if _Budget.spent():
+            break
+        H, nh, nk, hd, F_, _V = LAYER_MODELS[name]
+        if quick:
+            H, nh, nk, hd, F_ = 256, 8, 8, 32, 512
+        hq, hk = nh // tp, max(1, nk // tp)
+        if b * hk * kv * hd * 2 * 2 > 24e9:
+            continue
+        with torch.no_grad():
+            p = _block(torch, H, hq, hk, hd, F_ // tp, device, bf)
+            K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+            V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+            x = torch.randn(b, 1, H, device=device, dtype=bf)
+            cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+            sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+            pos = torch.tensor([kv - 1], device=device)
+
+            def step():
+                return _block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
+            t = _timed(step, device, cuda)
+            rows.append([name, tp, b, kv, H, hq, hk, hd, F_ // tp, int(cuda), t])
+        del p, K, V, x
+    return cols, rows
+
+
+BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_attention, "gemm": bench_gemm,
+           "layers": bench_layers, "decode": bench_decode}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen families and write ops-<family>.json calibration files under --out."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default=",".join(FAMILIES))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpu", default="h200-sxm")
+    ap.add_argument("--script", default="python -m c3kit.runtime.bench.ops")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="per family: stop taking new cases after this")
+    a = ap.parse_args(argv)
+    torch = require_torch()
+    from pathlib import Path
+
+    import json
+
+    from c3kit.cost.calib_store import calibration_path
+    from c3kit.runtime.calib import _plain, machine_meta
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fams = [f for f in a.only.split(",") if f]
+    bad = [f for f in fams if f not in FAMILIES]
+    if bad:
+        print(f"error: unknown family {bad[0]!r}: use {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    for fam in fams:
+        t0 = _time.perf_counter()
+        _Budget.deadline = t0 + a.budget_s
+        cols, rows = BENCHES[fam](device, a.quick)
+        path = calibration_path(a.gpu, "ops", root=out, variant=fam)
+        meta = machine_meta(" ".join(["python -m c3kit.runtime.bench.ops"] + (argv or sys.argv[1:])), a.script)
+        doc = {"meta": meta, "kind": "ops-" + fam, "columns": cols, "rows": [[_plain(v) for v in r] for r in rows]}
+        path.write_text(json.dumps(doc) + "\n")
+        print(f"{fam}: {len(rows)} rows in {_time.perf_counter() - t0:.1f} s -> {path}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

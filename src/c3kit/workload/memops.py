@@ -1,0 +1,39 @@
+"""Memory-bound op kinds: the one accounting of the bytes each moves, shared by the layer description
+(which builds MemOps from it) and the op benchmark (which labels its measured rows with it), so a
+calibrated time per byte means the same thing on both sides.
+
+traffic = bytes moved per element of the op's main T x W operand, in units of that operand's element
+size: e.g. an RMSNorm forward reads x and writes y (2), its backward reads x and dy and writes dx (3).
+The weight vectors (W elements) are negligible next to T x W and are not counted.
+"""
+
+from __future__ import annotations
+
+from c3kit.errors import WorkloadError
+
+# kind: (traffic per element, FLOPs per element). Forward and backward are separate kinds.
+MEMOP_KINDS: dict[str, tuple[float, float]] = {
+    "rmsnorm": (2.0, 4.0),
+    "rmsnorm.bwd": (3.0, 8.0),
+    "layernorm": (2.0, 5.0),
+    "layernorm.bwd": (3.0, 8.0),
+    "residual_add": (3.0, 1.0),  # x + r: read two, write one
+    "swiglu": (3.0, 6.0),  # silu(g) * u over the F-wide half: read g, u, write h
+    "swiglu.bwd": (5.0, 10.0),  # read g, u, dh; write dg, du
+    "gelu": (2.0, 8.0),
+    "gelu.bwd": (3.0, 10.0),
+    "rope": (2.0, 3.0),  # q or k: read, write (cos / sin tables are small)
+    "rope.bwd": (2.0, 3.0),
+    "cross_entropy": (1.0, 5.0),  # over T x V logits: read once (fp32 upcast counted in the kernel's time)
+    "cross_entropy.bwd": (3.0, 2.0),  # read logits and write dlogits (+ the softmax pass)
+    "embedding": (2.0, 0.0),  # T x W gathered rows read and written
+    "copy": (2.0, 0.0),  # a plain copy (KV cache write, layout change)
+}
+
+
+def memop_traffic(kind: str, elements: float, itemsize: float) -> tuple[float, float]:
+    """(bytes, FLOPs) of a memory-bound op of this kind over `elements` elements of `itemsize` bytes."""
+    hit = MEMOP_KINDS.get(kind)
+    if hit is None:
+        raise WorkloadError(f"unknown memory-bound op kind {kind!r}: use one of {', '.join(MEMOP_KINDS)}")
+    return hit[0] * elements * itemsize, hit[1] * elements
