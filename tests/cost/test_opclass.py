@@ -116,7 +116,7 @@ def test_fit_floor_is_the_marginal_kernel():
     assert g == pytest.approx(2e-6) and e == pytest.approx(6e-6)
 
 
-def test_chained_kinds_split_bytes_by_traffic():
+def test_parts_are_priced_kernel_by_kernel():
     from c3kit.cost.opclass import FeatureCost, OpCalibration, ScaledCalibration
 
     add = FeatureCost(1e-6, (1 / 4e12, 0.0, 0.0))
@@ -124,11 +124,10 @@ def test_chained_kinds_split_bytes_by_traffic():
     cal = ScaledCalibration(OpCalibration("X", {"residual_add": add, "rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}),
                             1.0, 1.0, 1e18)
     elements, w = 4096 * 8192, 8192
-    nbytes = (3 + 2) * elements * 2  # residual add 3, rmsnorm 2 units of traffic
-    t = cal.memory_time("residual_add+rmsnorm", nbytes, w)
+    t = cal.parts_time((("residual_add", elements, w), ("rmsnorm", elements, w)))
     want = 1e-6 + 3 * elements * 2 / 4e12 + 2e-6 + 2 * elements * 2 / 3e12 + w * 1e-9
     assert t == pytest.approx(want)
-    assert cal.memory_time("residual_add+gelu", nbytes, w) is None
+    assert cal.parts_time((("residual_add", elements, w), ("gelu", elements, w))) is None
     # half the bandwidth doubles the bandwidth terms only
-    slow = ScaledCalibration(cal.cal, 1.0, 0.5, 1e18).memory_time("rmsnorm", 2 * elements * 2, w)
+    slow = ScaledCalibration(cal.cal, 1.0, 0.5, 1e18).parts_time((("rmsnorm", elements, w),))
     assert slow == pytest.approx(2e-6 + 2 * 2 * elements * 2 / 3e12 + w * 1e-9)

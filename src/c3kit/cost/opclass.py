@@ -254,24 +254,24 @@ class ScaledCalibration:
     bw_ratio: float
     l2_bytes: float
 
-    def memory_time(self, kind: str, nbytes, width=None, itemsize: float = 2.0):
-        """Seconds of a memory-bound op moving nbytes over rows of `width`; kind may chain kinds over the same
-        elements ("residual_add+rmsnorm": a residual add feeding a norm, bytes split by their traffic). None
-        when a kind is not measured here."""
-        from c3kit.workload.memops import MEMOP_KINDS
-
-        kinds = kind.split("+")
-        models = [self.cal.memory.get(k) for k in kinds]
-        if any(m is None for m in models) or any(k not in MEMOP_KINDS for k in kinds):
+    def kind_time(self, kind: str, elements, width, itemsize: float = 2.0):
+        """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
+        arrays); None when the kind is not measured here."""
+        m = self.cal.memory.get(kind)
+        if m is None:
             return None
-        nbytes = np.asarray(nbytes, dtype=float)
-        w = np.zeros_like(nbytes) if width is None else np.broadcast_to(np.asarray(width, float), nbytes.shape)
-        elements = nbytes / (sum(MEMOP_KINDS[k][0] for k in kinds) * itemsize)
-        scale = np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio])
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+
+    def parts_time(self, parts, itemsize: float = 2.0):
+        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
+        None when any part's kind is not measured here (the op then keeps its roofline price)."""
         total = 0.0
-        for k, m in zip(kinds, models):
-            total = total + m.fixed_s + memory_features(k, elements, w, self.l2_bytes, itemsize) @ (
-                np.asarray(m.coefs) * scale)
+        for kind, elements, width in parts:
+            t = self.kind_time(kind, elements, width, itemsize)
+            if t is None:
+                return None
+            total = total + t
         return total
 
     def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0):
