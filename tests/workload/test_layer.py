@@ -41,8 +41,8 @@ def test_llama70b_tp8_sp_hand_checked():
     e = 1024 * 8192  # Tsp = 8192 / 8 rows of H
     assert shape(layer, "attn_norm") == MemShape(4 * e * 2, 5 * e, (("residual_add", e, 8192), ("rmsnorm", e, 8192)))
     # RoPE on this GPU's 8 query and 1 KV heads of all 8192 tokens (SP gathers them before QKV)
-    assert shape(layer, "rope").parts == (("rope", 8192 * (8 + 1) * 128, 128),)
-    assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * (8 + 1) * 128, 128),)
+    assert shape(layer, "rope").parts == (("rope", 8192 * 8 * 128, 128), ("rope", 8192 * 1 * 128, 128))
+    assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * 8 * 128, 128), ("rope.bwd", 8192 * 1 * 128, 128))
     assert shape(layer, "mlp_norm.bwd").parts == (("rmsnorm.bwd", e, 8192), ("residual_add", e, 8192))
     assert shape(layer, "act").parts == (("swiglu", 8192 * 28672 // 8, 28672 // 8),)
     # per-rank weights of one layer: 8192 x 1280 + 1024 x 8192 + 2 x 8192 (RMSNorm) + 3 x 8192 x 3584

@@ -461,14 +461,15 @@ class _Builder(_Ops):
         return ((kind, elements, width),)
 
     def rope(self, name: str, dep: str, ph: str, role: str) -> str | None:
-        """Rotary embedding of this GPU's q and k heads (rotate-half: read and write each once)."""
+        """Rotary embedding of this GPU's q and k heads (rotate-half: read and write each once), applied to q and
+        to k as two calls, the way Llama-style PyTorch code runs it."""
         if not self.s.rope:
             return None
         d = self.d
-        el = self.T * (self.qn + self.kvn) * d.head_dim
-        return self.compute(name, MemShape(2 * el * d.b, 3 * el, (("rope" + (".bwd" if ph == "bwd" and
-                                                                                name.endswith(".bwd") else ""),
-                                                                    el, d.head_dim),)), (dep,), ph, role)
+        kind = "rope.bwd" if name.endswith(".bwd") else "rope"
+        q_el, k_el = self.T * self.qn * d.head_dim, self.T * self.kvn * d.head_dim
+        parts = ((kind, q_el, d.head_dim), (kind, k_el, d.head_dim))
+        return self.compute(name, MemShape(2 * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph, role)
 
     def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
