@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c3kit.cost.opclass import (ATTN_TILE, LinearCost, attention_flops, attention_work, fit_attention, fit_floor,
-                                fit_linear, fit_memory)
+from c3kit.cost.opclass import (LinearCost, attention_features, attention_flops, decode_features, fit_attention,
+                                fit_floor, fit_linear, fit_memory, memory_features)
 from c3kit.errors import CostError, WorkloadError
 from c3kit.workload.memops import memop_traffic
 
@@ -38,8 +38,9 @@ def test_attention_flops_hand_checked():
     assert attention_flops(2, 8, 1024, 1024, 128, False, False) == pytest.approx(8589934592)
     assert attention_flops(2, 8, 1024, 1024, 128, True, False) == pytest.approx(4294967296)
     assert attention_flops(2, 8, 1024, 1024, 128, True, True) == pytest.approx(4294967296 * 2.5)
-    # causal work adds the diagonal tiles: x (1 + 128 / 1024)
-    assert attention_work(2, 8, 1024, 1024, 128, True, False) == pytest.approx(4294967296 * (1 + ATTN_TILE / 1024))
+    f = attention_features(2, 8, 2, 1024, 1024, 128, True, False)
+    assert list(f) == [4294967296, 2 * 8 * 1024 * 128, 2 * 2 * 1024 * 128]
+    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32]
 
 
 def test_attention_flops_match_the_op():
@@ -68,11 +69,16 @@ def _mem_rows(kind_a, kind_s, widths=(2048, 4096, 5120)):
 
 def test_fit_memory_holds_out_width_5120():
     # rows of width 5120 carry a 1 s poison: a fit that used them would be far off
-    fit = fit_memory(_mem_rows(3e-6, 1 / 3.5e12))
+    fit = fit_memory(_mem_rows(3e-6, 1 / 3.5e12), l2_bytes=1e15)
     m = fit["rmsnorm"]
     assert m.fixed_s == pytest.approx(3e-6, rel=1e-6)
     assert m.rate == pytest.approx(3.5e12, rel=1e-6)
     assert m.n_rows == 8
+
+
+def test_memory_features_hand_checked():
+    f = memory_features("residual_add", 1000 * 4096, 4096, l2_bytes=20e6)
+    assert list(f) == [3 * 2 * 1000 * 4096, 4096, 3 * 2 * 1000 * 4096 - 20e6]
 
 
 @settings(max_examples=30, deadline=None)
@@ -80,26 +86,27 @@ def test_fit_memory_holds_out_width_5120():
 def test_linear_cost_monotone_in_size(a, bw):
     c = LinearCost(a, 1 / bw)
     sizes = np.array([0, 1e3, 1e6, 1e9])
-    t = c(sizes)
+    t = c(sizes[:, None])
     assert np.all(np.diff(t) > 0) and t[0] == pytest.approx(a)
 
 
 def test_fit_attention_separates_passes_and_decode():
     rows = []
-    for s in (512, 2048, 8192, 32768):
+    for s in (512, 1024, 2048, 8192, 32768, 65536):
         for hd in (64, 128):
             for ps, rate in (("fwd", 5e14), ("bwd", 4e14)):
-                w = attention_work(1, 8, s, s, hd, True, ps == "bwd")
+                w = attention_flops(1, 8, s, s, hd, True, ps == "bwd")
                 rows.append({"backend": "default", "pass": ps, "batch": 1, "heads": 8, "kv_heads": 8, "q_len": s,
                              "kv_len": s, "head_dim": hd, "causal": 1, "time_s": 1e-5 + w / rate})
-    for kv in (1024, 8192, 65536):
-        by = 2.0 * 4 * 8 * kv * 128 * 2
-        rows.append({"backend": "default", "pass": "decode", "batch": 4, "heads": 32, "kv_heads": 8, "q_len": 1,
-                     "kv_len": kv, "head_dim": 128, "causal": 0, "time_s": 6e-6 + by / 4e12})
+    for kv, b in ((1024, 1), (8192, 4), (65536, 16), (131072, 2), (4096, 64)):
+        by = 2.0 * b * 8 * kv * 128 * 2
+        rows.append({"backend": "default", "pass": "decode", "batch": b, "heads": 32, "kv_heads": 8, "q_len": 1,
+                     "kv_len": kv, "head_dim": 128, "causal": 0, "time_s": 6e-6 + by / 4e12 + b * 32 * 1e-9})
     att, dec = fit_attention(rows, hold_out=False)
     assert att[("fwd", 128)].rate == pytest.approx(5e14, rel=1e-6)
     assert att[("bwd", 64)].rate == pytest.approx(4e14, rel=1e-6)
     assert dec.fixed_s == pytest.approx(6e-6, rel=1e-6) and dec.rate == pytest.approx(4e12, rel=1e-6)
+    assert dec.coefs[1] == pytest.approx(1e-9, rel=1e-6)
 
 
 def test_fit_floor_is_the_marginal_kernel():
@@ -107,3 +114,20 @@ def test_fit_floor_is_the_marginal_kernel():
             for m, base, per in (("graph", 3e-6, 2e-6), ("eager", 1e-5, 6e-6)) for n in (1, 10, 100)]
     g, e = fit_floor(rows)
     assert g == pytest.approx(2e-6) and e == pytest.approx(6e-6)
+
+
+def test_parts_are_priced_kernel_by_kernel():
+    from c3kit.cost.opclass import FeatureCost, OpCalibration, ScaledCalibration
+
+    add = FeatureCost(1e-6, (1 / 4e12, 0.0, 0.0))
+    norm = FeatureCost(2e-6, (1 / 3e12, 1e-9, 0.0))
+    cal = ScaledCalibration(OpCalibration("X", {"residual_add": add, "rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}),
+                            1.0, 1.0, 1e18)
+    elements, w = 4096 * 8192, 8192
+    t = cal.parts_time((("residual_add", elements, w), ("rmsnorm", elements, w)))
+    want = 1e-6 + 3 * elements * 2 / 4e12 + 2e-6 + 2 * elements * 2 / 3e12 + w * 1e-9
+    assert t == pytest.approx(want)
+    assert cal.parts_time((("residual_add", elements, w), ("gelu", elements, w))) is None
+    # half the bandwidth doubles the bandwidth terms only
+    slow = ScaledCalibration(cal.cal, 1.0, 0.5, 1e18).parts_time((("rmsnorm", elements, w),))
+    assert slow == pytest.approx(2e-6 + 2 * 2 * elements * 2 / 3e12 + w * 1e-9)

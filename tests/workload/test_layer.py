@@ -38,7 +38,13 @@ def test_llama70b_tp8_sp_hand_checked():
     ag = shape(layer, "attn_in.ag")
     assert (ag.kind, ag.bytes, ag.ranks, ag.group, ag.block) == ("all_gather", T * 8192 * 2, 8, "tp", 8)
     assert shape(layer, "proj.rs").kind == "reduce_scatter"
-    assert shape(layer, "attn_norm") == MemShape(4 * 1024 * 8192 * 2, 5 * 1024 * 8192)  # Tsp = 8192 / 8
+    e = 1024 * 8192  # Tsp = 8192 / 8 rows of H
+    assert shape(layer, "attn_norm") == MemShape(4 * e * 2, 5 * e, (("residual_add", e, 8192), ("rmsnorm", e, 8192)))
+    # RoPE on this GPU's 8 query and 1 KV heads of all 8192 tokens (SP gathers them before QKV)
+    assert shape(layer, "rope").parts == (("rope", 8192 * 8 * 128, 128), ("rope", 8192 * 1 * 128, 128))
+    assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * 8 * 128, 128), ("rope.bwd", 8192 * 1 * 128, 128))
+    assert shape(layer, "mlp_norm.bwd").parts == (("rmsnorm.bwd", e, 8192), ("residual_add", e, 8192))
+    assert shape(layer, "act").parts == (("swiglu", 8192 * 28672 // 8, 28672 // 8),)
     # per-rank weights of one layer: 8192 x 1280 + 1024 x 8192 + 2 x 8192 (RMSNorm) + 3 x 8192 x 3584
     assert layer.weights.layer == 10485760 + 8388608 + 16384 + 88080384 == 106971136
     dpg = shape(layer, "layer.dp_grad")
@@ -69,7 +75,7 @@ def test_decode_shapes():
     assert layer.tokens == 4
     assert shape(layer, "qkv") == GemmShape(4, 1280, 8192)
     assert shape(layer, "attn") == AttnShape(4, 8, 1, 1, 2048, 128, True, False)
-    assert shape(layer, "kv_write") == MemShape(2 * 4 * 1 * 128 * 2)
+    assert shape(layer, "kv_write") == MemShape(2 * 4 * 1 * 128 * 2, 0, (("copy", 2 * 4 * 1 * 128, 128),))
 
 
 def test_pairs_of_llama_tp8():
@@ -112,7 +118,15 @@ def _stack(dims_list):
 
 
 def _values(sh):
-    return [getattr(sh, f.name) for f in dataclasses.fields(sh)]
+    """Every size of a shape, memory-bound parts flattened to their kinds' elements and widths."""
+    out = []
+    for f in dataclasses.fields(sh):
+        v = getattr(sh, f.name)
+        if f.name == "parts":
+            out += [x for _, e, w in v for x in (e, w)]
+        else:
+            out.append(v)
+    return out
 
 
 @settings(max_examples=25)

@@ -48,7 +48,7 @@ def _sustained(op: Gemm, hw: GPU, burst_s: float) -> float:
 def _calibrated_attention(op: Attention, hw: GPU) -> float | None:
     """Attention from the GPU's measured (or transferred) attention class; None where there is none."""
     cal = calibration_for(hw, "attention")
-    if cal is None:
+    if cal is None or getattr(op, "balanced", False):  # context-parallel chunks were not measured
         return None
     t = cal.attention_time(op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
                            op.backward, dtype_bytes(op.dtype))
@@ -58,7 +58,7 @@ def _calibrated_attention(op: Attention, hw: GPU) -> float | None:
 def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
     """A memory-bound op from its measured kind; None where the GPU or the kind has no measurement."""
     cal = calibration_for(hw, "memory")
-    t = None if cal is None else cal.memory_time(op.kind, op.bytes)
+    t = None if cal is None else cal.parts_time(op.parts)
     return None if t is None else float(t)
 
 
@@ -88,7 +88,7 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
         t = _calibrated_attention(op, hw) if m.kind != "roofline" else None
         return t if t is not None else roofline_time(op, hw, m.attn_eff, m.mem_eff)
     if cls is MemOp:
-        t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.kind else None
+        t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.parts else None
         return t if t is not None else roofline_time(op, hw, 1.0, m.mem_eff)
     raise CostError(f"cannot time {op!r}: not a Gemm, Attention, MemOp or Collective")
 

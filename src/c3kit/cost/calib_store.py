@@ -4,7 +4,8 @@ Layout: <root>/<stem>-<kind>[-<variant>].json (op-level files: <root>/<stem>-ops
 The shipped files are in calib_dir() (the package's cost/data/calib folder); `c3kit bench` writes to
 OUT_DIR (c3kit-out/calib) unless told otherwise. A variant is a companion of a calibration file:
 'steady' (steady-state GEMM timings), 'split', 'sentinel', 'holdout', 'odd', 'workload' (other
-GEMM sets of one run), 'fit' (the stored curve fit of a gemm table), 'multi' (c3 measured over ranks).
+GEMM sets of one run), 'fit' (the stored curve fit of a gemm table), 'multi' (c3 measured over ranks);
+kind 'ops' has one variant per op family of runtime/bench/ops.py ('memory', 'attention', 'floor', ...).
 
 Format (docs/CONVENTIONS.md):
     {"meta": {"machine", "gpu", "driver", "torch", "cuda", "date", "command", "script"},
@@ -27,7 +28,7 @@ from c3kit.errors import CostError
 
 OUT_DIR = Path("c3kit-out") / "calib"
 
-KINDS = ("gemm", "c3", "comm", "overlap", "contention", "dma")
+KINDS = ("gemm", "c3", "comm", "overlap", "contention", "dma", "ops")
 META_KEYS = ("machine", "gpu", "driver", "torch", "cuda", "date", "command", "script")
 REQUIRED_COLUMNS = {"gemm": ("m", "n", "k", "dtype", "time_s")}
 

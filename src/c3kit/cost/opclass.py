@@ -2,16 +2,19 @@
 and the per-kernel floor, each a small physical model whose few parameters are fitted to op-level
 measurements (runtime/bench/ops.py), never to step times.
 
-- memory-bound kind k: t = a_k + bytes / B_k (a_k: the kernel's fixed cost; B_k: its achieved bandwidth).
-- attention forward / backward (flash-style, causal): t = a + F x (1 + tile / kv_len) / R_(pass, head_dim)
-  + bytes / B, with F the causal FLOPs; the (1 + tile / kv_len) term is the diagonal tiles' waste.
-- decode attention (q_len 1): t = a + KV bytes / B_decode.
-- kernel floor: the graph-replay time of a one-element kernel (per kernel inside a CUDA graph) and the
-  eager per-kernel time (host launch included).
+Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
+least squares (each row weighted by 1 / its time); the features say what the time grows with:
+- memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
+  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth).
+- attention forward / backward per head_dim (flash-style, causal): the causal FLOPs, the query rows x
+  head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x head_dim.
+- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
+- kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
-Fits weight every row by 1 / time (relative least squares). The measured files are found through
-the calibration store (`calibration_path`); a GPU without them is priced by the roofline with the
-documented efficiencies of cost/model.py, and `basis` says so.
+The measured files are found through the calibration store; a GPU without them (and without a
+documented transfer, cost/basis.py) is priced by the roofline with cost/model.py's efficiencies.
+Backward memory-bound rows below BWD_MIN_ELEMENTS were timed with autograd's host work exposed and are
+left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU-side figure.
 """
 
 from __future__ import annotations
@@ -24,45 +27,84 @@ import numpy as np
 
 from c3kit.errors import CostError
 
-ATTN_TILE = 128  # query / key tile of the flash kernels on Hopper (FlashAttention-2/3 use 128 for d <= 128)
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
+BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
+L2_BYTES_H200 = 60e6  # default only; op_calibration passes the GPU's catalog l2_bytes
 
 
 def _rows(doc: dict) -> list[dict]:
     return [dict(zip(doc["columns"], r)) for r in doc["rows"]]
 
 
-def fit_linear(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(a, s) minimising sum(((a + s x) / t - 1)^2) with a, s >= 0: fixed cost and seconds per unit of x."""
-    x = np.asarray(x, dtype=float)
+def fit_nonneg(X: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """[fixed, coef_1, ...] >= 0 minimising sum(((fixed + X @ coef) / t - 1)^2) (active-set relative fit)."""
     t = np.asarray(t, dtype=float)
-    if len(t) < 2 or np.any(t <= 0):
-        raise CostError("fit_linear needs at least two rows with positive times")
-    A = np.column_stack([1.0 / t, x / t])
-    (a, s), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
-    if a < 0:  # no negative fixed cost: refit through the origin
-        a, s = 0.0, float(np.sum(x / t) / np.sum((x / t) ** 2))
-    if s < 0:
-        a, s = float(np.median(t)), 0.0
-    return float(a), float(s)
+    X = np.asarray(X, dtype=float).reshape(len(t), -1)
+    if len(t) < X.shape[1] + 1 or np.any(t <= 0):
+        raise CostError(f"fit needs at least {X.shape[1] + 1} rows with positive times, got {len(t)}")
+    A = np.column_stack([np.ones(len(t)), X]) / t[:, None]
+    active = list(range(A.shape[1]))
+    while active:
+        c, *_ = np.linalg.lstsq(A[:, active], np.ones(len(t)), rcond=None)
+        if np.all(c >= 0):
+            out = np.zeros(A.shape[1])
+            out[active] = c
+            return out
+        active.pop(int(np.argmin(c)))
+    return np.zeros(A.shape[1])
+
+
+def fit_linear(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(a, s) >= 0 minimising sum(((a + s x) / t - 1)^2): fixed cost and seconds per unit of x."""
+    c = fit_nonneg(np.asarray(x, dtype=float)[:, None], t)
+    return float(c[0]), float(c[1])
 
 
 @dataclass(frozen=True)
-class LinearCost:
-    """t = fixed_s + units x per_unit_s; `units` is bytes for memory-bound kinds, FLOPs for attention math."""
+class FeatureCost:
+    """t = fixed_s + sum(coefs_i x features_i); features as the class's feature function gives them."""
 
     fixed_s: float
-    per_unit_s: float
+    coefs: tuple[float, ...]
     n_rows: int = 0
 
-    def __call__(self, units):
-        """Seconds for `units` (float or numpy array)."""
-        return self.fixed_s + np.asarray(units, dtype=float) * self.per_unit_s
+    def __call__(self, features):
+        """Seconds for a feature matrix (rows x len(coefs)) or one feature vector."""
+        f = np.asarray(features, dtype=float)
+        return self.fixed_s + f @ np.asarray(self.coefs)
 
     @property
     def rate(self) -> float:
-        """Units per second at large sizes (achieved bandwidth or FLOP/s)."""
-        return 1.0 / self.per_unit_s if self.per_unit_s > 0 else float("inf")
+        """Units of the first feature per second at large sizes (achieved bandwidth or FLOP/s)."""
+        return 1.0 / self.coefs[0] if self.coefs and self.coefs[0] > 0 else float("inf")
+
+
+def LinearCost(fixed_s: float, per_unit_s: float, n_rows: int = 0) -> FeatureCost:  # noqa: N802 - a constructor
+    """A one-feature FeatureCost: t = fixed_s + units x per_unit_s."""
+    return FeatureCost(fixed_s, (per_unit_s,), n_rows)
+
+
+def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0):
+    """[bytes, width, bytes beyond L2] of a memory-bound kind (arrays or scalars, stacked on the last axis)."""
+    from c3kit.workload.memops import memop_traffic
+
+    nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
+    w = np.broadcast_to(np.asarray(width, dtype=float), nbytes.shape)
+    return np.stack([nbytes, w, np.maximum(nbytes - l2_bytes, 0.0)], axis=-1)
+
+
+def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
+    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention."""
+    f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
+    q_rows = np.asarray(batch, float) * heads * q_len * head_dim
+    kv_rows = np.asarray(batch, float) * kv_heads * kv_len * head_dim
+    return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
+
+
+def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0):
+    """[KV-cache bytes read, query heads in the batch] of one decode attention (q_len 1)."""
+    kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
+    return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
 
 
 def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
@@ -73,52 +115,32 @@ def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backwar
     return f * (2.5 if backward else 1.0)
 
 
-def attention_work(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
-    """FLOPs including the causal diagonal tiles that a tiled kernel computes and masks."""
-    f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
-    if causal:
-        f = f * (1.0 + ATTN_TILE / np.asarray(kv_len, float))
-    return f
-
-
 @dataclass(frozen=True)
 class OpCalibration:
     """Fitted op-class models of one GPU and where they came from."""
 
     gpu: str
-    memory: dict  # kind -> LinearCost over bytes
-    attention: dict  # (pass, head_dim) -> LinearCost over attention_work FLOPs; pass in fwd / bwd
-    decode: LinearCost | None  # over KV-cache bytes
+    memory: dict  # kind -> FeatureCost over memory_features
+    attention: dict  # (pass, head_dim) -> FeatureCost over attention_features; pass in fwd / bwd
+    decode: FeatureCost | None  # over decode_features
     floor_graph_s: float
     floor_eager_s: float
     origin: dict  # family -> file name
+    l2_bytes: float = L2_BYTES_H200
 
-    def memory_time(self, kind: str, nbytes):
-        """Seconds of a memory-bound op of this kind moving nbytes, or None when the kind is not measured."""
-        m = self.memory.get(kind)
-        return None if m is None else m(nbytes)
-
-    def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0):
-        """Seconds of SDPA (training: q_len == kv_len; decode: q_len 1), None when not measured here."""
-        if np.all(np.asarray(q_len) == 1) and self.decode is not None:
-            kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
-            return self.decode(kv_bytes)
-        key = ("bwd" if backward else "fwd", int(head_dim) if np.ndim(head_dim) == 0 else None)
-        m = self.attention.get(key) or self._nearest_head_dim(key)
-        if m is None:
+    def attention_model(self, backward: bool, head_dim: int) -> FeatureCost | None:
+        """The fitted model of this pass at the nearest measured head_dim (None when no pass is measured)."""
+        ps = "bwd" if backward else "fwd"
+        cands = [k for k in self.attention if k[0] == ps]
+        if not cands:
             return None
-        return m(attention_work(batch, heads, q_len, kv_len, head_dim, causal, backward))
-
-    def _nearest_head_dim(self, key):
-        cands = [k for k in self.attention if k[0] == key[0]]
-        if not cands or key[1] is None:
-            return None
-        return self.attention[min(cands, key=lambda k: abs(k[1] - key[1]))]
+        return self.attention[min(cands, key=lambda k: (abs(k[1] - head_dim), -k[1]))]
 
 
-def fit_memory(rows: list[dict], held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
-    """kind -> LinearCost from ops-memory rows (rows of held_out_width are left out of the fit)."""
-    from c3kit.workload.memops import MEMOP_KINDS, memop_traffic
+def fit_memory(rows: list[dict], held_out_width: int | None = HELD_OUT_WIDTH,
+               l2_bytes: float = L2_BYTES_H200) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit)."""
+    from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
     for r in rows:
@@ -127,13 +149,17 @@ def fit_memory(rows: list[dict], held_out_width: int | None = HELD_OUT_WIDTH) ->
             continue
         if held_out_width is not None and int(r["width"]) == held_out_width:
             continue
-        nbytes = memop_traffic(kind, float(r["tokens"]) * float(r["width"]), 2.0)[0]
-        groups.setdefault(kind, []).append((nbytes, float(r["time_s"])))
+        elements = float(r["tokens"]) * float(r["width"])
+        if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
+            continue
+        groups.setdefault(kind, []).append((memory_features(kind, elements, r["width"], l2_bytes),
+                                            float(r["time_s"])))
     out = {}
     for kind, pts in groups.items():
-        if len(pts) >= 2:
-            x, t = np.array(pts).T
-            out[kind] = LinearCost(*fit_linear(x, t), n_rows=len(pts))
+        if len(pts) >= 4:
+            X = np.array([p[0] for p in pts])
+            c = fit_nonneg(X, np.array([p[1] for p in pts]))
+            out[kind] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
     return out
 
 
@@ -148,33 +174,36 @@ def _memory_kind(r: dict) -> str | None:
 
 
 def is_held_out_attention(r: dict) -> bool:
-    """Attention rows held out of the fit: every third shape by a fixed hash of its sizes."""
-    return (int(r["batch"]) * 7 + int(r["heads"]) * 3 + int(r["kv_heads"]) + int(r["kv_len"]) // 512) % 3 == 0
+    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes."""
+    return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
 
 
-def fit_attention(rows: list[dict], hold_out: bool = True) -> tuple[dict, LinearCost | None]:
-    """((pass, head_dim) -> LinearCost, decode LinearCost) from ops-attention rows of the default backend."""
+def _row_features(r: dict):
+    if r["pass"] == "decode":
+        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
+    return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
+                              bool(r["causal"]), r["pass"] == "bwd")
+
+
+def fit_attention(rows: list[dict], hold_out: bool = True) -> tuple[dict, FeatureCost | None]:
+    """((pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows of the default backend."""
     groups: dict = {}
-    dec = []
     for r in rows:
         if r["backend"] != "default" or r["time_s"] is None or (hold_out and is_held_out_attention(r)):
             continue
-        if r["pass"] == "decode":
-            kv_bytes = 2.0 * r["batch"] * r["kv_heads"] * r["kv_len"] * r["head_dim"] * 2.0
-            dec.append((kv_bytes, r["time_s"]))
-            continue
-        w = attention_work(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bool(r["causal"]),
-                           r["pass"] == "bwd")
-        groups.setdefault((r["pass"], int(r["head_dim"])), []).append((float(w), float(r["time_s"])))
-    att = {}
+        key = "decode" if r["pass"] == "decode" else (r["pass"], int(r["head_dim"]))
+        groups.setdefault(key, []).append((_row_features(r), float(r["time_s"])))
+    att, decode = {}, None
     for key, pts in groups.items():
-        if len(pts) >= 2:
-            x, t = np.array(pts).T
-            att[key] = LinearCost(*fit_linear(x, t), n_rows=len(pts))
-    decode = None
-    if len(dec) >= 2:
-        x, t = np.array(dec).T
-        decode = LinearCost(*fit_linear(x, t), n_rows=len(dec))
+        X = np.array([p[0] for p in pts])
+        if len(pts) < X.shape[1] + 2:
+            continue
+        c = fit_nonneg(X, np.array([p[1] for p in pts]))
+        cost = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+        if key == "decode":
+            decode = cost
+        else:
+            att[key] = cost
     return att, decode
 
 
@@ -189,52 +218,74 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
     return per_kernel("graph"), per_kernel("eager")
 
 
+def ops_file(gpu_name: str, family: str):
+    """Path of the shipped ops-<family> calibration file of a GPU (it may not exist)."""
+    from c3kit.cost.calib_store import op_calibration_path
+
+    return op_calibration_path(gpu_name, family)
+
+
 @lru_cache(maxsize=16)
 def op_calibration(gpu_name: str) -> OpCalibration | None:
     """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
-    from c3kit.cost.calib_store import OP_FAMILIES, op_calibration_path
-
     found = {}
-    for fam in OP_FAMILIES:
-        p = op_calibration_path(gpu_name, fam)
+    for fam in ("memory", "attention", "floor"):
+        p = ops_file(gpu_name, fam)
         if p.is_file():
             found[fam] = p
     if not found:
         return None
+    from c3kit.hw.catalog import get_gpu
+
     docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
-    mem = fit_memory(_rows(docs["memory"])) if "memory" in docs else {}
+    l2 = get_gpu(gpu_name).l2_bytes
+    mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
     att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
-    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()})
+    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
 
 
 @dataclass(frozen=True)
 class ScaledCalibration:
-    """An OpCalibration applied on another GPU: compute rates x flops_ratio, bandwidths x bw_ratio."""
+    """An OpCalibration applied on a GPU: compute terms / flops_ratio, bandwidth terms / bw_ratio, the GPU's L2."""
 
     cal: OpCalibration
     flops_ratio: float
     bw_ratio: float
+    l2_bytes: float
 
-    def memory_time(self, kind: str, nbytes):
-        """Seconds of a memory-bound op (bandwidth term rescaled), None when the kind is not measured."""
+    def kind_time(self, kind: str, elements, width, itemsize: float = 2.0):
+        """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
+        arrays); None when the kind is not measured here."""
         m = self.cal.memory.get(kind)
         if m is None:
             return None
-        return m.fixed_s + np.asarray(nbytes, dtype=float) * m.per_unit_s / self.bw_ratio
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+
+    def parts_time(self, parts, itemsize: float = 2.0):
+        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
+        None when any part's kind is not measured here (the op then keeps its roofline price)."""
+        total = 0.0
+        for kind, elements, width in parts:
+            t = self.kind_time(kind, elements, width, itemsize)
+            if t is None:
+                return None
+            total = total + t
+        return total
 
     def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0):
-        """Seconds of attention (FLOP term / flops_ratio, decode KV term / bw_ratio), None when not measured."""
+        """Seconds of SDPA (training: q_len == kv_len; decode: q_len 1), None when not measured here."""
         cal = self.cal
         if np.all(np.asarray(q_len) == 1) and cal.decode is not None:
-            kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
-            return cal.decode.fixed_s + kv_bytes * cal.decode.per_unit_s / self.bw_ratio
-        key = ("bwd" if backward else "fwd", int(head_dim) if np.ndim(head_dim) == 0 else None)
-        m = cal.attention.get(key) or cal._nearest_head_dim(key)
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
+            c = np.asarray(cal.decode.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
+            return cal.decode.fixed_s + f @ c
+        m = cal.attention_model(bool(backward), int(np.max(head_dim)))
         if m is None:
             return None
-        w = attention_work(batch, heads, q_len, kv_len, head_dim, causal, backward)
-        return m.fixed_s + w * m.per_unit_s / self.flops_ratio
+        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+        return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
 
 
 @lru_cache(maxsize=256)
@@ -249,8 +300,9 @@ def calibration_for(gpu, op_class: str) -> ScaledCalibration | None:
     if cal is None:
         return None
     if src == gpu.name:
-        return ScaledCalibration(cal, 1.0, 1.0)
+        return ScaledCalibration(cal, 1.0, 1.0, gpu.l2_bytes)
     from c3kit.hw.catalog import get_gpu
 
     ref = get_gpu(src)
-    return ScaledCalibration(cal, gpu.peak_flops("bf16") / ref.peak_flops("bf16"), gpu.hbm_bw / ref.hbm_bw)
+    return ScaledCalibration(cal, gpu.peak_flops("bf16") / ref.peak_flops("bf16"), gpu.hbm_bw / ref.hbm_bw,
+                             gpu.l2_bytes)

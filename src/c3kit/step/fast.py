@@ -59,7 +59,8 @@ def model_columns(model) -> dict:
         raise C3kitError(f"{model.name}: the vectorized sweep covers dense models only")
     return {"hidden": model.hidden, "layers": model.layers, "heads": model.heads, "kv_heads": model.kv_heads,
             "ffn_hidden": model.ffn_hidden, "vocab": model.vocab, "gated_mlp": model.gated_mlp,
-            "layernorm": model.norm == "layernorm", "tied_embeddings": model.tied_embeddings}
+            "layernorm": model.norm == "layernorm", "tied_embeddings": model.tied_embeddings,
+            "rope": model.position == "rope"}
 
 
 def par_columns(par, seq: int) -> dict:
@@ -79,7 +80,8 @@ def scenario_objects(row):
     m = ModelConfig(name="sweep", hidden=int(row["hidden"]), layers=int(row["layers"]), heads=int(row["heads"]),
                     kv_heads=int(row["kv_heads"]), ffn_hidden=int(row["ffn_hidden"]), vocab=int(row["vocab"]),
                     gated_mlp=bool(row["gated_mlp"]), norm="layernorm" if row["layernorm"] else "rmsnorm",
-                    tied_embeddings=bool(row["tied_embeddings"]), max_seq=int(row["seq"]))
+                    tied_embeddings=bool(row["tied_embeddings"]), max_seq=int(row["seq"]),
+                    position="rope" if bool(row.get("rope", False)) else "learned")
     p = Parallelism(tp=int(row["tp"]), sp=bool(row["sp"]), dp=int(row["dp"]), pp=int(row["pp"]),
                     fsdp=bool(row["fsdp"]), dist_optimizer=bool(row["dist_optimizer"]),
                     micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
@@ -94,7 +96,10 @@ def _structure(df: pd.DataFrame) -> np.ndarray:
     fsdp = df["fsdp"].to_numpy().astype(bool) & dp1
     zero1 = df["dist_optimizer"].to_numpy().astype(bool) & dp1 & ~fsdp
     m = df["global_batch"].to_numpy() // (df["micro_batch"].to_numpy() * df["dp"].to_numpy())
-    bits = [tp1, df["sp"].to_numpy().astype(bool) & tp1, dp1, fsdp, zero1, df["pp"].to_numpy() > 1, m > 1]
+    # the norm and activation kinds name the measured kernels a memory-bound op runs (layer.Structure)
+    bits = [tp1, df["sp"].to_numpy().astype(bool) & tp1, dp1, fsdp, zero1, df["pp"].to_numpy() > 1, m > 1,
+            df["layernorm"].to_numpy().astype(bool), df["gated_mlp"].to_numpy().astype(bool),
+            df["rope"].to_numpy().astype(bool) if "rope" in df.columns else np.zeros(len(df), dtype=bool)]
     code = df["recompute"].to_numpy().astype(np.int64)
     for i, b in enumerate(bits):
         code = code + (b.astype(np.int64) << (i + 2))
@@ -290,7 +295,39 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
         t_math = np.where(f != 0, f / (peak * fe), 0.0)
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)
+        if eff and not isinstance(op, Gemm):
+            _calibrated_rows(t[i], sh.ops[op.name].shape, h)
     return t, flops, sh
+
+
+def _calibrated_rows(row: np.ndarray, shape, h: dict) -> None:
+    """Overwrite an attention or memory-bound op's roofline times with its measured class (cost/opclass.py)
+    on the scenarios whose GPU has one (own, transferred or projected), as cost.time does per op."""
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.workload.layer import AttnShape, MemShape
+
+    cls = "attention" if isinstance(shape, AttnShape) else "memory"
+    if isinstance(shape, MemShape) and not shape.parts:
+        return
+    idx = h["gpu_index"]
+    for gi in np.unique(idx):
+        cal = calibration_for(h["gpu_objs"][gi], cls)
+        if cal is None:
+            continue
+        sel = idx == gi
+        if isinstance(shape, AttnShape):
+            a = {k: np.broadcast_to(np.asarray(getattr(shape, k)), row.shape)[sel]
+                 for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
+            if shape.balanced:
+                continue  # context-parallel chunks: keep the roofline (cost.time does the same)
+            t = cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
+                                   shape.causal, shape.backward)
+        else:
+            t = cal.parts_time(tuple((k, np.broadcast_to(np.asarray(e, float), row.shape)[sel],
+                                      np.broadcast_to(np.asarray(w, float), row.shape)[sel])
+                                     for k, e, w in shape.parts))
+        if t is not None:
+            row[sel] = t
 
 
 _TEMPLATES: dict = {}
@@ -418,6 +455,8 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     power = getattr(cm, "power", "burst")
     h_all = gpu_arrays(df["gpu"].to_numpy(), gpus)
     arrays = {k: df[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
+    # optional column: rotary embeddings (their own kernels); absent = learned / no RoPE ops
+    arrays["rope"] = df["rope"].to_numpy() if "rope" in df.columns else np.zeros(len(df), dtype=bool)
     _check(arrays)
     codes = _structure(df)
     order = np.argsort(codes, kind="stable")

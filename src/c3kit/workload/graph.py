@@ -24,7 +24,7 @@ NODE_PHASES = ("fwd", "bwd", "opt")
 SCOPES = ("layer", "step", "micro")
 STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 # Roles (Node.role). Recomputed forward nodes (recompute="full"/"selective") carry "re_" + role.
-ROLES = ("embed", "norm", "qkv", "attn", "proj", "fc1", "act", "fc2", "router", "experts", "lm_head",
+ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "experts", "lm_head",
          "loss", "kv_cache", "optimizer", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
          "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 
@@ -128,7 +128,7 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
         return Attention(spec.name, sh.batch, sh.heads, sh.kv_heads, sh.q_len, sh.kv_len, sh.head_dim, dtype,
                          sh.causal, sh.backward, sh.balanced)
     if isinstance(sh, MemShape):
-        return MemOp(spec.name, sh.bytes, sh.flops)
+        return MemOp(spec.name, sh.bytes, sh.flops, tuple((k, float(e), int(w)) for k, e, w in sh.parts))
     return Collective(spec.name, sh.kind, sh.bytes, sh.ranks, sh.group, span_of(sh.block, gpn))
 
 

@@ -81,10 +81,12 @@ class AttnShape:
 
 @dataclass(frozen=True)
 class MemShape:
-    """A memory-bound op: bytes moved and FLOPs."""
+    """A memory-bound op: bytes moved and FLOPs; parts = the measured kernels it runs, each
+    (kind of workload.memops.MEMOP_KINDS, elements, row width), which a calibrated GPU prices one by one."""
 
     bytes: Num
     flops: Num = 0
+    parts: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,9 @@ class Structure:
     cp: bool = False
     zero2: bool = False
     moe_factor: float = 1.0
+    norm: str = "rmsnorm"  # the model's norm kind (measured kernels differ)
+    gated: bool = True  # SwiGLU (gated) or GELU MLP activation
+    rope: bool = False  # rotary position embedding on q and k (its own kernels)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train") -> "Structure":
@@ -205,7 +210,8 @@ class Structure:
                          pp=par.pp > 1, fsdp=par.fsdp, zero1=par.dist_optimizer or par.zero2,
                          recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
-                         moe_factor=factor)
+                         moe_factor=factor, norm=model.norm, gated=model.gated_mlp,
+                         rope=model.position == "rope")
 
 
 @dataclass(frozen=True)
@@ -440,7 +446,30 @@ class _Builder(_Ops):
     def norm(self, name: str, dep, ph: str, role: str) -> str:
         """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
         Tsp, H = self.Tsp, self.d.hidden
-        return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H), (dep,), ph, role)
+        parts = (("residual_add", Tsp * H, H), (self.s.norm, Tsp * H, H))
+        return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H, parts), (dep,), ph, role)
+
+    def norm_bwd(self, name: str, dep, role: str) -> str:
+        """Norm backward and the residual branch's gradient add."""
+        Tsp, H = self.Tsp, self.d.hidden
+        parts = ((self.s.norm + ".bwd", Tsp * H, H), ("residual_add", Tsp * H, H))
+        return self.compute(name, MemShape(8 * Tsp * H * self.d.b, 8 * Tsp * H, parts), (dep,), "bwd", role)
+
+    def act_parts(self, elements, width, backward: bool) -> tuple:
+        """The activation's measured kernel: SwiGLU (gated) or GELU, forward or backward."""
+        kind = ("swiglu" if self.s.gated else "gelu") + (".bwd" if backward else "")
+        return ((kind, elements, width),)
+
+    def rope(self, name: str, dep: str, ph: str, role: str) -> str | None:
+        """Rotary embedding of this GPU's q and k heads (rotate-half: read and write each once), applied to q and
+        to k as two calls, the way Llama-style PyTorch code runs it."""
+        if not self.s.rope:
+            return None
+        d = self.d
+        kind = "rope.bwd" if name.endswith(".bwd") else "rope"
+        q_el, k_el = self.T * self.qn * d.head_dim, self.T * self.kvn * d.head_dim
+        parts = ((kind, q_el, d.head_dim), (kind, k_el, d.head_dim))
+        return self.compute(name, MemShape(2 * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph, role)
 
     def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
@@ -488,7 +517,8 @@ class _Builder(_Ops):
         if self.fsdp:
             emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, self.dp_ranks, "dp",
                                                            self.dp_blk), (), "fwd", "micro", "dp", self.mb, "fsdp_ag")
-        emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b), (emb_fsdp,), "fwd", "embed", "micro")
+        emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b, 0, (("embedding", self.T * d.hidden, d.hidden),)),
+                           (emb_fsdp,), "fwd", "embed", "micro")
         return emb, self.tp_after("embed", emb, "fwd", "micro")
 
     def layer_forward(self, ph: str, re: bool, fsdp_dep: str | None, entry: str | None) -> None:
@@ -499,8 +529,10 @@ class _Builder(_Ops):
         n1 = self.norm(pre + "attn_norm", entry, ph, r + "norm")
         ag = self.tp_gather(pre + "attn_in", n1, ph)
         last = self.compute(pre + "qkv", GemmShape(T, self.n_qkv, H), (ag or n1, fsdp_dep), ph, r + "qkv")
+        last = self.rope(pre + "rope", last, ph, r + "rope") or last
         if s.phase != "train":
-            last = self.compute("kv_write", MemShape(2 * T * self.kvn * hd * d.b), (last,), ph, "kv_cache")
+            kv = 2 * T * self.kvn * hd
+            last = self.compute("kv_write", MemShape(kv * d.b, 0, (("copy", kv, hd),)), (last,), ph, "kv_cache")
         q_len = 1 if s.phase == "decode" else self.seq_local
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
                                                   s.cp), (last,), ph, r + "attn")
@@ -520,7 +552,8 @@ class _Builder(_Ops):
         T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         ag = self.tp_gather(pre + "mlp_in", n2, ph)
         f1 = self.compute(pre + "fc1", GemmShape(T, g * Fl, H), (ag or n2,), ph, r + "fc1")
-        a = self.compute(pre + "act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl), (f1,), ph, r + "act")
+        a = self.compute(pre + "act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl, self.act_parts(T * Fl, Fl, False)),
+                         (f1,), ph, r + "act")
         f2 = self.compute(pre + "fc2", GemmShape(T, H, Fl), (a,), ph, r + "fc2")
         self.tp_after(pre + "fc2", f2, ph)
 
@@ -532,7 +565,8 @@ class _Builder(_Ops):
         ag = self.tp_gather(pre + "mlp_in", n2, ph)
         me = cdiv(T * k, E)
         e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (rt, ag), ph, r + "experts")
-        a = self.compute(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (e1,), ph, r + "act")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl,
+                                               self.act_parts(me * E * Fl, Fl, False)), (e1,), ph, r + "act")
         e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, r + "experts")
         self.tp_after(pre + "expert_fc2", e2, ph)
 
@@ -543,7 +577,8 @@ class _Builder(_Ops):
         el, me, a2a = self.moe_ep_sizes()
         dsp = self.a2a(pre + "ep_dispatch", a2a, (rt,), ph, "ep_dispatch")
         e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp,), ph, r + "experts")
-        a = self.compute(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F), (e1,), ph, r + "act")
+        a = self.compute(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F,
+                                               self.act_parts(me * el * F, F, False)), (e1,), ph, r + "act")
         e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, F, el), (a,), ph, r + "experts")
         cb = self.a2a(pre + "ep_combine", a2a, (e2,), ph, "ep_combine")
         if s.tp and not s.sp:
@@ -555,8 +590,9 @@ class _Builder(_Ops):
         d, train = self.d, self.s.phase == "train"
         T_out = self.T if train else d.micro_batch
         Vl = cdiv(d.vocab, d.tp)
-        fn = self.compute("final_norm", MemShape(2 * (self.Tsp if train else T_out) * d.hidden * d.b), (last_fwd,),
-                          "fwd", "norm", "micro")
+        rows = self.Tsp if train else T_out
+        fn = self.compute("final_norm", MemShape(2 * rows * d.hidden * d.b, 0, ((self.s.norm, rows * d.hidden, d.hidden),)),
+                          (last_fwd,), "fwd", "norm", "micro")
         hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
         return self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
 
@@ -566,15 +602,18 @@ class _Builder(_Ops):
         """Loss, its TP all-reduce, the LM head's backward and the final norm's: (head wgrad, final-norm bwd)."""
         d, T, H, b = self.d, self.T, self.d.hidden, self.d.b
         Vl = cdiv(d.vocab, d.tp)
-        loss = self.compute("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl), (head,), "fwd", "loss", "micro")
+        loss = self.compute("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl, (("cross_entropy", T * Vl, Vl),)), (head,), "fwd",
+                            "loss", "micro")
         if self.s.tp:
             self.add("loss.ar", CollShape("all_reduce", 2 * T * 4, d.tp, "tp", self.tp_blk), (head,), "fwd", "micro",
                      "tp", self.mb, "loss_ar")
-        lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl), (loss,), "bwd", "loss", "micro")
+        lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl, (("cross_entropy.bwd", T * Vl, Vl),)), (loss,),
+                          "bwd", "loss", "micro")
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
-        fnb = self.compute("final_norm.bwd", MemShape(4 * self.Tsp * H * b), (hc or hd_dg,), "bwd", "norm", "micro")
+        fnb = self.compute("final_norm.bwd", MemShape(4 * self.Tsp * H * b, 0, ((self.s.norm + ".bwd", self.Tsp * H, H),)),
+                           (hc or hd_dg,), "bwd", "norm", "micro")
         return hd_wg, fnb
 
     def layer_backward(self, start: str, fsdp_b: str | None) -> tuple[list[str], str]:
@@ -589,8 +628,7 @@ class _Builder(_Ops):
             dg = (self.tp_experts_backward if s.moe else self.dense_mlp_backward)(first_dep, wgrads)
             c = self.tp_after("fc1.dgrad", dg, "bwd")
             mlp_end = c or dg
-        n2b = self.compute("mlp_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (mlp_end,), "bwd",
-                           "norm")
+        n2b = self.norm_bwd("mlp_norm.bwd", mlp_end, "norm")
         gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
         dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
         wgrads.append(wg)
@@ -601,12 +639,12 @@ class _Builder(_Ops):
             att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
+        ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
         wgrads.append(wg)
         c = self.tp_after("qkv.dgrad", dg, "bwd")
-        n1b = self.compute("attn_norm.bwd", MemShape(8 * self.Tsp * H * b, 8 * self.Tsp * H), (c or dg,), "bwd",
-                           "norm")
+        n1b = self.norm_bwd("attn_norm.bwd", c or dg, "norm")
         return wgrads, n1b
 
     def dense_mlp_backward(self, first_dep, wgrads: list[str]) -> str:
@@ -614,7 +652,8 @@ class _Builder(_Ops):
         T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         dg, wg = self.bwd_gemm("fc2", T, H, Fl, first_dep, "fc2")
         wgrads.append(wg)
-        ab = self.compute("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl), (dg,), "bwd", "act")
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl, self.act_parts(T * Fl, Fl, True)),
+                          (dg,), "bwd", "act")
         iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("fc1", T, g * Fl, H, (ab, iag), "fc1")
         wgrads.append(wg)
@@ -627,7 +666,8 @@ class _Builder(_Ops):
         me = cdiv(T * k, E)
         dg, wg = self.bwd_gemm("expert_fc2", me, H, Fl, first_dep, "experts", E)
         wgrads.append(wg)
-        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl), (dg,), "bwd", "act")
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl,
+                                              self.act_parts(me * E * Fl, Fl, True)), (dg,), "bwd", "act")
         iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
         wgrads.append(wg)
@@ -642,7 +682,8 @@ class _Builder(_Ops):
         cb = self.a2a("ep_combine.bwd", a2a, (start, fsdp_b), "bwd", "ep_combine")
         dg, wg = self.bwd_gemm("expert_fc2", me, H, F, (cb,), "experts", el)
         wgrads.append(wg)
-        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F), (dg,), "bwd",
+        ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F,
+                                              self.act_parts(me * el * F, F, True)), (dg,), "bwd",
                           "act")
         dg, wg = self.bwd_gemm("expert_fc1", me, g * F, H, (ab,), "experts", el)
         wgrads.append(wg)

@@ -111,14 +111,15 @@ class Attention:
 class MemOp:
     """A memory-bound op (norm, activation, softmax, residual add, optimizer update): bytes moved and FLOPs.
 
-    kind names its measured class (workload.memops.MEMOP_KINDS, e.g. "rmsnorm.bwd"), whose calibrated
-    cost prices it where the GPU has one; "" = priced by the roofline alone.
+    parts names the measured kernels it runs, each (kind of workload.memops.MEMOP_KINDS, elements, row
+    width); a GPU with a calibrated memory class prices it as the sum of its parts, any other GPU (or
+    parts = ()) by bytes and FLOPs on the roofline.
     """
 
     name: str
     bytes: float
     flops: float = 0.0
-    kind: str = ""
+    parts: tuple = ()
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or self.flops < 0:

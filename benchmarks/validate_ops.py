@@ -1,0 +1,86 @@
+"""Held-out check of the op classes beyond GEMMs on the H200 (cost/opclass.py): memory-bound kinds,
+attention forward / backward, decode attention, and the kernel floor.
+
+The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
+5120; attention: every third shape by a fixed hash, opclass.is_held_out_attention); this script
+prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
+p90 <= 10%). Nothing here is fitted to a step time.
+
+Usage: python benchmarks/validate_ops.py [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_MEDIAN, TARGET_P90 = 5.0, 10.0
+
+
+def _doc(directory: Path | None, fam: str) -> dict:
+    if directory is None:
+        from c3kit.cost.opclass import ops_file
+
+        path = ops_file("H200-SXM", fam)
+    else:
+        path = next(directory.glob(f"*-ops-{fam}.json"))
+    return json.loads(Path(path).read_text())
+
+
+def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
+    """class -> relative errors (predicted / measured - 1) on the rows the fit did not see."""
+    from c3kit.cost import opclass as oc
+
+    out: dict[str, list] = {}
+    mem_rows = oc._rows(_doc(directory, "memory"))
+    l2 = oc.L2_BYTES_H200
+    fit = oc.fit_memory(mem_rows, l2_bytes=l2)
+    for r in mem_rows:
+        kind = oc._memory_kind(r)
+        if kind not in fit or int(r["width"]) != oc.HELD_OUT_WIDTH:
+            continue
+        elements = float(r["tokens"]) * float(r["width"])
+        if kind.endswith(".bwd") and elements < oc.BWD_MIN_ELEMENTS:
+            continue
+        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
+        out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
+    att_rows = oc._rows(_doc(directory, "attention"))
+    att, dec = oc.fit_attention(att_rows)
+    for r in att_rows:
+        if r["backend"] != "default" or not oc.is_held_out_attention(r):
+            continue
+        if r["pass"] == "decode":
+            name, m = "attention decode", dec
+        else:
+            name, m = f"attention {r['pass']} d{r['head_dim']}", att.get((r["pass"], int(r["head_dim"])))
+        if m is not None:
+            out.setdefault(name, []).append(m(oc._row_features(r)) / r["time_s"] - 1)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the held-out error per op class and the verdict."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=None, help="folder of *-ops-*.json (default: the shipped H200 files)")
+    a = ap.parse_args(argv)
+    from c3kit.cost import opclass as oc
+
+    floor = oc.fit_floor(oc._rows(_doc(a.dir, "floor")))
+    print(f"kernel floor: {floor[0] * 1e6:.2f} us per kernel in a CUDA graph, {floor[1] * 1e6:.2f} us eager")
+    ok = True
+    for name, e in sorted(held_out_errors(a.dir).items()):
+        e = np.abs(e) * 100
+        med, p90 = float(np.median(e)), float(np.percentile(e, 90))
+        good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
+        ok &= good
+        print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
