@@ -46,9 +46,17 @@ class AnalyzeResult:
         """Bytes per GPU by kind, the total, the GPU's capacity, the headroom and whether it fits."""
         return memory_dict(self.memory)
 
+    def basis(self) -> dict:
+        """Where each op class's parameters come from on this GPU (cost.basis: measured / transferred /
+        projected / datasheet)."""
+        from c3kit.cost.basis import basis
+
+        return basis(self.config.hw.name)
+
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
+                "basis": self.basis(),
                 "tried": [asdict(c) for c in self.config.tried],
                 **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
                 "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}

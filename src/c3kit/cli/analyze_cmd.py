@@ -115,6 +115,7 @@ def _modes_rows(modes) -> list:
 def _print(res, out: Path) -> None:
     cfg, result = res.config, res.step
     console.print(_describe(cfg) + f"; cost model {res.cost_model}; overlap {res.overlap}")
+    console.print("basis per op class: " + ", ".join(f"{k} {v}" for k, v in res.basis().items()))
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     if len(cfg.tried) > 1:
