@@ -213,7 +213,7 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
         total = layer_params * int(graph.layers_per_stage)
         bucket = min(max(model.dp_bucket_params, 1e6 * dp), total)
         if bucket > layer_params:
-            from c3kit.step.project import placed
+            from c3kit.step.placement import placed
 
             big = placed(replace(nodes[i], op=replace(op, bytes=bucket * per_param)), graph)
             t = max(float(timer(big, hw)) - float(op_t[i]), 0.0)
