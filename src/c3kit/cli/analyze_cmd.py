@@ -205,7 +205,7 @@ def write_report(out: Path, res) -> None:
             rep.table("layouts_tried", pd.DataFrame([{"layout": c.label(), "verdict": c.verdict,
                                                       "seconds_per_sequence": c.seconds_per_sequence}
                                                      for c in cfg.tried]), "Layouts the auto-layout tried")
-        how = "nothing overlaps" if result.policy == "serial" else "ops overlap where dependencies allow"
+        how = "nothing overlaps" if result.policy in ("none", "serial") else "ops overlap where dependencies allow"
         rep.text(f"Cost model: c3kit.cost {res.cost_model!r}. Overlap policy: {result.policy} ({how}; see "
                  "docs/analyze.md in the c3kit repository). "
                  f"Step time {fmt_time(t.step_time)}, compute {fmt_time(t.compute)}, communication "
