@@ -406,19 +406,28 @@ def _block_fwd(torch, p, x, cos, sin, hq, hk, hd, kv=None, pos=None):
     return x + (F.silu(g) * u) @ p["d"]
 
 
+def _model_tps():
+    """(model, tp) of every LAYER_MODELS block whose heads and FFN split over tp."""
+    return [(name, tp) for name, (_, nh, _, _, F_, _) in LAYER_MODELS.items() for tp in (1, 2, 4, 8)
+            if nh % tp == 0 and F_ % tp == 0]
+
+
+def _rank_block(name: str, tp: int, quick: bool) -> tuple[int, int, int, int, int]:
+    """(hidden, query heads, KV heads, head_dim, FFN columns) of one TP rank's block (tiny with quick)."""
+    H, nh, nk, hd, F_, _V = LAYER_MODELS[name]
+    if quick:
+        H, nh, nk, hd, F_, tp = 256, 8, 8, 32, 512, 1
+    return H, nh // tp, max(1, nk // tp), hd, F_ // tp
+
+
 def bench_layers(device, quick: bool) -> tuple[list[str], list[list]]:
     """Whole blocks (one TP rank's share) forward only and forward + backward, 4k to 32k tokens."""
     torch = require_torch()
     cols = ["model", "tp", "batch", "seq", "pass", "hidden", "heads", "kv_heads", "head_dim", "ffn", "time_s"]
     rows = []
     bf = torch.bfloat16
-    cases = []
-    for name, (H, nh, nk, hd, F_, _V) in LAYER_MODELS.items():
-        for tp in (1, 2, 4, 8):
-            if nh % tp or F_ % tp:
-                continue
-            for (b, s) in ((1, 4096), (2, 4096), (1, 8192), (1, 16384), (1, 32768)):
-                cases.append((name, tp, b, s))
+    cases = [(name, tp, b, s) for name, tp in _model_tps()
+             for (b, s) in ((1, 4096), (2, 4096), (1, 8192), (1, 16384), (1, 32768))]
     random.Random(3).shuffle(cases)
     cases = cases[:60]
     if quick:
@@ -426,11 +435,8 @@ def bench_layers(device, quick: bool) -> tuple[list[str], list[list]]:
     for (name, tp, b, s) in cases:
         if _Budget.spent():
             break
-        H, nh, nk, hd, F_, _V = LAYER_MODELS[name]
-        if quick:
-            H, nh, nk, hd, F_ = 256, 8, 8, 32, 512
-        hq, hk = nh // tp, max(1, nk // tp)
-        p = _block(torch, H, hq, hk, hd, F_ // tp, device, bf)
+        H, hq, hk, hd, Fl = _rank_block(name, tp, quick)
+        p = _block(torch, H, hq, hk, hd, Fl, device, bf)
         x = torch.randn(b, s, H, device=device, dtype=bf, requires_grad=True)
         cos = torch.randn(s, 1, hd, device=device, dtype=bf)
         sin = torch.randn(s, 1, hd, device=device, dtype=bf)
@@ -442,8 +448,8 @@ def bench_layers(device, quick: bool) -> tuple[list[str], list[list]]:
             y = _block_fwd(torch, p, x, cos, sin, hq, hk, hd)
             torch.autograd.backward(y, g)
         tfb = _eager_time(fb, device, target_s=0.05)
-        rows.append([name, tp, b, s, "fwd", H, hq, hk, hd, F_ // tp, tf])
-        rows.append([name, tp, b, s, "fwd_bwd", H, hq, hk, hd, F_ // tp, tfb])
+        rows.append([name, tp, b, s, "fwd", H, hq, hk, hd, Fl, tf])
+        rows.append([name, tp, b, s, "fwd_bwd", H, hq, hk, hd, Fl, tfb])
         del p, x, g
     return cols, rows
 
@@ -455,14 +461,8 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
     cols = ["model", "tp", "batch", "kv_len", "hidden", "heads", "kv_heads", "head_dim", "ffn", "graph", "time_s"]
     rows = []
     bf = torch.bfloat16
-    cases = []
-    for name, (H, nh, nk, hd, F_, _V) in LAYER_MODELS.items():
-        for tp in (1, 2, 4, 8):
-            if nh % tp or F_ % tp:
-                continue
-            for b in (1, 4, 16, 64, 256):
-                for kv in (4096, 16384, 32768, 131072):
-                    cases.append((name, tp, b, kv))
+    cases = [(name, tp, b, kv) for name, tp in _model_tps() for b in (1, 4, 16, 64, 256)
+             for kv in (4096, 16384, 32768, 131072)]
     rng = random.Random(5)
     rng.shuffle(cases)
     if quick:
@@ -470,14 +470,11 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
     for (name, tp, b, kv) in cases[:160]:
         if _Budget.spent():
             break
-        H, nh, nk, hd, F_, _V = LAYER_MODELS[name]
-        if quick:
-            H, nh, nk, hd, F_ = 256, 8, 8, 32, 512
-        hq, hk = nh // tp, max(1, nk // tp)
+        H, hq, hk, hd, Fl = _rank_block(name, tp, quick)
         if b * hk * kv * hd * 2 * 2 > 24e9:
             continue
         with torch.no_grad():
-            p = _block(torch, H, hq, hk, hd, F_ // tp, device, bf)
+            p = _block(torch, H, hq, hk, hd, Fl, device, bf)
             K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
             V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
             x = torch.randn(b, 1, H, device=device, dtype=bf)
@@ -488,7 +485,7 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
             def step():
                 return _block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
             t = _timed(step, device, cuda)
-            rows.append([name, tp, b, kv, H, hq, hk, hd, F_ // tp, int(cuda), t])
+            rows.append([name, tp, b, kv, H, hq, hk, hd, Fl, int(cuda), t])
         del p, K, V, x
     return cols, rows
 
@@ -516,13 +513,13 @@ def main(argv: list[str] | None = None) -> int:
     from c3kit.runtime.calib import _plain, machine_meta
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     fams = [f for f in a.only.split(",") if f]
     bad = [f for f in fams if f not in FAMILIES]
     if bad:
         print(f"error: unknown family {bad[0]!r}: use {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     for fam in fams:
         t0 = _time.perf_counter()
