@@ -24,8 +24,9 @@ TARGETS = {"fwd": (3.0, None, 2.0), "fwd_bwd": (3.0, None, 2.0), "decode": (8.0,
 
 
 def _rows(path: Path) -> list[dict]:
-    doc = json.loads(path.read_text())
-    return [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+    from c3kit.cost.opclass import _rows as rows_of
+
+    return rows_of(json.loads(path.read_text()))
 
 
 def _model(r: dict, vocab: int = 32000):

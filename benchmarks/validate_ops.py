@@ -38,7 +38,9 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
 
     out: dict[str, list] = {}
     mem_rows = oc._rows(_doc(directory, "memory"))
-    l2 = oc.L2_BYTES_H200
+    from c3kit.hw.catalog import get_gpu
+
+    l2 = get_gpu("H200-SXM").l2_bytes
     fit = oc.fit_memory(mem_rows, l2_bytes=l2)
     for r in mem_rows:
         kind = oc._memory_kind(r)

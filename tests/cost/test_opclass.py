@@ -5,32 +5,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from c3kit.cost.opclass import (LinearCost, attention_features, attention_flops, decode_features, fit_attention,
-                                fit_floor, fit_linear, fit_memory, memory_features)
+from c3kit.cost.opclass import (FeatureCost, attention_features, attention_flops, decode_features, fit_attention,
+                                fit_floor, fit_memory, fit_nonneg, memory_features)
 from c3kit.errors import CostError, WorkloadError
 from c3kit.workload.memops import memop_traffic
 
 
-def test_fit_linear_recovers_exact_line():
+def test_fit_nonneg_one_feature_recovers_exact_line():
     x = np.array([1e3, 1e6, 1e8, 1e9])
     t = 4e-6 + x / 3.0e12
-    a, s = fit_linear(x, t)
+    a, s = fit_nonneg(x[:, None], t)
     assert a == pytest.approx(4e-6, rel=1e-9)
     assert 1 / s == pytest.approx(3.0e12, rel=1e-9)
 
 
-def test_fit_linear_never_negative_fixed_cost():
+def test_fit_nonneg_one_feature_never_negative_fixed_cost():
     x = np.array([1.0, 2.0, 3.0])
     t = np.array([0.5, 2.0, 3.5])  # the line through them has a negative intercept (-1)
-    a, s = fit_linear(x, t)
+    a, s = fit_nonneg(x[:, None], t)
     assert a == 0.0 and s > 0
 
 
-def test_fit_linear_rejects_bad_rows():
+def test_fit_nonneg_one_feature_rejects_bad_rows():
     with pytest.raises(CostError):
-        fit_linear(np.array([1.0]), np.array([1.0]))
+        fit_nonneg(np.array([[1.0]]), np.array([1.0]))
     with pytest.raises(CostError):
-        fit_linear(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        fit_nonneg(np.array([[1.0], [2.0]]), np.array([1.0, 0.0]))
 
 
 def test_attention_flops_hand_checked():
@@ -84,7 +84,7 @@ def test_memory_features_hand_checked():
 @settings(max_examples=30, deadline=None)
 @given(st.floats(1e-7, 1e-4), st.floats(1e11, 5e12))
 def test_linear_cost_monotone_in_size(a, bw):
-    c = LinearCost(a, 1 / bw)
+    c = FeatureCost(a, (1 / bw,))
     sizes = np.array([0, 1e3, 1e6, 1e9])
     t = c(sizes[:, None])
     assert np.all(np.diff(t) > 0) and t[0] == pytest.approx(a)
@@ -121,7 +121,7 @@ def test_parts_are_priced_kernel_by_kernel():
 
     add = FeatureCost(1e-6, (1 / 4e12, 0.0, 0.0))
     norm = FeatureCost(2e-6, (1 / 3e12, 1e-9, 0.0))
-    cal = ScaledCalibration(OpCalibration("X", {"residual_add": add, "rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}),
+    cal = ScaledCalibration(OpCalibration("X", {"residual_add": add, "rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}, 1e18),
                             1.0, 1.0, 1e18)
     elements, w = 4096 * 8192, 8192
     t = cal.parts_time((("residual_add", elements, w), ("rmsnorm", elements, w)))

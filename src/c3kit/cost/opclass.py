@@ -29,7 +29,6 @@ from c3kit.errors import CostError
 
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
-L2_BYTES_H200 = 60e6  # default only; op_calibration passes the GPU's catalog l2_bytes
 
 
 def _rows(doc: dict) -> list[dict]:
@@ -54,12 +53,6 @@ def fit_nonneg(X: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.zeros(A.shape[1])
 
 
-def fit_linear(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(a, s) >= 0 minimising sum(((a + s x) / t - 1)^2): fixed cost and seconds per unit of x."""
-    c = fit_nonneg(np.asarray(x, dtype=float)[:, None], t)
-    return float(c[0]), float(c[1])
-
-
 @dataclass(frozen=True)
 class FeatureCost:
     """t = fixed_s + sum(coefs_i x features_i); features as the class's feature function gives them."""
@@ -77,11 +70,6 @@ class FeatureCost:
     def rate(self) -> float:
         """Units of the first feature per second at large sizes (achieved bandwidth or FLOP/s)."""
         return 1.0 / self.coefs[0] if self.coefs and self.coefs[0] > 0 else float("inf")
-
-
-def LinearCost(fixed_s: float, per_unit_s: float, n_rows: int = 0) -> FeatureCost:  # noqa: N802 - a constructor
-    """A one-feature FeatureCost: t = fixed_s + units x per_unit_s."""
-    return FeatureCost(fixed_s, (per_unit_s,), n_rows)
 
 
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0):
@@ -126,7 +114,7 @@ class OpCalibration:
     floor_graph_s: float
     floor_eager_s: float
     origin: dict  # family -> file name
-    l2_bytes: float = L2_BYTES_H200
+    l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
 
     def attention_model(self, backward: bool, head_dim: int) -> FeatureCost | None:
         """The fitted model of this pass at the nearest measured head_dim (None when no pass is measured)."""
@@ -137,8 +125,7 @@ class OpCalibration:
         return self.attention[min(cands, key=lambda k: (abs(k[1] - head_dim), -k[1]))]
 
 
-def fit_memory(rows: list[dict], held_out_width: int | None = HELD_OUT_WIDTH,
-               l2_bytes: float = L2_BYTES_H200) -> dict:
+def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
     """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit)."""
     from c3kit.workload.memops import MEMOP_KINDS
 
