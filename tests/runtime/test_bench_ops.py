@@ -23,3 +23,40 @@ def test_unknown_family_is_refused(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "new"), "--only", "floor,nope"]) == 2
     assert "unknown family 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_recipe_families_write_their_rows(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends"]) == 0
+    kinds = {}
+    for fam in ("fp8", "moe", "attn_backends"):
+        doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
+        assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
+        assert all(r[-1] > 0 for r in doc["rows"])
+        kinds[fam] = {r[0] for r in doc["rows"]}
+    assert {"bf16_mm", "cast_tensorwise", "cast_transpose", "amax"} <= kinds["fp8"]
+    assert {"router_topk", "permute", "unpermute"} <= kinds["moe"]
+    assert kinds["attn_backends"] == {"unfused"}  # the CPU runs the unfused attention only
+
+
+def test_unfused_attention_matches_sdpa():
+    import torch
+
+    from c3kit.runtime.bench.ops_recipes import _unfused
+
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(_unfused(torch, q, k, v, 8 ** -0.5, True), ref, atol=1e-5)
+
+
+def test_serve_loop_quick_writes_iterations(tmp_path):
+    from c3kit.runtime.bench.serve_loop import COLUMNS
+    from c3kit.runtime.bench.serve_loop import main as serve_main
+
+    assert serve_main(["--out", str(tmp_path), "--quick"]) == 0
+    from c3kit.cost.calib_store import serve_loop_path
+
+    doc = json.loads(serve_loop_path("h200-sxm", tmp_path).read_text())
+    assert doc["columns"] == COLUMNS and doc["kind"] == "serve-loop"
+    phases = {r[COLUMNS.index("phase")] for r in doc["rows"]}
+    assert phases == {"decode", "prefill"}
+    assert all(r[-1] > 0 for r in doc["rows"])
