@@ -60,3 +60,31 @@ def test_serve_loop_quick_writes_iterations(tmp_path):
     phases = {r[COLUMNS.index("phase")] for r in doc["rows"]}
     assert phases == {"decode", "prefill"}
     assert all(r[-1] > 0 for r in doc["rows"])
+
+
+def test_train_step_quick_writes_both_parts(tmp_path):
+    from c3kit.cost.calib_store import measured_run_path
+    from c3kit.runtime.bench.train_step import COLUMNS
+    from c3kit.runtime.bench.train_step import main as train_main
+
+    assert train_main(["--out", str(tmp_path), "--quick"]) == 0
+    doc = json.loads(measured_run_path("h200-sxm", "train-step", tmp_path).read_text())
+    assert doc["columns"] == COLUMNS and doc["kind"] == "train-step"
+    parts = {(r[COLUMNS.index("impl")], r[COLUMNS.index("part")]) for r in doc["rows"]}
+    assert parts == {("fused", "fwd_bwd"), ("eager", "fwd_bwd"), ("fused_adamw", "optimizer")}
+
+
+def test_eager_rope_equals_rotate_half_on_paired_layout():
+    import torch
+
+    from c3kit.runtime.bench.train_step import _rope
+
+    # complex RoPE rotates adjacent pairs; rotate-half rotates the two halves: same angles, permuted layout
+    s, hd = 5, 8
+    ang = torch.outer(torch.arange(s, dtype=torch.float32), torch.rand(hd // 2))
+    x = torch.randn(1, s, 1, hd)
+    got = _rope(torch, x, torch.polar(torch.ones_like(ang), ang)[:, None, :], "eager")
+    halves = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+    emb = torch.cat((ang, ang), dim=-1)
+    ref = _rope(torch, halves, (emb.cos()[:, None, :], emb.sin()[:, None, :]), "fused")
+    assert torch.allclose(torch.cat((got[..., 0::2], got[..., 1::2]), dim=-1), ref, atol=1e-5)
