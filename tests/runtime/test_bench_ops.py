@@ -11,8 +11,8 @@ from c3kit.runtime.bench.ops import main  # noqa: E402
 
 
 def test_quick_families_write_their_files(tmp_path):
-    assert main(["--out", str(tmp_path), "--quick", "--only", "floor,gemm,decode"]) == 0
-    for fam in ("floor", "gemm", "decode"):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "floor,gemm,decode,decode_attention"]) == 0
+    for fam in ("floor", "gemm", "decode", "decode_attention"):
         doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
         assert doc["kind"] == "ops-" + fam and doc["rows"]
         assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
@@ -26,15 +26,16 @@ def test_unknown_family_is_refused(tmp_path, capsys):
 
 
 def test_recipe_families_write_their_rows(tmp_path):
-    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends"]) == 0
+    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends,eager_ops"]) == 0
     kinds = {}
-    for fam in ("fp8", "moe", "attn_backends"):
+    for fam in ("fp8", "moe", "attn_backends", "eager_ops"):
         doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
         assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
         assert all(r[-1] > 0 for r in doc["rows"])
         kinds[fam] = {r[0] for r in doc["rows"]}
     assert {"bf16_mm", "cast_tensorwise", "cast_transpose", "amax"} <= kinds["fp8"]
     assert {"router_topk", "permute", "unpermute"} <= kinds["moe"]
+    assert kinds["eager_ops"] == {"rmsnorm_eager", "rope_complex"}
     assert kinds["attn_backends"] == {"unfused"}  # the CPU runs the unfused attention only
 
 

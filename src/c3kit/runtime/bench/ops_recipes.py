@@ -199,3 +199,51 @@ def bench_attn_backends(device, quick: bool) -> tuple[list[str], list[list]]:
                 print(f"attention {be} {(b, h, s, hd)}: {type(ex).__name__}", file=sys.stderr)
         del q, kk, v
     return cols, rows
+
+
+def _rmsnorm_fp32(torch, x, w):
+    """RMSNorm written out in fp32 (torchtitan's `rmsnorm` norm_type, the Llama reference code)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * w
+
+
+def _rope_complex(torch, x, freqs):
+    """RoPE as complex multiplication in fp32 (torchtitan / Llama reference apply_rotary_emb)."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * freqs).flatten(-2).type_as(x)
+
+
+def bench_eager_ops(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Norm and RoPE as eager framework code writes them (fp32 composite RMSNorm, complex RoPE), forward and
+    backward, in the memory family's columns (op kinds rmsnorm_eager and rope_complex)."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    tokens = [64, 1024, 4096, 8192, 16384, 32768] if not quick else [8]
+    widths = [2048, 3072, 4096, 5120, 8192] if not quick else [256]
+    cases = [(T, W) for T in tokens for W in widths]
+    random.Random(37).shuffle(cases)
+    for (T, W) in cases:
+        if Budget.spent():
+            break
+        e = T * W * 2
+        x = torch.randn(T, W, device=device, dtype=bf, requires_grad=True)
+        w = torch.ones(W, device=device, dtype=bf, requires_grad=True)
+        g = torch.randn(T, W, device=device, dtype=bf)
+        rows.append(["rmsnorm_eager", "fwd", T, W, 2 * e, timed(lambda: _rmsnorm_fp32(torch, x, w), device, cuda)])
+        y = _rmsnorm_fp32(torch, x, w)
+        rows.append(["rmsnorm_eager", "bwd", T, W, 3 * e,
+                     timed(lambda: torch.autograd.grad(y, (x, w), g, retain_graph=True), device, cuda, graph=False)])
+        hd = 128
+        q = torch.randn(T, W // hd, hd, device=device, dtype=bf, requires_grad=True)
+        ang = torch.rand(T, 1, hd // 2, device=device)
+        freqs = torch.polar(torch.ones_like(ang), ang)
+        rows.append(["rope_complex", "fwd", T, W, 2 * e, timed(lambda: _rope_complex(torch, q, freqs), device, cuda)])
+        yr = _rope_complex(torch, q, freqs)
+        rows.append(["rope_complex", "bwd", T, W, 2 * e,
+                     timed(lambda: torch.autograd.grad(yr, q, g.view(T, W // hd, hd), retain_graph=True), device,
+                           cuda, graph=False)])
+        del x, w, g, y, q, yr
+    return cols, rows
