@@ -1,0 +1,178 @@
+"""Attention priced by the backend that runs it (workload.attention.BACKENDS).
+
+- Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
+  own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
+  and mem_eff ("datasheet").
+- unfused: the sum of its kernels (workload.attention.unfused_parts): the batched GEMMs from the GPU's
+  measured torch.bmm class (else the cost model's GEMM pricing: efficiency curve or roofline), the
+  softmax and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their
+  bytes at HBM bandwidth x mem_eff.
+- An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
+  (cost/data/attention_backends.toml).
+Context-parallel (balanced) chunks of a fused backend keep the roofline: those shapes were not measured.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from c3kit.workload.attention import BACKENDS, check_backend, unfused_parts
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> tuple[dict, str]:
+    text = resources.files("c3kit.cost").joinpath("data", "attention_backends.toml").read_text(encoding="utf-8")
+    doc = tomllib.loads(text)
+    table = {name: (str(v["backend"]), str(v["source"])) for name, v in doc.get("default", {}).items()}
+    for b, _ in table.values():
+        check_backend(b)
+    return table, check_backend(str(doc["other"]))
+
+
+def default_backend(gpu_name: str) -> str:
+    """The backend current PyTorch's SDPA picks on this GPU (cost/data/attention_backends.toml)."""
+    from c3kit.cost.basis import catalog_name
+
+    table, other = _defaults()
+    hit = table.get(catalog_name(gpu_name))
+    return hit[0] if hit else other
+
+
+def default_source(gpu_name: str) -> str:
+    """Where default_backend's answer for this GPU comes from."""
+    from c3kit.cost.basis import catalog_name
+
+    table, _ = _defaults()
+    hit = table.get(catalog_name(gpu_name))
+    return hit[1] if hit else "PyTorch SDPA priority order (flash first) for GPUs without a listed default"
+
+
+def resolve_backend(backend: str, gpu_name: str) -> str:
+    """backend itself, or the GPU's default for ""."""
+    return check_backend(backend) or default_backend(gpu_name)
+
+
+def attention_basis(gpu_name: str) -> dict[str, str]:
+    """backend -> "measured" | "transferred from X" | ... | "datasheet" on this GPU, for every backend.
+
+    Fused backends: the basis of the attention class where that backend has rows, else datasheet;
+    unfused: that of its parts (batched GEMMs and memory-bound kernels)."""
+    from c3kit.cost.basis import basis, source_gpu
+    from c3kit.cost.opclass import op_calibration
+
+    b = basis(gpu_name)
+    src = source_gpu(gpu_name, "attention")
+    cal = op_calibration(src) if src else None
+    measured = set(cal.attention_backends()) if cal else set()
+    out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
+    gemm = b["attention"] if cal is not None and cal.bmm is not None else "datasheet"
+    out["unfused"] = f"batched GEMMs: {gemm}; softmax/dropout: {b['memory']}"
+    return out
+
+
+def _cal(hw, op_class: str):
+    from c3kit.cost.opclass import calibration_for
+
+    return calibration_for(hw, op_class)
+
+
+def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dropout: bool, hw, model,
+                      dtype: str = "bf16") -> list[tuple[str, float]]:
+    """(kernel, seconds) of every kernel of one unfused attention on hw under the cost model."""
+    from c3kit.cost import time as op_time
+    from c3kit.hw.model import dtype_bytes
+    from c3kit.workload.memops import memop_traffic
+    from c3kit.workload.ops import Gemm, MemOp
+
+    eb = dtype_bytes(dtype)
+    gemms, mems = unfused_parts(batch, heads, q_len, kv_len, head_dim, backward, dropout)
+    calibrated = model.kind != "roofline"
+    att = _cal(hw, "attention") if calibrated else None
+    mem = _cal(hw, "memory") if calibrated else None
+    out = []
+    for g, m, n, k in gemms:
+        t = att.bmm_time(g, m, n, k, eb) if att is not None else None
+        if t is None:
+            t = op_time(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
+        out.append((f"bmm {m}x{n}x{k} x{g}", float(t)))
+    for kind, elements, width in mems:
+        t = mem.kind_time(kind, elements, width, eb) if mem is not None else None
+        if t is None:
+            nbytes, flops = memop_traffic(kind, float(elements), eb)
+            t = op_time(MemOp("unfused." + kind, nbytes, flops), hw, model)
+        out.append((kind, float(t)))
+    return out
+
+
+def attention_time(op, hw, model) -> float:
+    """Seconds of one workload.ops.Attention on hw under the cost model, by its backend."""
+    from c3kit.cost.roofline import roofline_time
+    from c3kit.hw.model import dtype_bytes
+
+    backend = resolve_backend(op.backend, hw.name)
+    if backend == "unfused":
+        return sum(t for _, t in unfused_breakdown(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward,
+                                                   op.dropout, hw, model, op.dtype))
+    if model.kind != "roofline" and not op.balanced:
+        cal = _cal(hw, "attention")
+        if cal is not None:
+            t = cal.attention_time(op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
+                                   op.backward, dtype_bytes(op.dtype), backend)
+            if t is not None:
+                return float(t)
+    return roofline_time(op, hw, model.attn_eff, model.mem_eff)
+
+
+def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
+    """attention_time over the scenarios of a layer-description AttnShape (arrays) on one GPU; None where
+    the fused roofline the caller already has stands (fused backend without a measured class)."""
+    def arr(v):
+        a = np.broadcast_to(np.asarray(v), (n,))
+        return a if sel is None else a[sel]
+
+    a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
+    backend = resolve_backend(shape.backend, hw.name)
+    if backend != "unfused":
+        if model.kind == "roofline" or shape.balanced:
+            return None
+        cal = _cal(hw, "attention")
+        if cal is None:
+            return None
+        return cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
+                                  shape.causal, shape.backward, 2.0, backend)
+    return _unfused_rows(a, shape.backward, shape.dropout, hw, model)
+
+
+def _unfused_rows(a: dict, backward: bool, dropout: bool, hw, model) -> np.ndarray:
+    """Vectorized unfused_breakdown sum (bf16) over arrays of sizes."""
+    from c3kit.cost.efficiency import curve_times
+    from c3kit.cost.model import curve_of
+    from c3kit.cost.roofline import vector_flops
+    from c3kit.workload.memops import memop_traffic
+
+    gemms, mems = unfused_parts(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"], backward, dropout)
+    calibrated = model.kind != "roofline"
+    att = _cal(hw, "attention") if calibrated else None
+    mem = _cal(hw, "memory") if calibrated else None
+    total = 0.0
+    for g, m, n, k in gemms:
+        t = att.bmm_time(g, m, n, k, 2.0) if att is not None else None
+        if t is None:
+            g, m, n, k = (np.asarray(v, float) for v in (g, m, n, k))
+            if calibrated:
+                t = curve_times(curve_of(model, hw), hw, m, n, k, ["bf16"] * m.size, g)
+            else:
+                t = np.maximum(2.0 * g * m * n * k / hw.peak_flops("bf16"),
+                               g * (m * k + k * n + m * n) * 2.0 / hw.hbm_bw)
+        total = total + t
+    for kind, elements, width in mems:
+        t = mem.kind_time(kind, elements, width, 2.0) if mem is not None else None
+        if t is None:
+            nbytes, flops = memop_traffic(kind, np.asarray(elements, float), 2.0)
+            t = np.maximum(nbytes / (hw.hbm_bw * model.mem_eff), flops / vector_flops(hw))
+        total = total + t
+    return np.asarray(total, dtype=float)
