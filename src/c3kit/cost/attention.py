@@ -3,10 +3,11 @@
 - Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
   own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
   and mem_eff ("datasheet").
-- unfused: the sum of its kernels (workload.attention.unfused_parts): the batched GEMMs from the GPU's
-  measured torch.bmm class (else the cost model's GEMM pricing: efficiency curve or roofline), the
-  softmax and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their
-  bytes at HBM bandwidth x mem_eff.
+- unfused: the sum of its kernels (workload.attention.unfused_parts): the batched GEMMs by the cost
+  model's GEMM pricing (on the H200 the GEMM calibration; its prediction of the measured torch.bmm rows,
+  none of which it was fitted on, is printed by benchmarks/validate_ops.py), the softmax and dropout
+  kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes at HBM
+  bandwidth x mem_eff.
 - An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
   (cost/data/attention_backends.toml).
 Context-parallel (balanced) chunks of a fused backend keep the roofline: those shapes were not measured.
@@ -60,7 +61,7 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     """backend -> "measured" | "transferred from X" | ... | "datasheet" on this GPU, for every backend.
 
     Fused backends: the basis of the attention class where that backend has rows, else datasheet;
-    unfused: that of its parts (batched GEMMs and memory-bound kernels)."""
+    unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
     from c3kit.cost.basis import basis, source_gpu
     from c3kit.cost.opclass import op_calibration
 
@@ -69,8 +70,7 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
     out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
-    gemm = b["attention"] if cal is not None and cal.bmm is not None else "datasheet"
-    out["unfused"] = f"batched GEMMs: {gemm}; softmax/dropout: {b['memory']}"
+    out["unfused"] = f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}"
     return out
 
 
@@ -90,14 +90,10 @@ def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dro
 
     eb = dtype_bytes(dtype)
     gemms, mems = unfused_parts(batch, heads, q_len, kv_len, head_dim, backward, dropout)
-    calibrated = model.kind != "roofline"
-    att = _cal(hw, "attention") if calibrated else None
-    mem = _cal(hw, "memory") if calibrated else None
+    mem = _cal(hw, "memory") if model.kind != "roofline" else None
     out = []
     for g, m, n, k in gemms:
-        t = att.bmm_time(g, m, n, k, eb) if att is not None else None
-        if t is None:
-            t = op_time(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
+        t = op_time(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
         out.append((f"bmm {m}x{n}x{k} x{g}", float(t)))
     for kind, elements, width in mems:
         t = mem.kind_time(kind, elements, width, eb) if mem is not None else None
@@ -136,43 +132,14 @@ def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
 
     a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
     backend = resolve_backend(shape.backend, hw.name)
-    if backend != "unfused":
-        if model.kind == "roofline" or shape.balanced:
-            return None
-        cal = _cal(hw, "attention")
-        if cal is None:
-            return None
-        return cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
-                                  shape.causal, shape.backward, 2.0, backend)
-    return _unfused_rows(a, shape.backward, shape.dropout, hw, model)
-
-
-def _unfused_rows(a: dict, backward: bool, dropout: bool, hw, model) -> np.ndarray:
-    """Vectorized unfused_breakdown sum (bf16) over arrays of sizes."""
-    from c3kit.cost.efficiency import curve_times
-    from c3kit.cost.model import curve_of
-    from c3kit.cost.roofline import vector_flops
-    from c3kit.workload.memops import memop_traffic
-
-    gemms, mems = unfused_parts(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"], backward, dropout)
-    calibrated = model.kind != "roofline"
-    att = _cal(hw, "attention") if calibrated else None
-    mem = _cal(hw, "memory") if calibrated else None
-    total = 0.0
-    for g, m, n, k in gemms:
-        t = att.bmm_time(g, m, n, k, 2.0) if att is not None else None
-        if t is None:
-            g, m, n, k = (np.asarray(v, float) for v in (g, m, n, k))
-            if calibrated:
-                t = curve_times(curve_of(model, hw), hw, m, n, k, ["bf16"] * m.size, g)
-            else:
-                t = np.maximum(2.0 * g * m * n * k / hw.peak_flops("bf16"),
-                               g * (m * k + k * n + m * n) * 2.0 / hw.hbm_bw)
-        total = total + t
-    for kind, elements, width in mems:
-        t = mem.kind_time(kind, elements, width, 2.0) if mem is not None else None
-        if t is None:
-            nbytes, flops = memop_traffic(kind, np.asarray(elements, float), 2.0)
-            t = np.maximum(nbytes / (hw.hbm_bw * model.mem_eff), flops / vector_flops(hw))
-        total = total + t
-    return np.asarray(total, dtype=float)
+    if backend == "unfused":  # the same kernels as attention_time, one scenario at a time
+        return np.array([sum(t for _, t in unfused_breakdown(int(b), int(h), int(q), int(kv), int(d), shape.backward,
+                                                             shape.dropout, hw, model))
+                         for b, h, q, kv, d in zip(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"])])
+    if model.kind == "roofline" or shape.balanced:
+        return None
+    cal = _cal(hw, "attention")
+    if cal is None:
+        return None
+    return cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
+                              shape.causal, shape.backward, 2.0, backend)

@@ -11,8 +11,6 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
   workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
   alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
-- batched GEMMs (torch.bmm rows of the ops-gemm file): FLOPs and bytes; they price unfused attention's
-  Q K^T and P V (cost/attention.py).
 - decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
@@ -105,13 +103,6 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
     return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
 
 
-def bmm_features(groups, m, n, k, itemsize: float = 2.0):
-    """[FLOPs, bytes] of `groups` independent m x n x k products (each operand read once, output written once)."""
-    g = np.asarray(groups, float)
-    m, n, k = (np.asarray(v, float) for v in (m, n, k))
-    return np.stack(np.broadcast_arrays(2.0 * g * m * n * k, g * (m * k + k * n + m * n) * itemsize), axis=-1)
-
-
 def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
     """FLOPs of QK^T and PV as c3kit counts them (Attention.flops), for arrays as well as scalars."""
     f = 4.0 * np.asarray(batch, float) * heads * q_len * kv_len * head_dim
@@ -132,7 +123,6 @@ class OpCalibration:
     floor_eager_s: float
     origin: dict  # family -> file name
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
-    bmm: FeatureCost | None = None  # batched GEMMs over bmm_features (unfused attention)
 
     def attention_model(self, backward: bool, head_dim: int, backend: str = "cudnn") -> FeatureCost | None:
         """The fitted model of this backend and pass at the nearest measured head_dim (None when not measured)."""
@@ -272,14 +262,10 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
     return att, decode
 
 
-def fit_bmm(rows: list[dict]) -> FeatureCost | None:
-    """FeatureCost over bmm_features from the torch.bmm rows (kind "bmm", bf16) of an ops-gemm file."""
-    pts = [(bmm_features(r["groups"], r["m"], r["n"], r["k"]), float(r["time_s"])) for r in rows
-           if r.get("kind") == "bmm" and r.get("dtype") == "bf16" and r.get("time_s")]
-    if len(pts) < 4:
-        return None
-    c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
-    return FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+def is_bmm_row(r: dict) -> bool:
+    """A bf16 torch.bmm row of an ops-gemm file (the batched GEMMs of unfused attention; benchmarks/validate_ops.py
+    checks the GEMM model against them)."""
+    return r.get("kind") == "bmm" and r.get("dtype") == "bf16" and bool(r.get("time_s"))
 
 
 def fit_floor(rows: list[dict]) -> tuple[float, float]:
@@ -317,12 +303,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
     att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
-    bmm_path = ops_file(gpu_name, "gemm")
-    bmm = fit_bmm(_rows(json.loads(bmm_path.read_text()))) if bmm_path.is_file() else None
-    origin = {k: v.name for k, v in found.items()}
-    if bmm is not None:
-        origin["bmm"] = bmm_path.name
-    return OpCalibration(gpu_name, mem, att, dec, fg, fe, origin, l2, bmm)
+    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
 
 
 @dataclass(frozen=True)
@@ -368,14 +349,6 @@ class ScaledCalibration:
             return None
         f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
         return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
-
-    def bmm_time(self, groups, m, n, k, itemsize: float = 2.0):
-        """Seconds of `groups` batched m x n x k products (torch.bmm), None when not measured here."""
-        c = self.cal.bmm
-        if c is None:
-            return None
-        f = bmm_features(groups, m, n, k, itemsize)
-        return c.fixed_s + f @ (np.asarray(c.coefs) * np.array([1.0 / self.flops_ratio, 1.0 / self.bw_ratio]))
 
 
 @lru_cache(maxsize=256)
