@@ -154,3 +154,21 @@ def test_fused_datasheet_roofline_on_the_a100():
     op, hw = _att("flash2"), get_gpu("A100-SXM-80G")
     assert time(op, hw, EFF) == roofline_time(op, hw, EFF.attn_eff, EFF.mem_eff)
     assert np.isfinite(time(_att("unfused", dropout=True), hw, EFF))
+
+
+def test_context_parallel_chunks_are_ring_steps_of_the_backend():
+    """cp ring steps: the own chunk causally, then cp - 1 half-query steps over a whole chunk; the work of
+    one rank is 1 / cp of the whole sequence's, so cp x the chunk time stays near the unsplit time."""
+    from c3kit.cost.opclass import calibration_for
+
+    hw, S = get_gpu("H200-SXM"), 65536
+    cal = calibration_for(hw, "attention")
+    whole = time(Attention("a", 1, 32, 8, S, S, 128, "bf16", True, False, False, "flash2"), hw, EFF)
+    for cp in (2, 4, 8):
+        q = S // cp
+        op = Attention("a", 1, 32, 8, q, S, 128, "bf16", True, True, True, "flash2")
+        want = (cal.attention_time(1, 32, 8, q, q, 128, True, True, 2.0, "flash2")
+                + (cp - 1) * cal.attention_time(1, 32, 8, q // 2, q, 128, False, True, 2.0, "flash2"))
+        assert time(op, hw, EFF) == pytest.approx(float(want), rel=1e-12)
+        fwd = time(Attention("a", 1, 32, 8, q, S, 128, "bf16", True, False, True, "flash2"), hw, EFF)
+        assert cp * fwd == pytest.approx(whole, rel=0.05)

@@ -10,7 +10,12 @@
   bandwidth x mem_eff.
 - An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
   (cost/data/attention_backends.toml).
-Context-parallel (balanced) chunks of a fused backend keep the roofline: those shapes were not measured.
+- Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries
+  against the whole kv_len): ring attention, one call of the backend per ring step, as torch's context
+  parallelism runs it: the own chunk causally (q_len x q_len), then cp - 1 steps in which half of the
+  queries attend to a whole received chunk (q_len / 2 x q_len, not causal). Their FLOPs sum to the
+  balanced count; each call pays the class's fixed cost. The measured rows are causal: the non-causal
+  steps take the class's FLOP rate as measured on causal shapes (not yet measured).
 """
 
 from __future__ import annotations
@@ -113,14 +118,28 @@ def attention_time(op, hw, model) -> float:
     if backend == "unfused":
         return sum(t for _, t in unfused_breakdown(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward,
                                                    op.dropout, hw, model, op.dtype))
-    if model.kind != "roofline" and not op.balanced:
+    if model.kind != "roofline":
         cal = _cal(hw, "attention")
         if cal is not None:
-            t = cal.attention_time(op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
-                                   op.backward, dtype_bytes(op.dtype), backend)
+            t = _fused(cal, op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
+                       op.backward, op.balanced, backend, dtype_bytes(op.dtype))
             if t is not None:
                 return float(t)
     return roofline_time(op, hw, model.attn_eff, model.mem_eff)
+
+
+def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, balanced, backend, itemsize):
+    """A measured fused backend's time (scalars or arrays); ring steps for balanced (context-parallel) chunks."""
+    if not balanced:
+        return cal.attention_time(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize,
+                                  backend)
+    own = cal.attention_time(batch, heads, kv_heads, q_len, q_len, head_dim, True, backward, itemsize, backend)
+    if own is None:
+        return None
+    steps = np.asarray(kv_len) // np.asarray(q_len) - 1
+    other = cal.attention_time(batch, heads, kv_heads, np.asarray(q_len) // 2, q_len, head_dim, False, backward,
+                               itemsize, backend)
+    return own + steps * other
 
 
 def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
@@ -136,10 +155,10 @@ def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
         return np.array([sum(t for _, t in unfused_breakdown(int(b), int(h), int(q), int(kv), int(d), shape.backward,
                                                              shape.dropout, hw, model))
                          for b, h, q, kv, d in zip(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"])])
-    if model.kind == "roofline" or shape.balanced:
+    if model.kind == "roofline":
         return None
     cal = _cal(hw, "attention")
     if cal is None:
         return None
-    return cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
-                              shape.causal, shape.backward, 2.0, backend)
+    return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
+                  shape.backward, shape.balanced, backend, 2.0)
