@@ -212,6 +212,9 @@ def write_report(out: Path, res) -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
+        a = res.attention()
+        rep.text(f"Attention backend: {a['backend']}" + (" (what current PyTorch's SDPA picks on this GPU)"
+                                                          if a['default'] else "") + f"; basis: {a['basis']}.")
         if len(cfg.tried) > 1:
             rep.table("layouts_tried", pd.DataFrame([{"layout": c.label(), "verdict": c.verdict,
                                                       "seconds_per_sequence": c.seconds_per_sequence}
