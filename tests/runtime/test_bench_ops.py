@@ -26,9 +26,9 @@ def test_unknown_family_is_refused(tmp_path, capsys):
 
 
 def test_recipe_families_write_their_rows(tmp_path):
-    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends,eager_ops"]) == 0
+    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends,eager_ops,optimizer"]) == 0
     kinds = {}
-    for fam in ("fp8", "moe", "attn_backends", "eager_ops"):
+    for fam in ("fp8", "moe", "attn_backends", "eager_ops", "optimizer"):
         doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
         assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
         assert all(r[-1] > 0 for r in doc["rows"])
@@ -36,6 +36,7 @@ def test_recipe_families_write_their_rows(tmp_path):
     assert {"bf16_mm", "cast_tensorwise", "cast_transpose", "amax"} <= kinds["fp8"]
     assert {"router_topk", "permute", "unpermute"} <= kinds["moe"]
     assert kinds["eager_ops"] == {"rmsnorm_eager", "rope_complex"}
+    assert kinds["optimizer"] == {"adamw_fused", "clip_grad_norm"}
     assert kinds["attn_backends"] == {"unfused"}  # the CPU runs the unfused attention only
 
 

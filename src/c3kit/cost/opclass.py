@@ -169,6 +169,13 @@ def copy_rows(floor_rows: list[dict]) -> list[dict]:
              "time_s": r["time_s"]} for r in floor_rows if r["case"] == "copy"]
 
 
+def adamw_rows(memory_rows: list[dict]) -> list[dict]:
+    """The memory family's fused AdamW steps (fp32 parameters, 1M to 268M) as rows of kind adamw, one element per
+    parameter (width 1)."""
+    return [{"op": "adamw", "pass": "fwd", "tokens": r["width"], "width": 1, "bytes": r["bytes"],
+             "time_s": r["time_s"]} for r in memory_rows if r["op"] == "adamw_fused"]
+
+
 def _memory_kind(r: dict) -> str | None:
     """The MEMOP_KINDS name of an ops-memory row ("rmsnorm" + "bwd" -> "rmsnorm.bwd")."""
     op, ps = str(r["op"]), str(r["pass"])
@@ -313,6 +320,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     # the attention family's decode rows to long KV caches
     mem_rows = [r for fam in ("memory", "eager_ops") if fam in docs for r in _rows(docs[fam])]
     mem_rows += copy_rows(_rows(docs["floor"])) if "floor" in docs else []
+    mem_rows += adamw_rows([r for fam in ("memory", "optimizer") if fam in docs for r in _rows(docs[fam])])
     att_rows = [r for fam in ("attention", "decode_attention") if fam in docs for r in _rows(docs[fam])]
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
     att, dec = fit_attention(att_rows) if att_rows else ({}, None)

@@ -798,7 +798,8 @@ class _Builder(_Ops):
                           + w.emb_params / shard)
         else:
             opt_params = (self.stage_layers * w.layer + w.emb_params) / shard
-        opt = self.add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params),
+        opt = self.add("optimizer", MemShape(ADAM_BYTES_PER_PARAM * opt_params, ADAM_FLOPS_PER_PARAM * opt_params,
+                                             (("adamw", opt_params, 1),)),
                        tuple(reductions) or (eb,), "opt", "step", "compute", 1, "optimizer")
         if s.zero1 and s.dp and not s.fsdp:
             self.add("dp_param_ag", CollShape("all_gather", (self.stage_layers * w.layer + w.emb_params) * b, self.dp_ranks,

@@ -41,6 +41,8 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     # RoPE as a complex multiply in fp32: cast up (1 + 2), complex multiply (2 + 2), cast down (2 + 1) = 10
     "rope_complex": (10.0, 6.0),
     "rope_complex.bwd": (10.0, 6.0),
+    # fused AdamW step per parameter: workload.layer.ADAM_BYTES_PER_PARAM (30 B) in 2-byte units
+    "adamw": (15.0, 6.0),
 }
 
 

@@ -247,3 +247,39 @@ def bench_eager_ops(device, quick: bool) -> tuple[list[str], list[list]]:
                            cuda, graph=False)])
         del x, w, g, y, q, yr
     return cols, rows
+
+
+def bench_optimizer(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Fused AdamW (fp32 master weights, fp32 gradients) and foreach gradient clipping over a model's worth of
+    tensors, 64M to 2G parameters, in the memory family's columns (tokens = tensors, width = parameters)."""
+    torch = require_torch()
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    rng = random.Random(41)
+    sizes = [2 ** 26, 2 ** 28, 2 ** 29, 2 ** 30, 3 * 2 ** 29, 2 ** 31] if not quick else [4096]
+    per = [4096 * 4096, 4096 * 1024, 4096 * 14336 // 2, 2048 * 8192, 4096] if not quick else [1024]
+    for n_params in sizes:
+        if Budget.spent():
+            break
+        shapes, left = [], n_params
+        while left > 0:
+            s = min(left, rng.choice(per))
+            shapes.append(s)
+            left -= s
+        try:
+            ps = [torch.zeros(s, device=device, requires_grad=True) for s in shapes]
+            for p in ps:
+                p.grad = torch.randn_like(p)
+            opt = torch.optim.AdamW(ps, lr=1e-4, fused=device.type == "cuda")
+            opt.step()
+            rows.append(["adamw_fused", "step", len(ps), n_params, 28.0 * n_params,
+                         eager_time(opt.step, device, target_s=0.05, repeats=3)])
+            rows.append(["clip_grad_norm", "step", len(ps), n_params, 4.0 * n_params * 2,
+                         eager_time(lambda: torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=True), device,
+                                    target_s=0.05, repeats=3)])
+        except Exception as ex:  # noqa: BLE001 - out of memory at this size: say so, keep going
+            print(f"optimizer {n_params}: {type(ex).__name__}", file=sys.stderr)
+        ps = opt = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return cols, rows
