@@ -10,7 +10,8 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
-OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective")
+OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective",
+              "gemm_small_m", "gemm_grouped", "gemm_fp8", "fp8_cast")  # the last four: cost/gemmclass.py
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ def catalog_name(gpu_name: str) -> str:
 def _measured(gpu_name: str, op_class: str) -> bool:
     from c3kit.cost.calib_store import calibration_path, op_calibration_path
 
+    from c3kit.cost.gemmclass import GEMM_CLASSES, has_kind
+
+    if op_class in GEMM_CLASSES:
+        return has_kind(gpu_name, op_class)
     if op_class in ("gemm", "collective"):
         path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
     else:

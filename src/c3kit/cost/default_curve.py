@@ -7,11 +7,32 @@ from c3kit.errors import CostError
 from c3kit.hw.future import base_name
 
 _fitted: dict[str, tuple[EfficiencyCurve, str]] = {}
+_with_fp8: dict[str, tuple[EfficiencyCurve, str]] = {}
 
 
 def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
+    """(curve, origin): bf16_curve_for(gpu) with the fp8 peak fraction of the GPU's measured FP8 GEMM class
+    (cost/gemmclass.py; own or transferred) where it has one; origin then ends in '+fp8:<file>'."""
+    hit = _with_fp8.get(gpu.name)
+    if hit is not None:
+        return hit
+    from c3kit.cost.gemmclass import gemm_classes_for
+
+    curve, origin = bf16_curve_for(gpu)
+    frac = gemm_classes_for(gpu).fp8_frac
+    if frac is not None:
+        from c3kit.cost.basis import source_gpu
+
+        curve = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
+        origin = f"{origin}+fp8:{source_gpu(gpu.name, 'gemm_fp8')}"
+    _with_fp8[gpu.name] = (curve, origin)
+    return curve, origin
+
+
+def bf16_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
     """(curve, origin): fitted once per process to the shipped gemm calibration of gpu (or of the GPU a
-    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'."""
+    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'. Its fp8
+    fraction is the assumed default (default_curve_for replaces it with the measured one)."""
     name = gpu.name
     hit = _fitted.get(name)
     if hit is not None:
@@ -42,3 +63,8 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
 def clear_default_curves() -> None:
     """Forget the curves fitted in this process."""
     _fitted.clear()
+    _with_fp8.clear()
+    from c3kit.cost.gemmclass import gemm_calibration, gemm_classes_for
+
+    gemm_calibration.cache_clear()
+    gemm_classes_for.cache_clear()
