@@ -55,6 +55,12 @@ class StreamingGemm:
     tile_m: float  # M is padded to a multiple of this
     p: float
     n_rows: int = 0
+    min_nk: float = 0.0  # the smallest N and K among the fitted rows
+
+    def covers(self, n, k):
+        """True (elementwise) where N and K are at least half the smallest measured N and K: the class
+        extrapolates at most a factor 2 below its rows (far smaller GEMMs keep the big-GEMM curve)."""
+        return (np.asarray(n) >= 0.5 * self.min_nk) & (np.asarray(k) >= 0.5 * self.min_nk)
 
     def __call__(self, m, n, k, groups=1, itemsize: float = 2.0):
         """Seconds (scalars or arrays)."""
@@ -79,10 +85,12 @@ def fit_streaming(m, n, k, groups, t) -> StreamingGemm:
     if len(t) < 8 or np.any(t <= 0):
         raise CostError(f"a streaming-GEMM fit needs at least 8 rows with positive times, got {len(t)}")
 
+    min_nk = float(min(n.min(), k.min()))
+
     def make(x) -> StreamingGemm:
         x = np.clip(x, -60.0, 60.0)
         return StreamingGemm(math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), math.exp(x[3]),
-                             min(max(math.exp(x[4]), 1.0), 256.0), 1.0 + math.exp(min(x[5], 3.0)), len(t))
+                             min(max(math.exp(x[4]), 1.0), 256.0), 1.0 + math.exp(min(x[5], 3.0)), len(t), min_nk)
 
     def resid(x):
         return np.log(make(x)(m, n, k, g)) - np.log(t)
