@@ -40,6 +40,10 @@ from c3kit.errors import CostError
 SMALL_M_MAX = 512  # the largest M measured as small-M; larger M is priced by the big-GEMM curve
 SMALL_M_HELD_OUT = ((5120, 1792), (28672, 8192), (6144, 4096))  # every third (N, K) of runtime/bench/ops.py
 GEMM_CLASSES = ("gemm_small_m", "gemm_grouped", "gemm_fp8", "fp8_cast")  # basis classes of the ops-gemm file
+# The cast runtime/bench/ops.py measures, as PyTorch runs it unfused: abs (read 2 B, write 2 B), amax (read 2 B),
+# three scalar kernels (float, clamp, / 448), a / s (read 2 B, write 2 B), .to(e4m3) (read 2 B, write 1 B):
+# (kernels, bytes moved per element). A fused recipe's cast is priced per kernel and per byte from it.
+CAST_COMPOSITION = (7, 13.0)
 _KIND_OF = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_scaled_mm",
             "fp8_cast": "fp8_cast"}
 

@@ -36,6 +36,15 @@ ADAM_FLOPS_PER_PARAM = 12
 
 Num = Any  # a Python int/float or a numpy array of them
 
+# FP8 training as the frameworks run it: only the GEMMs of the Transformer Engine linear layers (or torchao
+# Float8Linear modules) run in FP8; everything between them stays BF16. Sources: NVIDIA Transformer Engine
+# docs, "Using FP8 with Transformer Engine" (FP8 applies to te.Linear / LayerNormLinear / LayerNormMLP /
+# GroupedLinear GEMMs; dot-product attention stays BF16 unless fp8_dpa is set); Megatron-Core's output layer
+# (lm_head) is not a TE linear layer, and its MoE router is a plain (FP32/BF16) matmul
+# (megatron/core/transformer/moe/router.py); torchao Float8Linear as torchtitan applies it converts the
+# nn.Linear layers of the blocks and skips the output projection (torchtitan docs/float8.md).
+FP8_GEMM_ROLES = ("qkv", "proj", "fc1", "fc2", "experts")
+
 
 def cdiv(a: Num, b: Num) -> Num:
     """Ceiling division for ints and int arrays."""
@@ -298,6 +307,19 @@ def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
     raise WorkloadError(f"{op.name} is a collective: it has bytes, not FLOPs")
 
 
+def op_dtype(op: "OpSpec", dtype: str) -> str:
+    """The dtype an op runs in under a step dtype: under "fp8", GEMMs of FP8_GEMM_ROLES in FP8, the rest BF16."""
+    if dtype != "fp8":
+        return dtype
+    return "fp8" if op.kind == "gemm" and op.role.removeprefix("re_") in FP8_GEMM_ROLES else "bf16"
+
+
+def activation_dtype(dtype: str, phase: str) -> str:
+    """The dtype of activations and weights between ops: BF16 under FP8 training (the FP8 copies live inside
+    the linear layers, see FP8_GEMM_ROLES), the step dtype otherwise."""
+    return "bf16" if dtype == "fp8" and phase == "train" else dtype
+
+
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32") -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq)."""
@@ -315,7 +337,8 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         if seq % (2 * par.cp):
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
-    return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype), Structure.of(model, par, phase))
+    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
+                    Structure.of(model, par, phase))
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
