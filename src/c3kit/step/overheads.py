@@ -27,10 +27,6 @@ SOURCES = {
                  "foreach): an L2 norm over every local fp32 gradient (reads 4 B per parameter), an all-reduce of "
                  "the norm over all ranks, then an in-place scale of every gradient (reads and writes 8 B per "
                  "parameter); parameters as sharded by ZeRO-1 / FSDP.",
-    "moe_permute": "Megatron-Core transformer/moe/moe_utils.py permute / unpermute: each of the top_k copies of a "
-                   "token (hidden x 2 B) is gathered into expert order before the expert GEMMs (read + write) and "
-                   "scattered back with its routing weight after them (read + write); the backward runs the same "
-                   "two passes. Router GEMMs are in the layer graph.",
     "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
                      "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
                      "balanced over experts; set it from a measured router histogram for free routing.",
@@ -69,7 +65,6 @@ class OverheadModel:
     cuda_graphs: bool = False  # the step is captured in CUDA graphs: graph_kernel_gap_s per kernel
     graph_kernel_gap_s: float = 0.5e-6
     grad_clip: bool = True
-    moe_permute: bool = True
     moe_imbalance: float = 1.0  # max / mean tokens per expert
     fp8_recipe: bool = True  # cast kernels of the FP8 GEMMs under dtype fp8 (which ops are FP8: layer.op_dtype)
     fp8_scaling: str = "delayed"  # FP8_SCALING key: Transformer Engine's default recipe
@@ -87,8 +82,8 @@ class OverheadModel:
 
 
 DEFAULT_OVERHEADS = OverheadModel()
-NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, moe_permute=False,
-                             fp8_recipe=False, dp_bucket=False)
+NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, fp8_recipe=False,
+                             dp_bucket=False)
 
 
 @dataclass(frozen=True)
@@ -140,9 +135,8 @@ def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple
 
 def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_OVERHEADS) -> tuple[Overhead, ...]:
     """Every enabled overhead of one step graph on hw, priced with `timer` (op_t: the nodes' times, one run)."""
-    from c3kit.hw.model import dtype_bytes
     from c3kit.workload.graph import ADAM_BYTES_PER_PARAM
-    from c3kit.workload.ops import Collective, Gemm, MemOp
+    from c3kit.workload.ops import Collective, MemOp
 
     nodes = graph.nodes
     runs = plan.multiplicity
@@ -194,28 +188,14 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                                         else 0), hw))
         out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
 
-    # MoE: permute / unpermute passes and load imbalance
-    if graph.model.is_moe:
-        k, h = graph.model.top_k, graph.model.hidden
-        b = dtype_bytes("bf16")
-        perm_s = imb_s = 0.0
-        cache = {}
+    # MoE load imbalance (the router, top-k and permute / unpermute kernels are ops of the layer graph)
+    if graph.model.is_moe and model.moe_imbalance > 1.0:
+        imb_s = 0.0
         for i, nd in enumerate(nodes):
-            role = nd.role.removeprefix("re_")
-            if model.moe_permute and role == "router" and isinstance(nd.op, Gemm) and nd.grad in ("", "dgrad"):
-                c = MemOp(nd.op.name + ".permute", 4.0 * nd.op.m * k * h * b)
-                t = cache.get(c)
-                if t is None:
-                    t = cache[c] = float(timer(c, hw))
-                perm_s += t * runs[i] * pf
-            if role == "experts" and model.moe_imbalance > 1.0:
+            if nd.role.removeprefix("re_") == "experts":
                 imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
-        if model.moe_permute:
-            out.append(Overhead("moe_permute", perm_s, 0, f"{k} copies of each token, 2 passes each way",
-                                SOURCES["moe_permute"]))
-        if model.moe_imbalance > 1.0:
-            out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
-                                SOURCES["moe_imbalance"]))
+        out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
+                            SOURCES["moe_imbalance"]))
 
     # DP buckets larger than one layer: the rest of the last bucket is exposed
     dp = int(getattr(graph.par, "dp", 1))
