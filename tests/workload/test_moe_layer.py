@@ -84,3 +84,12 @@ def test_fp8_op_dtypes_and_bf16_activations():
     assert activation_dtype("bf16", "train") == "bf16"
     with pytest.raises(Exception):
         describe(QWEN3, Parallelism(tp=1, dp=8, ep=3), "train", 4096)
+
+
+def test_expert_tp_reductions_keep_their_gemm_pairs():
+    layer = describe(QWEN3, Parallelism(tp=2, sp=True, dp=1), "train", 4096)
+    pairs = {(p.pattern, p.coll.name): p.gemm.name for p in comm_gemm_pairs(layer)}
+    assert pairs[("gemm_rs", "expert_fc2.rs")] == "expert_fc2"
+    assert pairs[("gemm_rs", "fc1.dgrad.rs")] == "expert_fc1.dgrad"
+    # the router's input gradient (sequence-parallel rows) joins after the reduction
+    assert set(layer.op("mlp_norm.bwd").deps) == {"fc1.dgrad.rs", "router.dgrad"}

@@ -446,15 +446,17 @@ class _Builder(_Ops):
 
     # ---- building blocks ----
 
-    def tp_after(self, name: str, dep: str, ph: str, scope: str = _L, cnt=None) -> str | None:
-        """TP reduction of a row-parallel output: all-reduce, or reduce-scatter with SP."""
+    def tp_after(self, name: str, dep, ph: str, scope: str = _L, cnt=None) -> str | None:
+        """TP reduction of a row-parallel output (dep: an op name or a tuple of them): all-reduce, or
+        reduce-scatter with SP."""
         if not self.s.tp:
             return None
         cnt = self.mb if cnt is None else cnt
+        deps = dep if isinstance(dep, tuple) else (dep,)
         if self.s.sp:
             return self.add(name + ".rs", CollShape("reduce_scatter", self.act_bytes, self.d.tp, "tp", self.tp_blk),
-                            (dep,), ph, scope, "tp", cnt, "tp_rs")
-        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                            deps, ph, scope, "tp", cnt, "tp_rs")
+        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), deps,
                         ph, scope, "tp", cnt, "tp_ar")
 
     def tp_gather(self, name: str, dep: str | None, ph: str, scope: str = _L, cnt=None) -> str | None:
@@ -475,10 +477,11 @@ class _Builder(_Ops):
         return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H, parts), (dep,), ph, role)
 
     def norm_bwd(self, name: str, dep, role: str) -> str:
-        """Norm backward and the residual branch's gradient add."""
+        """Norm backward and the residual branch's gradient add (dep: an op name or a tuple of them)."""
         Tsp, H = self.Tsp, self.d.hidden
         parts = ((self.s.norm + ".bwd", Tsp * H, H), ("residual_add", Tsp * H, H))
-        return self.compute(name, MemShape(8 * Tsp * H * self.d.b, 8 * Tsp * H, parts), (dep,), "bwd", role)
+        deps = dep if isinstance(dep, tuple) else (dep,)
+        return self.compute(name, MemShape(8 * Tsp * H * self.d.b, 8 * Tsp * H, parts), deps, "bwd", role)
 
     def act_parts(self, elements, width, backward: bool) -> tuple:
         """The activation's measured kernel: SwiGLU (gated) or GELU, forward or backward."""
@@ -595,7 +598,7 @@ class _Builder(_Ops):
                                                self.act_parts(me * E * Fl, Fl, False)), (e1,), ph, r + "act")
         e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, r + "experts")
         up = self.moe_permute(pre + "moe_unpermute", T * k, (e2,), ph, r)
-        self.tp_after(pre + "expert_fc2", up, ph)
+        self.tp_after(pre + "expert_fc2", (up, e2), ph)  # e2 named too: the GEMM -> reduction overlap pair
 
     def ep_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
         """MoE with ep > 1: router, permute, dispatch, (chunk sort), the local whole experts, (chunk sort),
@@ -675,9 +678,14 @@ class _Builder(_Ops):
         else:
             gag = self.tp_gather("mlp_out.bwd", start, "bwd")
             first_dep = (gag or start, fsdp_b)
-            dg = (self.tp_experts_backward if s.moe else self.dense_mlp_backward)(first_dep, wgrads)
-            c = self.tp_after("fc1.dgrad", dg, "bwd")
-            mlp_end = c or dg
+            if s.moe:  # the experts' input gradient is TP-reduced; the router's (SP-local rows) is not
+                red, rdg = self.tp_experts_backward(first_dep, wgrads)
+                c = self.tp_after("fc1.dgrad", red, "bwd")
+                mlp_end = (c or red[0], rdg)
+            else:
+                dg = self.dense_mlp_backward(first_dep, wgrads)
+                c = self.tp_after("fc1.dgrad", dg, "bwd")
+                mlp_end = c or dg
         n2b = self.norm_bwd("mlp_norm.bwd", mlp_end, "norm")
         gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
         dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
@@ -711,7 +719,7 @@ class _Builder(_Ops):
 
     def tp_experts_backward(self, first_dep, wgrads: list[str]) -> str:
         """MoE with ep 1: unpermute, expert FC2, activation, expert FC1, permute and router backward; returns
-        the router's dgrad (the last op before the input gradient's TP reduction)."""
+        ((permute backward, expert FC1's dgrad): what the input gradient's TP reduction waits for, router dgrad)."""
         d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         E, k = d.n_experts, d.top_k
         me = cdiv(T * k, E)
@@ -724,7 +732,7 @@ class _Builder(_Ops):
         dg, wg = self.bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
         wgrads.append(wg)
         pmb = self.moe_permute("moe_permute.bwd", T * k, (dg,), "bwd", "")
-        return self.router_backward((pmb,), wgrads)
+        return (pmb, dg), self.router_backward((pmb,), wgrads)
 
     def router_backward(self, deps, wgrads: list[str]) -> str:
         """The top-k softmax's backward, then the router GEMM's dgrad and wgrad; returns the dgrad."""
