@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from c3kit import cost
 from c3kit.cost import gemmclass as gc
 from c3kit.cost.basis import basis
-from c3kit.cost.default_curve import bf16_curve_for, default_curve_for
+from c3kit.cost.default_curve import bf16_curve_for, default_curve_for, fp8_fraction
 from c3kit.cost.efficiency import DEFAULT_PEAK_FRAC
 from c3kit.hw import get_gpu
 from c3kit.workload.ops import Gemm
@@ -41,7 +41,7 @@ def test_h200_classes_are_fitted_from_its_rows():
     rows = gc.gemm_rows("H200-SXM")
     held = sum(gc.is_held_out_grouped(r) for r in rows if r["kind"] == "grouped_mm")
     assert cal.grouped.n_rows == sum(r["kind"] == "grouped_mm" for r in rows) - held and held > 0
-    assert 0.5 < cal.fp8_frac < 1.0
+    assert 0.5 < fp8_fraction("H200-SXM") < 1.0 and fp8_fraction("B200") is None
     assert cal.cast.n_rows == 8 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
     assert gc.gemm_calibration("B200") is None
 
@@ -82,7 +82,7 @@ def test_basis_labels_of_the_gemm_classes():
 
 
 def test_fp8_fraction_reaches_the_default_curve():
-    frac = gc.gemm_calibration("H200-SXM").fp8_frac
+    frac = fp8_fraction("H200-SXM")
     for gpu in (H200, H100):
         curve, origin = default_curve_for(gpu)
         assert curve.frac("fp8") == pytest.approx(frac) and origin.endswith("+fp8:H200-SXM")

@@ -16,17 +16,32 @@ def default_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
     hit = _with_fp8.get(gpu.name)
     if hit is not None:
         return hit
-    from c3kit.cost.gemmclass import gemm_classes_for
+    from c3kit.cost.basis import source_gpu
 
     curve, origin = bf16_curve_for(gpu)
-    frac = gemm_classes_for(gpu).fp8_frac
+    src = source_gpu(gpu.name, "gemm_fp8")
+    frac = fp8_fraction(src) if src is not None else None
     if frac is not None:
-        from c3kit.cost.basis import source_gpu
-
         curve = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
-        origin = f"{origin}+fp8:{source_gpu(gpu.name, 'gemm_fp8')}"
+        origin = f"{origin}+fp8:{src}"
     _with_fp8[gpu.name] = (curve, origin)
     return curve, origin
+
+
+_fp8: dict[str, float | None] = {}
+
+
+def fp8_fraction(gpu_name: str) -> float | None:
+    """The fp8 peak fraction fitted to a catalog GPU's own FP8 GEMM rows (cost/gemmclass.fit_fp8_frac against
+    its calibrated BF16 curve), or None when it has none."""
+    if gpu_name not in _fp8:
+        from c3kit.cost.gemmclass import fit_fp8_frac, gemm_rows
+        from c3kit.hw.catalog import get_gpu
+
+        rows = gemm_rows(gpu_name)
+        gpu = get_gpu(gpu_name)
+        _fp8[gpu_name] = None if rows is None else fit_fp8_frac(rows, bf16_curve_for(gpu)[0], gpu)
+    return _fp8[gpu_name]
 
 
 def bf16_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
@@ -64,6 +79,7 @@ def clear_default_curves() -> None:
     """Forget the curves fitted in this process."""
     _fitted.clear()
     _with_fp8.clear()
+    _fp8.clear()
     from c3kit.cost.gemmclass import gemm_calibration, gemm_classes_for
 
     gemm_calibration.cache_clear()

@@ -12,9 +12,10 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
   held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
 - FP8 GEMM (torch._scaled_mm, per-tensor scaled e4m3): the big-GEMM curve with its own fp8 peak
-  fraction. The fraction is fitted to the FP8 rows after normalising each by the BF16 GEMM of the same
-  shape timed in the same run (t_fp8 x curve_bf16 / t_bf16_measured), so the FP8 class carries the
-  measured FP8 : BF16 speed ratio onto the calibrated BF16 curve and not the run's clock state.
+  fraction (fit_fp8_frac; cost/default_curve.py puts it into the GPU's default curve), fitted to the
+  FP8 rows after normalising each by the BF16 GEMM of the same shape timed in the same run
+  (t_fp8 x curve_bf16 / t_bf16_measured), so the FP8 class carries the measured FP8 : BF16 speed
+  ratio onto the calibrated BF16 curve and not the run's clock state.
 - FP8 cast (amax + scale + cast of one BF16 tensor to e4m3, as PyTorch runs it unfused): t = fixed +
   coef x elements.
 
@@ -39,13 +40,10 @@ from c3kit.errors import CostError
 
 SMALL_M_MAX = 512  # the largest M measured as small-M; larger M is priced by the big-GEMM curve
 SMALL_M_HELD_OUT = ((5120, 1792), (28672, 8192), (6144, 4096))  # every third (N, K) of runtime/bench/ops.py
-GEMM_CLASSES = ("gemm_small_m", "gemm_grouped", "gemm_fp8", "fp8_cast")  # basis classes of the ops-gemm file
 # The cast runtime/bench/ops.py measures, as PyTorch runs it unfused: abs (read 2 B, write 2 B), amax (read 2 B),
 # three scalar kernels (float, clamp, / 448), a / s (read 2 B, write 2 B), .to(e4m3) (read 2 B, write 1 B):
 # (kernels, bytes moved per element). A fused recipe's cast is priced per kernel and per byte from it.
 CAST_COMPOSITION = (7, 13.0)
-_KIND_OF = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_scaled_mm",
-            "fp8_cast": "fp8_cast"}
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,6 @@ class GemmCalibration:
     gpu: str
     small_m: StreamingGemm | None
     grouped: StreamingGemm | None
-    fp8_frac: float | None
     cast: FeatureCost | None
     origin: str
 
@@ -223,21 +220,10 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     rows = gemm_rows(gpu_name)
     if rows is None:
         return None
-    from c3kit.cost.default_curve import bf16_curve_for
-    from c3kit.hw.catalog import get_gpu
-
-    gpu = get_gpu(gpu_name)
-    frac = fit_fp8_frac(rows, bf16_curve_for(gpu)[0], gpu)
     from c3kit.cost.calib_store import op_calibration_path
 
-    return GemmCalibration(gpu_name, fit_small_m(rows), fit_grouped(rows), frac, fit_cast(rows),
+    return GemmCalibration(gpu_name, fit_small_m(rows), fit_grouped(rows), fit_cast(rows),
                            op_calibration_path(gpu_name, "gemm").name)
-
-
-def has_kind(gpu_name: str, op_class: str) -> bool:
-    """True when the GPU's own ops-gemm file holds rows of this class."""
-    rows = gemm_rows(gpu_name)
-    return rows is not None and any(r["kind"] == _KIND_OF[op_class] for r in rows)
 
 
 @dataclass(frozen=True)
@@ -246,7 +232,6 @@ class ScaledGemmClasses:
 
     small_m: StreamingGemm | None
     grouped: StreamingGemm | None
-    fp8_frac: float | None
     cast_fixed_s: float | None
     cast_s_per_element: float | None
 
@@ -275,11 +260,9 @@ def gemm_classes_for(gpu) -> ScaledGemmClasses:
     small = sm.small_m.scaled(fr, br) if sm is not None and sm.small_m is not None else None
     gr, fr, br = part("gemm_grouped")
     grouped = gr.grouped.scaled(fr, br) if gr is not None and gr.grouped is not None else None
-    f8, _, _ = part("gemm_fp8")
     ca, _, br = part("fp8_cast")
     cast = ca.cast if ca is not None else None
-    return ScaledGemmClasses(small, grouped, f8.fp8_frac if f8 is not None else None,
-                             cast.fixed_s if cast is not None else None,
+    return ScaledGemmClasses(small, grouped, cast.fixed_s if cast is not None else None,
                              cast.coefs[0] / br if cast is not None else None)
 
 
