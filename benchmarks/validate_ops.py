@@ -103,6 +103,58 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
+def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
+    """GEMM class -> relative errors on the ops-gemm rows its fit did not see (cost/gemmclass.py), and the
+    same rows priced the way they were before the class existed ('... [before: ...]')."""
+    from c3kit.cost import gemmclass as gc
+    from c3kit.cost.default_curve import bf16_curve_for
+    from c3kit.cost.opclass import _rows
+    from c3kit.hw.catalog import get_gpu
+
+    gpu = get_gpu("H200-SXM")
+    rows = _rows(_doc(directory, "gemm"))
+    curve = bf16_curve_for(gpu)[0]
+    out: dict[str, list] = {}
+    small = gc.fit_small_m(rows)
+    for r in rows:
+        if r["kind"] == "small_m" and gc.is_held_out_small_m(r):
+            out.setdefault("gemm small-M", []).append(small(r["m"], r["n"], r["k"]) / r["time_s"] - 1)
+            out.setdefault("gemm small-M [before: big-GEMM curve]", []).append(
+                curve.gemm_time(r["m"], r["n"], r["k"], "bf16", gpu) / r["time_s"] - 1)
+    grouped = gc.fit_grouped(rows)
+    for r in rows:
+        if r["kind"] == "grouped_mm" and gc.is_held_out_grouped(r):
+            out.setdefault("gemm grouped (_grouped_mm)", []).append(
+                grouped(r["m"], r["n"], r["k"], r["groups"]) / r["time_s"] - 1)
+            out.setdefault("gemm grouped [before: curve, batched]", []).append(
+                curve.gemm_time(r["m"], r["n"], r["k"], "bf16", gpu, r["groups"]) / r["time_s"] - 1)
+    full_small = gc.fit_small_m(rows, hold_out=False)
+    for r in rows:  # a composition: nothing is fitted to these rows
+        if r["kind"] == "expert_loop":
+            one = (full_small(r["m"], r["n"], r["k"]) if r["m"] <= gc.SMALL_M_MAX
+                   else curve.gemm_time(r["m"], r["n"], r["k"], "bf16", gpu))
+            out.setdefault("gemm expert loop (groups x one GEMM)", []).append(r["groups"] * one / r["time_s"] - 1)
+    frac = gc.fit_fp8_frac(rows, curve, gpu)
+    pairs = gc.fp8_pairs(rows)
+    fitted = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
+    for (f, b), held in zip(pairs, gc.held_out_every_third(pairs)):
+        if held:
+            target = gc.fp8_target(f, b, curve, gpu)
+            out.setdefault("gemm fp8 (_scaled_mm)", []).append(
+                fitted.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) / target - 1)
+            out.setdefault("gemm fp8 [before: assumed fraction]", []).append(
+                curve.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) / target - 1)
+    cast = gc.fit_cast(rows)
+    cr = gc.cast_rows(rows)
+    for r, held in zip(cr, gc.held_out_every_third(cr)):
+        if held:
+            el = float(r["m"]) * float(r["n"])
+            out.setdefault("fp8 cast (amax+scale+cast)", []).append(cast([el]) / r["time_s"] - 1)
+            out.setdefault("fp8 cast [before: 4 B/element at 0.85 HBM]", []).append(
+                4.0 * el / (gpu.hbm_bw * 0.85) / r["time_s"] - 1)
+    return {k: np.array(v, dtype=float) for k, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the held-out error per op class and the verdict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -119,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
         ok &= good
         print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+    print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them):")
+    for name, e in gemm_held_out_errors(a.dir).items():
+        bias = float(np.mean(e)) * 100
+        e = np.abs(e) * 100
+        med, p90 = float(np.median(e)), float(np.percentile(e, 90))
+        good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
+        if "[before" not in name:
+            ok &= good
+        verdict = ("PASS" if good else "FAIL") if "[before" not in name else "(reference)"
+        print(f"{name:44s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  bias {bias:+5.1f}%  -> {verdict}")
     return 0 if ok else 1
 
 

@@ -52,6 +52,27 @@ def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
     return None if t is None else float(t)
 
 
+def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
+    """(seconds, class) of a GEMM that a measured GEMM class prices (cost/gemmclass.py): a grouped GEMM
+    (batch > 1: MoE experts) or a small-M one; None where the class does not apply or is not measured.
+    FP8 grouped GEMMs were not measured: the BF16 grouped class times the curve's FP8 : BF16 ratio."""
+    from c3kit.cost.gemmclass import SMALL_M_MAX, gemm_classes_for
+
+    if op.dtype not in ("bf16", "fp16", "fp8"):
+        return None
+    cls = gemm_classes_for(hw)
+    if op.batch > 1 and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
+        t = cls.grouped(op.m, op.n, op.k, op.batch)
+        if op.dtype == "fp8":
+            rows = op.m * op.batch
+            t *= curve.gemm_time(rows, op.n, op.k, "fp8", hw) / curve.gemm_time(rows, op.n, op.k, "bf16", hw)
+        return t, "gemm_grouped"
+    if (op.batch == 1 and op.m <= SMALL_M_MAX and op.dtype != "fp8" and cls.small_m is not None
+            and cls.small_m.covers(op.n, op.k)):
+        return cls.small_m(op.m, op.n, op.k), "gemm_small_m"
+    return None
+
+
 def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     """Seconds that op takes alone on hw under the cost model (default roofline)."""
     m = _PRESETS.get(model) if model is None or isinstance(model, str) else model
@@ -65,12 +86,14 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
         if kind == "roofline":
             return roofline_time(op, hw)
         t = None
-        if kind == "table":
+        curve = curve_of(m, hw)
+        if kind == "table" and op.batch == 1:  # the table measured plain GEMMs, not grouped ones
             tab = _table_for(m, hw)
             if tab is not None:
-                t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve_of(m, hw), hw)
+                t = tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve, hw)
         if t is None:
-            t = curve_of(m, hw).gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
+            hit = _class_gemm(op, hw, curve)
+            t = hit[0] if hit is not None else curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
         return _sustained(op, hw, t) if m.power == "sustained" else t
     if cls is Collective:
         return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
@@ -97,6 +120,13 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
     if isinstance(op, Gemm):
         curve = curve_of(m, hw)
         origin = "model" if m.curve is not None else default_curve_for(hw)[1]
+        tab = _table_for(m, hw) if m.kind == "table" and op.batch == 1 else None
+        in_table = tab is not None and tab.covers(op.m, op.n, op.k, op.dtype, op.batch)
+        hit = None if m.kind == "roofline" or in_table else _class_gemm(op, hw, curve)
+        if hit is not None:
+            from c3kit.cost.basis import basis
+
+            return Estimate(hit[0], hit[1], {"basis": basis(hw.name)[hit[1]], "curve": origin})
         if m.kind == "table":
             tab = _table_for(m, hw)
             t = None if tab is None else tab.lookup(op.m, op.n, op.k, op.dtype, op.batch, curve, hw)

@@ -10,7 +10,10 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
-OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective")
+# GEMM classes of the ops-gemm file (cost/gemmclass.py) and the kind of row each is fitted to
+GEMM_CLASSES = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_scaled_mm",
+                "fp8_cast": "fp8_cast"}
+OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective", *GEMM_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,28 @@ def catalog_name(gpu_name: str) -> str:
 def _measured(gpu_name: str, op_class: str) -> bool:
     from c3kit.cost.calib_store import calibration_path, op_calibration_path
 
+    if op_class in GEMM_CLASSES:
+        return GEMM_CLASSES[op_class] in _ops_gemm_kinds(gpu_name)
     if op_class in ("gemm", "collective"):
         path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
     else:
         path = op_calibration_path(gpu_name, op_class)
     return path.is_file()
+
+
+@lru_cache(maxsize=64)
+def _ops_gemm_kinds(gpu_name: str) -> frozenset:
+    """The row kinds of a GPU's shipped ops-gemm file (empty when it has none)."""
+    import json
+
+    from c3kit.cost.calib_store import op_calibration_path
+
+    p = op_calibration_path(gpu_name, "gemm")
+    if not p.is_file():
+        return frozenset()
+    doc = json.loads(p.read_text())
+    i = list(doc["columns"]).index("kind")
+    return frozenset(r[i] for r in doc["rows"])
 
 
 def source_gpu(gpu_name: str, op_class: str) -> str | None:

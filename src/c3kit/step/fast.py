@@ -375,6 +375,7 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
         sel = G == gi
         gpu = gpu_objs[gi]
         out[sel] = curve_times(curve_of(cm, gpu), gpu, M[sel], N[sel], K[sel], np.full(int(sel.sum()), "bf16"))
+        _small_m_fill(out, sel, M, N, K, gpu)
         if getattr(cm, "power", "burst") == "sustained":
             from c3kit.cost.power import sustained_for
 
@@ -384,6 +385,18 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
     for t, i, m, _, _, _ in parts:
         t[i] = out[pos:pos + len(m)]
         pos += len(m)
+
+
+def _small_m_fill(out: np.ndarray, sel: np.ndarray, M, N, K, gpu) -> None:
+    """GEMMs of at most SMALL_M_MAX rows priced by the measured small-M class, as cost.time does."""
+    from c3kit.cost.gemmclass import SMALL_M_MAX, gemm_classes_for
+
+    small = gemm_classes_for(gpu).small_m
+    if small is None:
+        return
+    few = sel & (M <= SMALL_M_MAX) & small.covers(N, K)
+    if few.any():
+        out[few] = small(M[few], N[few], K[few])
 
 
 _SAVED: dict = {}  # engine price of a pair on the grid: (gpu, pattern, ranks, m, n, k, mode, power) -> saved

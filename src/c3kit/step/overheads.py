@@ -27,27 +27,34 @@ SOURCES = {
                  "foreach): an L2 norm over every local fp32 gradient (reads 4 B per parameter), an all-reduce of "
                  "the norm over all ranks, then an in-place scale of every gradient (reads and writes 8 B per "
                  "parameter); parameters as sharded by ZeRO-1 / FSDP.",
-    "moe_permute": "Megatron-Core transformer/moe/moe_utils.py permute / unpermute: each of the top_k copies of a "
-                   "token (hidden x 2 B) is gathered into expert order before the expert GEMMs (read + write) and "
-                   "scattered back with its routing weight after them (read + write); the backward runs the same "
-                   "two passes. Router GEMMs are in the layer graph.",
     "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
                      "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
                      "balanced over experts; set it from a measured router histogram for free routing.",
-    "fp8_bf16_ops": "NVIDIA Transformer Engine (Using FP8 with Transformer Engine): only the GEMMs of TE linear "
-                    "layers run in FP8; dot-product attention stays BF16 unless fp8_dpa is set, and Megatron-Core's "
-                    "output layer (lm_head) is not a TE layer. torchao Float8Linear (torchtitan) converts nn.Linear "
-                    "inside the blocks and skips the output projection. Priced as the BF16 op minus the FP8 op the "
-                    "layer graph holds.",
-    "fp8_casts": "Transformer Engine cast_transpose / torchao dynamic scaling: every FP8 GEMM operand is produced "
-                 "by a fused kernel that reads the BF16 tensor (2 B), writes the FP8 copy and its transpose "
-                 "(1 B + 1 B) and records the amax: activations and weights before each forward GEMM (weights once "
-                 "per micro-batch), the output gradient before each dgrad GEMM.",
+    "fp8_casts": "Every FP8 GEMM operand is quantized from BF16 by a cast kernel: the activation and the weight "
+                 "before each forward GEMM, the output gradient before each dgrad GEMM (the wgrad reuses the "
+                 "transposed copies). Recipes (FP8_SCALING): Transformer Engine DelayedScaling (its default: one "
+                 "fused cast_transpose per operand, reading BF16 and writing the FP8 copy and its transpose, amax "
+                 "recorded on the fly, scale from the amax history), TE Float8CurrentScaling (an amax pass, then "
+                 "cast_transpose), torchao Float8Linear tensorwise dynamic scaling under torch.compile (an amax "
+                 "reduction, then a fused scale + cast); TE caches the FP8 weights across the micro-batches of a "
+                 "step (is_first_microbatch), torchao casts them in every forward. Priced from the measured "
+                 "unfused amax + scale + cast kernels of runtime/bench/ops.py (cost/gemmclass.py): its time per "
+                 "byte moved and per kernel, applied to the recipe's bytes and kernels; the fused TE and compiled "
+                 "torchao kernels themselves were not measured. A GPU without the measurement: bytes on the "
+                 "roofline.",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
                  "layer's reduction; this term adds the rest of a bucket larger than one layer.",
 }
+
+
+# FP8 scaling recipe -> (kernels per operand cast, bytes moved per element, weights cast once per step):
+# "delayed": TE cast_transpose (read 2 B, write 1 B + 1 B transposed); "current": + an amax pass (read 2 B);
+# "dynamic": torchao compiled amax reduction (read 2 B) + scale, cast and transposed copy (read 2 B, write 2 B);
+# "eager": the unfused composition runtime/bench/ops.py measured (cost/gemmclass.CAST_COMPOSITION).
+FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": (2, 6.0, False),
+               "eager": (7, 13.0, False)}
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,9 @@ class OverheadModel:
     cuda_graphs: bool = False  # the step is captured in CUDA graphs: graph_kernel_gap_s per kernel
     graph_kernel_gap_s: float = 0.5e-6
     grad_clip: bool = True
-    moe_permute: bool = True
     moe_imbalance: float = 1.0  # max / mean tokens per expert
-    fp8_recipe: bool = True  # attention and lm_head in BF16, cast kernels, under dtype fp8
+    fp8_recipe: bool = True  # cast kernels of the FP8 GEMMs under dtype fp8 (which ops are FP8: layer.op_dtype)
+    fp8_scaling: str = "delayed"  # FP8_SCALING key: Transformer Engine's default recipe
     dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
     dp_bucket: bool = True
 
@@ -68,13 +75,15 @@ class OverheadModel:
         for name in ("kernel_gap_s", "graph_kernel_gap_s", "dp_bucket_params"):
             if not getattr(self, name) >= 0:
                 raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
+        if self.fp8_scaling not in FP8_SCALING:
+            raise C3kitError(f"overheads: unknown fp8_scaling {self.fp8_scaling!r}: use one of {', '.join(FP8_SCALING)}")
         if not self.moe_imbalance >= 1.0:
             raise C3kitError(f"overheads: moe_imbalance is max / mean tokens per expert, >= 1, got {self.moe_imbalance!r}")
 
 
 DEFAULT_OVERHEADS = OverheadModel()
-NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, moe_permute=False,
-                             fp8_recipe=False, dp_bucket=False)
+NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, fp8_recipe=False,
+                             dp_bucket=False)
 
 
 @dataclass(frozen=True)
@@ -95,33 +104,39 @@ def pipeline_factor(graph) -> float:
     return (m + (pp - 1) / vpp) / m
 
 
-def _fp8_bf16(nd) -> bool:
-    """True for an op that stays BF16 under an FP8 recipe (attention, lm_head)."""
-    from c3kit.workload.ops import Attention, Gemm
-
-    role = nd.role.removeprefix("re_")
-    return isinstance(nd.op, Attention) or (isinstance(nd.op, Gemm) and role == "lm_head")
-
-
-def fp8_cast_bytes(nd) -> tuple[float, int]:
-    """(bytes, kernels) of the FP8 casts feeding one GEMM node: 4 B per element of each BF16 operand cast."""
+def fp8_cast_elements(nd) -> tuple[float, float]:
+    """(activation or gradient elements, weight elements) cast to FP8 for one run of a GEMM node."""
     from c3kit.workload.ops import Gemm
 
     op = nd.op
-    if not isinstance(op, Gemm) or op.dtype != "fp8" or _fp8_bf16(nd):
-        return 0.0, 0
+    if not isinstance(op, Gemm) or op.dtype != "fp8":
+        return 0.0, 0.0
     if nd.grad == "dgrad":  # dgrad (M x K from M x N and N x K): the output gradient M x N is cast
-        return 4.0 * op.m * op.k * op.batch, 1
+        return float(op.m * op.n * op.batch), 0.0
     if nd.grad == "wgrad":  # reuses the transposed copies made for the forward and the dgrad
+        return 0.0, 0.0
+    return float(op.m * op.k * op.batch), float(op.k * op.n * op.batch)
+
+
+def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple[float, int]:
+    """(seconds, kernels) of casting `elements` BF16 elements to FP8 under a scaling recipe (FP8_SCALING)."""
+    from c3kit.cost.gemmclass import CAST_COMPOSITION, gemm_classes_for
+    from c3kit.workload.ops import MemOp
+
+    if elements <= 0:
         return 0.0, 0
-    return 4.0 * (op.m * op.k + op.k * op.n) * op.batch, 2  # activation and weight
+    kernels, per_el, _ = FP8_SCALING[scaling]
+    cls = gemm_classes_for(hw)
+    if cls.cast_s_per_element is not None:
+        k0, b0 = CAST_COMPOSITION
+        return kernels / k0 * cls.cast_fixed_s + per_el / b0 * cls.cast_s_per_element * elements, kernels
+    return float(timer(MemOp("fp8_cast", per_el * elements), hw)), kernels
 
 
 def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_OVERHEADS) -> tuple[Overhead, ...]:
     """Every enabled overhead of one step graph on hw, priced with `timer` (op_t: the nodes' times, one run)."""
-    from c3kit.hw.model import dtype_bytes
     from c3kit.workload.graph import ADAM_BYTES_PER_PARAM
-    from c3kit.workload.ops import Collective, Gemm, MemOp
+    from c3kit.workload.ops import Collective, MemOp
 
     nodes = graph.nodes
     runs = plan.multiplicity
@@ -129,31 +144,26 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
     out: list[Overhead] = []
     fp8 = model.fp8_recipe and str(graph.dtype) == "fp8"
 
-    # FP8 recipe: BF16 attention / lm_head, cast kernels
-    cast_s = cast_kernels = bf16_s = 0.0
+    # FP8 recipe: the cast kernels feeding every FP8 GEMM (per micro-batch; TE's weight casts once per step)
+    cast_s = cast_kernels = 0.0
     if fp8:
+        once = FP8_SCALING[model.fp8_scaling][2]
+        mbs = max(int(graph.micro_batches), 1)
         cache: dict = {}
         for i, nd in enumerate(nodes):
-            if nd.stream != "compute":
+            act, wt = fp8_cast_elements(nd)
+            if nd.stream != "compute" or not act + wt:
                 continue
             per = pf if nd.scope != "step" else 1.0
-            if _fp8_bf16(nd) and getattr(nd.op, "dtype", "") == "fp8":
-                bf = replace(nd.op, dtype="bf16")
-                t = cache.get(bf)
-                if t is None:
-                    t = cache[bf] = float(timer(bf, hw))
-                bf16_s += max(t - float(op_t[i]), 0.0) * runs[i] * per
-            nbytes, k = fp8_cast_bytes(nd)
-            if nbytes:
-                c = MemOp(nd.op.name + ".fp8_cast", nbytes)
-                t = cache.get(c)
-                if t is None:
-                    t = cache[c] = float(timer(c, hw))
-                cast_s += t * runs[i] * per
-                cast_kernels += k * runs[i]
-        out.append(Overhead("fp8_bf16_ops", bf16_s, 0, "attention and lm_head priced in BF16", SOURCES["fp8_bf16_ops"]))
-        out.append(Overhead("fp8_casts", cast_s, cast_kernels, f"{cast_kernels:,.0f} cast+transpose kernels",
-                            SOURCES["fp8_casts"]))
+            for el, n_runs, crit in ((act, runs[i], per), (wt, runs[i] / mbs if once else runs[i], 1.0 if once else per)):
+                if el:
+                    hit = cache.get(el)
+                    if hit is None:
+                        hit = cache[el] = fp8_cast_time(el, hw, timer, model.fp8_scaling)
+                    cast_s += hit[0] * n_runs * crit
+                    cast_kernels += hit[1] * n_runs
+        out.append(Overhead("fp8_casts", cast_s, cast_kernels,
+                            f"{cast_kernels:,.0f} cast kernels ({model.fp8_scaling} scaling)", SOURCES["fp8_casts"]))
 
     # launch gaps: one kernel per compute node run (+ casts)
     gap = model.graph_kernel_gap_s if model.cuda_graphs else model.kernel_gap_s
@@ -178,28 +188,14 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                                         else 0), hw))
         out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
 
-    # MoE: permute / unpermute passes and load imbalance
-    if graph.model.is_moe:
-        k, h = graph.model.top_k, graph.model.hidden
-        b = dtype_bytes("bf16")
-        perm_s = imb_s = 0.0
-        cache = {}
+    # MoE load imbalance (the router, top-k and permute / unpermute kernels are ops of the layer graph)
+    if graph.model.is_moe and model.moe_imbalance > 1.0:
+        imb_s = 0.0
         for i, nd in enumerate(nodes):
-            role = nd.role.removeprefix("re_")
-            if model.moe_permute and role == "router" and isinstance(nd.op, Gemm) and nd.grad in ("", "dgrad"):
-                c = MemOp(nd.op.name + ".permute", 4.0 * nd.op.m * k * h * b)
-                t = cache.get(c)
-                if t is None:
-                    t = cache[c] = float(timer(c, hw))
-                perm_s += t * runs[i] * pf
-            if role == "experts" and model.moe_imbalance > 1.0:
+            if nd.role.removeprefix("re_") == "experts":
                 imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
-        if model.moe_permute:
-            out.append(Overhead("moe_permute", perm_s, 0, f"{k} copies of each token, 2 passes each way",
-                                SOURCES["moe_permute"]))
-        if model.moe_imbalance > 1.0:
-            out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
-                                SOURCES["moe_imbalance"]))
+        out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
+                            SOURCES["moe_imbalance"]))
 
     # DP buckets larger than one layer: the rest of the last bucket is exposed
     dp = int(getattr(graph.par, "dp", 1))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from c3kit.workload.layer import (ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, PHASES, AttnShape, GemmShape, MemShape,
-                                  OpSpec, describe, intra)
+                                  OpSpec, describe, intra, op_dtype)
 from c3kit.workload.model import ModelConfig
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 from c3kit.workload.parallel import Parallelism
@@ -24,7 +24,7 @@ NODE_PHASES = ("fwd", "bwd", "opt")
 SCOPES = ("layer", "step", "micro")
 STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 # Roles (Node.role). Recomputed forward nodes (recompute="full"/"selective") carry "re_" + role.
-ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "experts", "lm_head",
+ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "permute", "experts", "lm_head",
          "loss", "kv_cache", "optimizer", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
          "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 
@@ -123,8 +123,9 @@ def build_step(model: ModelConfig, par: Parallelism, phase: str = "train", seq: 
 
 
 def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
-    """The workload op of one description entry (ints)."""
+    """The workload op of one description entry (ints), in the dtype it runs in (layer.op_dtype)."""
     sh = spec.shape
+    dtype = op_dtype(spec, dtype)
     if isinstance(sh, GemmShape):
         return Gemm(spec.name, sh.m, sh.n, sh.k, dtype, sh.batch)
     if isinstance(sh, AttnShape):

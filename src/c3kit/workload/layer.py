@@ -36,6 +36,15 @@ ADAM_FLOPS_PER_PARAM = 12
 
 Num = Any  # a Python int/float or a numpy array of them
 
+# FP8 training as the frameworks run it: only the GEMMs of the Transformer Engine linear layers (or torchao
+# Float8Linear modules) run in FP8; everything between them stays BF16. Sources: NVIDIA Transformer Engine
+# docs, "Using FP8 with Transformer Engine" (FP8 applies to te.Linear / LayerNormLinear / LayerNormMLP /
+# GroupedLinear GEMMs; dot-product attention stays BF16 unless fp8_dpa is set); Megatron-Core's output layer
+# (lm_head) is not a TE linear layer, and its MoE router is a plain (FP32/BF16) matmul
+# (megatron/core/transformer/moe/router.py); torchao Float8Linear as torchtitan applies it converts the
+# nn.Linear layers of the blocks and skips the output projection (torchtitan docs/float8.md).
+FP8_GEMM_ROLES = ("qkv", "proj", "fc1", "fc2", "experts")
+
 
 def cdiv(a: Num, b: Num) -> Num:
     """Ceiling division for ints and int arrays."""
@@ -197,6 +206,7 @@ class Structure:
     cp: bool = False
     zero2: bool = False
     moe_factor: float = 1.0
+    moe_chunks: bool = False  # ep > 1 with several local experts: received rows re-sorted by local expert
     norm: str = "rmsnorm"  # the model's norm kind (measured kernels differ)
     gated: bool = True  # SwiGLU (gated) or GELU MLP activation
     rope: bool = False  # rotary position embedding on q and k (its own kernels)
@@ -221,7 +231,8 @@ class Structure:
                          pp=par.pp > 1, fsdp=par.fsdp, zero1=par.dist_optimizer or par.zero2,
                          recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
-                         moe_factor=factor, norm=model.norm, gated=model.gated_mlp,
+                         moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
+                         norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope)
 
@@ -333,6 +344,19 @@ def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
     raise WorkloadError(f"{op.name} is a collective: it has bytes, not FLOPs")
 
 
+def op_dtype(op: "OpSpec", dtype: str) -> str:
+    """The dtype an op runs in under a step dtype: under "fp8", GEMMs of FP8_GEMM_ROLES in FP8, the rest BF16."""
+    if dtype != "fp8":
+        return dtype
+    return "fp8" if op.kind == "gemm" and op.role.removeprefix("re_") in FP8_GEMM_ROLES else "bf16"
+
+
+def activation_dtype(dtype: str, phase: str) -> str:
+    """The dtype of activations and weights between ops: BF16 under FP8 training (the FP8 copies live inside
+    the linear layers, see FP8_GEMM_ROLES), the step dtype otherwise."""
+    return "bf16" if dtype == "fp8" and phase == "train" else dtype
+
+
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
              norm_rope: str = "fused") -> Layer:
@@ -352,7 +376,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         if seq % (2 * par.cp):
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
-    return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype),
+    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
                     Structure.of(model, par, phase, attn_backend, norm_rope))
 
 
@@ -459,15 +483,17 @@ class _Builder(_Ops):
 
     # ---- building blocks ----
 
-    def tp_after(self, name: str, dep: str, ph: str, scope: str = _L, cnt=None) -> str | None:
-        """TP reduction of a row-parallel output: all-reduce, or reduce-scatter with SP."""
+    def tp_after(self, name: str, dep, ph: str, scope: str = _L, cnt=None) -> str | None:
+        """TP reduction of a row-parallel output (dep: an op name or a tuple of them): all-reduce, or
+        reduce-scatter with SP."""
         if not self.s.tp:
             return None
         cnt = self.mb if cnt is None else cnt
+        deps = dep if isinstance(dep, tuple) else (dep,)
         if self.s.sp:
             return self.add(name + ".rs", CollShape("reduce_scatter", self.act_bytes, self.d.tp, "tp", self.tp_blk),
-                            (dep,), ph, scope, "tp", cnt, "tp_rs")
-        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), (dep,),
+                            deps, ph, scope, "tp", cnt, "tp_rs")
+        return self.add(name + ".ar", CollShape("all_reduce", self.act_bytes, self.d.tp, "tp", self.tp_blk), deps,
                         ph, scope, "tp", cnt, "tp_ar")
 
     def tp_gather(self, name: str, dep: str | None, ph: str, scope: str = _L, cnt=None) -> str | None:
@@ -498,10 +524,11 @@ class _Builder(_Ops):
         return (fused_traffic + extra) * elements * self.d.b
 
     def norm_bwd(self, name: str, dep, role: str) -> str:
-        """Norm backward and the residual branch's gradient add."""
+        """Norm backward and the residual branch's gradient add (dep: an op name or a tuple of them)."""
         Tsp, H = self.Tsp, self.d.hidden
         parts = ((self.s.norm_kind + ".bwd", Tsp * H, H), ("residual_add", Tsp * H, H))
-        return self.compute(name, MemShape(self._norm_bytes(8, Tsp * H, True), 8 * Tsp * H, parts), (dep,), "bwd",
+        deps = dep if isinstance(dep, tuple) else (dep,)
+        return self.compute(name, MemShape(self._norm_bytes(8, Tsp * H, True), 8 * Tsp * H, parts), deps, "bwd",
                             role)
 
     def act_parts(self, elements, width, backward: bool) -> tuple:
@@ -613,32 +640,57 @@ class _Builder(_Ops):
         self.tp_after(pre + "fc2", f2, ph)
 
     def tp_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
-        """MoE with ep 1: router, then every expert's 1/tp slice like a dense MLP."""
+        """MoE with ep 1: router, permute, every expert's 1/tp slice like a dense MLP, unpermute."""
         d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         E, k = d.n_experts, d.top_k
-        rt = self.compute(pre + "router", GemmShape(self.Tsp, E, H), (n2,), ph, r + "router")
+        tk = self.moe_router(pre, ph, r, n2)
         ag = self.tp_gather(pre + "mlp_in", n2, ph)
+        pm = self.moe_permute(pre + "moe_permute", T * k, (tk, ag), ph, r)
         me = cdiv(T * k, E)
-        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (rt, ag), ph, r + "experts")
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * Fl, H, E), (pm, ag), ph, r + "experts")
         a = self.compute(pre + "act", MemShape((g + 1) * me * E * Fl * b, 8 * g * me * E * Fl,
                                                self.act_parts(me * E * Fl, Fl, False)), (e1,), ph, r + "act")
         e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, Fl, E), (a,), ph, r + "experts")
-        self.tp_after(pre + "expert_fc2", e2, ph)
+        up = self.moe_permute(pre + "moe_unpermute", T * k, (e2,), ph, r)
+        self.tp_after(pre + "expert_fc2", (up, e2), ph)  # e2 named too: the GEMM -> reduction overlap pair
 
     def ep_experts_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
-        """MoE with ep > 1: router, dispatch, the local whole experts, combine."""
+        """MoE with ep > 1: router, permute, dispatch, (chunk sort), the local whole experts, (chunk sort),
+        combine, unpermute (Megatron-Core's alltoall token dispatcher)."""
         d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
-        rt = self.compute(pre + "router", GemmShape(self.Tsp, d.n_experts, H), (n2,), ph, r + "router")
+        tk = self.moe_router(pre, ph, r, n2)
         el, me, a2a = self.moe_ep_sizes()
-        dsp = self.a2a(pre + "ep_dispatch", a2a, (rt,), ph, "ep_dispatch")
-        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp,), ph, r + "experts")
+        pm = self.moe_permute(pre + "moe_permute", cdiv(self.T, d.tp) * d.top_k, (tk,), ph, r)
+        dsp = self.a2a(pre + "ep_dispatch", a2a, (pm,), ph, "ep_dispatch")
+        srt = self.moe_permute(pre + "moe_sort", me * el, (dsp,), ph, r) if s.moe_chunks else None
+        e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp, srt), ph, r + "experts")
         a = self.compute(pre + "act", MemShape((g + 1) * me * el * F * b, 8 * g * me * el * F,
                                                self.act_parts(me * el * F, F, False)), (e1,), ph, r + "act")
         e2 = self.compute(pre + "expert_fc2", GemmShape(me, H, F, el), (a,), ph, r + "experts")
-        cb = self.a2a(pre + "ep_combine", a2a, (e2,), ph, "ep_combine")
+        srt2 = self.moe_permute(pre + "moe_unsort", me * el, (e2,), ph, r) if s.moe_chunks else None
+        cb = self.a2a(pre + "ep_combine", a2a, (e2, srt2), ph, "ep_combine")
+        up = self.moe_permute(pre + "moe_unpermute", cdiv(self.T, d.tp) * d.top_k, (cb,), ph, r)
         if s.tp and not s.sp:
-            self.add(pre + "moe_out.ag", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (cb,), ph,
+            self.add(pre + "moe_out.ag", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (up,), ph,
                      _L, "tp", self.mb, "tp_ag")
+
+    def moe_router(self, pre: str, ph: str, r: str, n2: str) -> str:
+        """Router GEMM over this rank's tokens and the softmax / top-k over its T x E logits; returns the top-k.
+        The fused router kernel (Megatron-Core moe_router_fusion) was not measured: the softmax / top-k is priced
+        as the measured row-softmax kernel (cross_entropy kind) over the same logits."""
+        d, E = self.d, self.d.n_experts
+        rt = self.compute(pre + "router", GemmShape(self.Tsp, E, d.hidden), (n2,), ph, r + "router")
+        el = self.Tsp * E
+        return self.compute(pre + "router_topk", MemShape(3 * el * 4, 5 * el, (("cross_entropy", el, E),)), (rt,), ph,
+                            r + "router")
+
+    def moe_permute(self, name: str, rows, deps, ph: str, r: str) -> str:
+        """Token rows gathered into (or scattered back from) expert order: one kernel that reads and writes
+        rows x hidden activations (Megatron-Core moe_utils permute / unpermute / sort_chunks_by_idxs, one fused
+        TE kernel each under moe_permute_fusion), priced as the measured row gather (embedding kind)."""
+        H = self.d.hidden
+        el = rows * H
+        return self.compute(name, MemShape(2 * el * self.d.b, 0, (("embedding", el, H),)), deps, ph, r + "permute")
 
     def head(self, last_fwd: str) -> str:
         """Final norm and LM head on the last stage (inference: logits of the last position only)."""
@@ -682,9 +734,14 @@ class _Builder(_Ops):
         else:
             gag = self.tp_gather("mlp_out.bwd", start, "bwd")
             first_dep = (gag or start, fsdp_b)
-            dg = (self.tp_experts_backward if s.moe else self.dense_mlp_backward)(first_dep, wgrads)
-            c = self.tp_after("fc1.dgrad", dg, "bwd")
-            mlp_end = c or dg
+            if s.moe:  # the experts' input gradient is TP-reduced; the router's (SP-local rows) is not
+                red, rdg = self.tp_experts_backward(first_dep, wgrads)
+                c = self.tp_after("fc1.dgrad", red, "bwd")
+                mlp_end = (c or red[0], rdg)
+            else:
+                dg = self.dense_mlp_backward(first_dep, wgrads)
+                c = self.tp_after("fc1.dgrad", dg, "bwd")
+                mlp_end = c or dg
         n2b = self.norm_bwd("mlp_norm.bwd", mlp_end, "norm")
         gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
         dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
@@ -717,36 +774,52 @@ class _Builder(_Ops):
         return dg
 
     def tp_experts_backward(self, first_dep, wgrads: list[str]) -> str:
-        """MoE with ep 1: expert FC2, activation, expert FC1 and router backward; returns expert FC1's dgrad."""
+        """MoE with ep 1: unpermute, expert FC2, activation, expert FC1, permute and router backward; returns
+        ((permute backward, expert FC1's dgrad): what the input gradient's TP reduction waits for, router dgrad)."""
         d, T, H, g, Fl, b = self.d, self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         E, k = d.n_experts, d.top_k
         me = cdiv(T * k, E)
-        dg, wg = self.bwd_gemm("expert_fc2", me, H, Fl, first_dep, "experts", E)
+        upb = self.moe_permute("moe_unpermute.bwd", T * k, first_dep, "bwd", "")
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, Fl, (upb,), "experts", E)
         wgrads.append(wg)
         ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * E * Fl * b, 8 * g * me * E * Fl,
                                               self.act_parts(me * E * Fl, Fl, True)), (dg,), "bwd", "act")
         iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("expert_fc1", me, g * Fl, H, (ab, iag), "experts", E)
         wgrads.append(wg)
-        _, rwg = self.bwd_gemm("router", self.Tsp, E, H, (ab,), "router")
-        wgrads.append(rwg)
+        pmb = self.moe_permute("moe_permute.bwd", T * k, (dg,), "bwd", "")
+        return (pmb, dg), self.router_backward((pmb,), wgrads)
+
+    def router_backward(self, deps, wgrads: list[str]) -> str:
+        """The top-k softmax's backward, then the router GEMM's dgrad and wgrad; returns the dgrad."""
+        d, E = self.d, self.d.n_experts
+        el = self.Tsp * E
+        tb = self.compute("router_topk.bwd", MemShape(3 * el * 4, 2 * el, (("cross_entropy.bwd", el, E),)), deps,
+                          "bwd", "router")
+        dg, wg = self.bwd_gemm("router", self.Tsp, E, d.hidden, (tb,), "router")
+        wgrads.append(wg)
         return dg
 
     def ep_experts_backward(self, start: str, fsdp_b: str | None, wgrads: list[str]) -> str:
-        """MoE with ep > 1: combine, experts, dispatch and router backward; returns the op the norm waits for."""
+        """MoE with ep > 1: unpermute, combine, (chunk sort), experts, (chunk sort), dispatch, permute and router
+        backward; returns the op the norm waits for."""
         d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
         el, me, a2a = self.moe_ep_sizes()
-        cb = self.a2a("ep_combine.bwd", a2a, (start, fsdp_b), "bwd", "ep_combine")
-        dg, wg = self.bwd_gemm("expert_fc2", me, H, F, (cb,), "experts", el)
+        rows = cdiv(self.T, d.tp) * d.top_k
+        upb = self.moe_permute("moe_unpermute.bwd", rows, (start, fsdp_b), "bwd", "")
+        cb = self.a2a("ep_combine.bwd", a2a, (upb,), "bwd", "ep_combine")
+        srt = self.moe_permute("moe_unsort.bwd", me * el, (cb,), "bwd", "") if s.moe_chunks else None
+        dg, wg = self.bwd_gemm("expert_fc2", me, H, F, (cb, srt), "experts", el)
         wgrads.append(wg)
         ab = self.compute("act.bwd", MemShape((2 * g + 1) * me * el * F * b, 8 * g * me * el * F,
                                               self.act_parts(me * el * F, F, True)), (dg,), "bwd",
                           "act")
         dg, wg = self.bwd_gemm("expert_fc1", me, g * F, H, (ab,), "experts", el)
         wgrads.append(wg)
-        dsp = self.a2a("ep_dispatch.bwd", a2a, (dg,), "bwd", "ep_dispatch")
-        dg, wg = self.bwd_gemm("router", self.Tsp, d.n_experts, H, (dsp,), "router")
-        wgrads.append(wg)
+        srt2 = self.moe_permute("moe_sort.bwd", me * el, (dg,), "bwd", "") if s.moe_chunks else None
+        dsp = self.a2a("ep_dispatch.bwd", a2a, (dg, srt2), "bwd", "ep_dispatch")
+        pmb = self.moe_permute("moe_permute.bwd", rows, (dsp,), "bwd", "")
+        dg = self.router_backward((pmb,), wgrads)
         if s.tp and not s.sp:
             return self.add("moe_in.ag.bwd", CollShape("all_gather", self.act_bytes, d.tp, "tp", self.tp_blk), (dsp,),
                             "bwd", _L, "tp", self.mb, "tp_ag")

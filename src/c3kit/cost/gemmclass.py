@@ -1,0 +1,271 @@
+"""GEMM op classes beyond the big-GEMM curve, fitted to measured rows (runtime/bench/ops.py bench_gemm,
+the '<gpu>-ops-gemm.json' calibration file), never to step times:
+
+- small-M GEMM / GEMV (decode; M <= SMALL_M_MAX rows, one GEMM): a weight-streaming memory term whose
+  achieved bandwidth grows with the output width N (few output columns keep few SMs streaming) and a
+  math term over M padded to the kernel's M tile, joined by a p-norm, plus a fixed cost:
+      t = fixed + (t_mem^p + t_math^p)^(1/p),  t_mem = bytes / bw x (1 + n_half / N),
+      t_math = 2 ceil(M / tm) tm N K / peak
+- grouped GEMM (MoE experts, torch._grouped_mm: `groups` GEMMs of M x N x K in one launch): the same
+  form over all groups (bytes and padded FLOPs summed over the groups).
+- expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
+  parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
+  held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
+- FP8 GEMM (torch._scaled_mm, per-tensor scaled e4m3): the big-GEMM curve with its own fp8 peak
+  fraction (fit_fp8_frac; cost/default_curve.py puts it into the GPU's default curve), fitted to the
+  FP8 rows after normalising each by the BF16 GEMM of the same shape timed in the same run
+  (t_fp8 x curve_bf16 / t_bf16_measured), so the FP8 class carries the measured FP8 : BF16 speed
+  ratio onto the calibrated BF16 curve and not the run's clock state.
+- FP8 cast (amax + scale + cast of one BF16 tensor to e4m3, as PyTorch runs it unfused): t = fixed +
+  coef x elements.
+
+Held-out rows (benchmarks/validate_ops.py prints their errors): small-M: the (N, K) shapes in
+SMALL_M_HELD_OUT (every third shape of the benchmark's list); grouped: rows picked by
+is_held_out_grouped (a fixed rule on M, N and groups); FP8 GEMM and cast: every third measured shape.
+A GPU without its own rows borrows another's by a documented transfer (cost/basis.py): compute terms
+scaled by the dense BF16 peak ratio, bandwidth terms by the HBM bandwidth ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from c3kit.cost.opclass import FeatureCost, _rows, fit_nonneg
+from c3kit.errors import CostError
+
+SMALL_M_MAX = 512  # the largest M measured as small-M; larger M is priced by the big-GEMM curve
+SMALL_M_HELD_OUT = ((5120, 1792), (28672, 8192), (6144, 4096))  # every third (N, K) of runtime/bench/ops.py
+# The cast runtime/bench/ops.py measures, as PyTorch runs it unfused: abs (read 2 B, write 2 B), amax (read 2 B),
+# three scalar kernels (float, clamp, / 448), a / s (read 2 B, write 2 B), .to(e4m3) (read 2 B, write 1 B):
+# (kernels, bytes moved per element). A fused recipe's cast is priced per kernel and per byte from it.
+CAST_COMPOSITION = (7, 13.0)
+
+
+@dataclass(frozen=True)
+class StreamingGemm:
+    """t = fixed + (t_mem^p + t_math^p)^(1/p) over `groups` GEMMs (see the module docstring)."""
+
+    fixed_s: float
+    bw: float  # B/s at wide N
+    n_half: float  # N at which the achieved bandwidth is halved
+    peak: float  # FLOP/s of the math term
+    tile_m: float  # M is padded to a multiple of this
+    p: float
+    n_rows: int = 0
+    min_nk: float = 0.0  # the smallest N and K among the fitted rows
+
+    def covers(self, n, k):
+        """True (elementwise) where N and K are at least half the smallest measured N and K: the class
+        extrapolates at most a factor 2 below its rows (far smaller GEMMs keep the big-GEMM curve)."""
+        return (np.asarray(n) >= 0.5 * self.min_nk) & (np.asarray(k) >= 0.5 * self.min_nk)
+
+    def __call__(self, m, n, k, groups=1, itemsize: float = 2.0):
+        """Seconds (scalars or arrays)."""
+        m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
+        nbytes = (n * k + m * k + m * n) * itemsize * g
+        t_mem = nbytes / self.bw * (1.0 + self.n_half / n)
+        t_math = 2.0 * np.ceil(m / self.tile_m) * self.tile_m * n * k * g / self.peak
+        hi, lo = np.maximum(t_mem, t_math), np.minimum(t_mem, t_math)
+        t = self.fixed_s + hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
+        return float(t) if t.ndim == 0 else t
+
+    def scaled(self, flops_ratio: float, bw_ratio: float) -> "StreamingGemm":
+        """The same kernel on a GPU with flops_ratio x the peak and bw_ratio x the HBM bandwidth."""
+        return replace(self, bw=self.bw * bw_ratio, peak=self.peak * flops_ratio)
+
+
+def fit_streaming(m, n, k, groups, t) -> StreamingGemm:
+    """StreamingGemm by least squares on log time (Levenberg-Marquardt from a few starts)."""
+    from c3kit.cost.efficiency import _levenberg_marquardt
+
+    m, n, k, g, t = (np.asarray(x, dtype=float) for x in (m, n, k, groups, t))
+    if len(t) < 8 or np.any(t <= 0):
+        raise CostError(f"a streaming-GEMM fit needs at least 8 rows with positive times, got {len(t)}")
+
+    min_nk = float(min(n.min(), k.min()))
+
+    def make(x) -> StreamingGemm:
+        x = np.clip(x, -60.0, 60.0)
+        return StreamingGemm(math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), math.exp(x[3]),
+                             min(max(math.exp(x[4]), 1.0), 256.0), 1.0 + math.exp(min(x[5], 3.0)), len(t), min_nk)
+
+    def resid(x):
+        return np.log(make(x)(m, n, k, g)) - np.log(t)
+
+    best = None
+    for tm in (16.0, 64.0, 128.0):
+        for p in (1.0, 3.0, 8.0):
+            x0 = np.log([3e-6, 4e12, 500.0, 6e14, tm, p])
+            x, cost, _ = _levenberg_marquardt(resid, x0, 200)
+            if best is None or cost < best[1]:
+                best = (x, cost)
+    return make(best[0])
+
+
+def is_held_out_grouped(r: dict) -> bool:
+    """Grouped-GEMM rows held out of the fit: about every third row, by a fixed rule on its sizes."""
+    return (int(r["m"]).bit_length() + int(r["n"]).bit_length() + int(r["groups"]).bit_length()) % 3 == 0
+
+
+def is_held_out_small_m(r: dict) -> bool:
+    """Small-M rows held out of the fit: those of the (N, K) shapes in SMALL_M_HELD_OUT."""
+    return (int(r["n"]), int(r["k"])) in SMALL_M_HELD_OUT
+
+
+def held_out_every_third(rows: list[dict]) -> list[bool]:
+    """FP8 GEMM / cast rows held out of the fit: every third measured shape in file order."""
+    return [i % 3 == 2 for i in range(len(rows))]
+
+
+def fit_small_m(rows: list[dict], hold_out: bool = True) -> StreamingGemm | None:
+    """The small-M class from 'small_m' rows (held-out shapes left out unless hold_out is False)."""
+    pts = [r for r in rows if r["kind"] == "small_m" and r["time_s"] and not (hold_out and is_held_out_small_m(r))]
+    if len(pts) < 8:
+        return None
+    return fit_streaming(*([r[c] for r in pts] for c in ("m", "n", "k", "groups", "time_s")))
+
+
+def fit_grouped(rows: list[dict], kind: str = "grouped_mm", hold_out: bool = True) -> StreamingGemm | None:
+    """The grouped-GEMM class from rows of one kind (held-out rows left out unless hold_out is False)."""
+    pts = [r for r in rows if r["kind"] == kind and r["time_s"] and not (hold_out and is_held_out_grouped(r))]
+    if len(pts) < 8:
+        return None
+    return fit_streaming(*([r[c] for r in pts] for c in ("m", "n", "k", "groups", "time_s")))
+
+
+def fp8_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(fp8_scaled_mm row, bf16_mm row) of each shape timed both ways in one run, in file order."""
+    bf = {(r["m"], r["n"], r["k"]): r for r in rows if r["kind"] == "bf16_mm" and r["time_s"]}
+    return [(r, bf[(r["m"], r["n"], r["k"])]) for r in rows
+            if r["kind"] == "fp8_scaled_mm" and r["time_s"] and (r["m"], r["n"], r["k"]) in bf]
+
+
+def fit_fp8_frac(rows: list[dict], curve, gpu, hold_out: bool = True) -> float | None:
+    """The fp8 peak fraction of `curve` that best prices the normalised FP8 rows (1-D search on log error)."""
+    pairs = fp8_pairs(rows)
+    keep = [p for p, h in zip(pairs, held_out_every_third(pairs)) if not (hold_out and h)]
+    if len(keep) < 3:
+        return None
+    target = np.log([fp8_target(f, b, curve, gpu) for f, b in keep])
+
+    def loss(frac):
+        c = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
+        pred = np.log([c.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) for f, _ in keep])
+        return float(np.sum((pred - target) ** 2))
+
+    lo, hi = 0.05, 1.5  # golden-section search: the loss is unimodal in the fraction
+    for _ in range(60):
+        a, b = hi - 0.618 * (hi - lo), lo + 0.618 * (hi - lo)
+        if loss(a) < loss(b):
+            hi = b
+        else:
+            lo = a
+    return 0.5 * (lo + hi)
+
+
+def fp8_target(fp8_row: dict, bf16_row: dict, curve, gpu) -> float:
+    """An FP8 row's time moved onto the calibrated curve: t_fp8 x curve_bf16 / t_bf16 (same shape, same run)."""
+    c = curve.gemm_time(bf16_row["m"], bf16_row["n"], bf16_row["k"], "bf16", gpu)
+    return float(fp8_row["time_s"]) * c / float(bf16_row["time_s"])
+
+
+def cast_rows(rows: list[dict]) -> list[dict]:
+    """The 'fp8_cast' rows (elements = m x n of the cast tensor)."""
+    return [r for r in rows if r["kind"] == "fp8_cast" and r["time_s"]]
+
+
+def fit_cast(rows: list[dict], hold_out: bool = True) -> FeatureCost | None:
+    """t = fixed + coef x elements of the measured amax + scale + cast composition."""
+    cr = cast_rows(rows)
+    keep = [r for r, h in zip(cr, held_out_every_third(cr)) if not (hold_out and h)]
+    if len(keep) < 3:
+        return None
+    x = np.array([[float(r["m"]) * float(r["n"])] for r in keep])
+    c = fit_nonneg(x, np.array([float(r["time_s"]) for r in keep]))
+    return FeatureCost(float(c[0]), (float(c[1]),), len(keep))
+
+
+@dataclass(frozen=True)
+class GemmCalibration:
+    """The fitted GEMM classes of one GPU (None where a class was not measured) and their file."""
+
+    gpu: str
+    small_m: StreamingGemm | None
+    grouped: StreamingGemm | None
+    cast: FeatureCost | None
+    origin: str
+
+
+def gemm_rows(gpu_name: str) -> list[dict] | None:
+    """Rows of the shipped ops-gemm calibration file of a GPU, or None when it has none."""
+    from c3kit.cost.calib_store import op_calibration_path
+
+    p = op_calibration_path(gpu_name, "gemm")
+    if not p.is_file():
+        return None
+    try:
+        return _rows(json.loads(p.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CostError(f"{p}: not a readable ops-gemm calibration file ({e})") from None
+
+
+@lru_cache(maxsize=16)
+def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
+    """The GEMM classes of a catalog GPU fitted to its own shipped ops-gemm file (None without one)."""
+    rows = gemm_rows(gpu_name)
+    if rows is None:
+        return None
+    from c3kit.cost.calib_store import op_calibration_path
+
+    return GemmCalibration(gpu_name, fit_small_m(rows), fit_grouped(rows), fit_cast(rows),
+                           op_calibration_path(gpu_name, "gemm").name)
+
+
+@dataclass(frozen=True)
+class ScaledGemmClasses:
+    """A GPU's GEMM classes (own or transferred, rescaled to it); None where its basis is the datasheet."""
+
+    small_m: StreamingGemm | None
+    grouped: StreamingGemm | None
+    cast_fixed_s: float | None
+    cast_s_per_element: float | None
+
+    def cast_time(self, elements):
+        """Seconds of one measured amax + scale + cast of a BF16 tensor of `elements` elements, or None."""
+        if self.cast_s_per_element is None:
+            return None
+        return self.cast_fixed_s + self.cast_s_per_element * np.asarray(elements, dtype=float)
+
+
+@lru_cache(maxsize=64)
+def gemm_classes_for(gpu) -> ScaledGemmClasses:
+    """Each GEMM class that prices work on gpu (own, transferred or projected, cost/basis.py), rescaled."""
+    from c3kit.cost.basis import source_gpu
+    from c3kit.hw.catalog import get_gpu
+
+    def part(op_class):
+        src = source_gpu(gpu.name, op_class)
+        cal = gemm_calibration(src) if src is not None else None
+        if cal is None:
+            return None, 1.0, 1.0
+        ref = get_gpu(src)
+        return cal, gpu.peak_flops("bf16") / ref.peak_flops("bf16"), gpu.hbm_bw / ref.hbm_bw
+
+    sm, fr, br = part("gemm_small_m")
+    small = sm.small_m.scaled(fr, br) if sm is not None and sm.small_m is not None else None
+    gr, fr, br = part("gemm_grouped")
+    grouped = gr.grouped.scaled(fr, br) if gr is not None and gr.grouped is not None else None
+    ca, _, br = part("fp8_cast")
+    cast = ca.cast if ca is not None else None
+    return ScaledGemmClasses(small, grouped, cast.fixed_s if cast is not None else None,
+                             cast.coefs[0] / br if cast is not None else None)
+
+
+def load_rows_file(path) -> list[dict]:
+    """Rows of an ops-gemm file at an explicit path (benchmarks/validate_ops.py --dir)."""
+    return _rows(json.loads(open(path).read()))
