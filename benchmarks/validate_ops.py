@@ -26,13 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_P90 = 5.0, 10.0
 
 
-def _doc(directory: Path | None, fam: str) -> dict:
+def _doc(directory: Path | None, fam: str, missing_ok: bool = False) -> dict | None:
     if directory is None:
         from c3kit.cost.opclass import ops_file
 
         path = ops_file("H200-SXM", fam)
+        if missing_ok and not path.is_file():
+            return None
     else:
-        path = next(directory.glob(f"*-ops-{fam}.json"))
+        path = next(directory.glob(f"*-ops-{fam}.json"), None)
+        if path is None and missing_ok:
+            return None
     return json.loads(Path(path).read_text())
 
 
@@ -56,6 +60,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
     att_rows = oc._rows(_doc(directory, "attention"))
+    extra = _doc(directory, "attn_backends", missing_ok=True)
+    att_rows += oc._rows(extra) if extra else []
     att, dec = oc.fit_attention(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
@@ -79,7 +85,14 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             out.setdefault(name, []).append(m(oc._row_features(r)) / r["time_s"] - 1)
     from c3kit.cost import time as op_time
     from c3kit.cost.model import as_model
-    from c3kit.workload.ops import Gemm
+    from c3kit.workload.ops import Attention, Gemm
+
+    for r in att_rows:  # measured eager unfused attention against c3kit's Megatron-style composition
+        if r.get("backend") == "unfused" and r["time_s"]:
+            a = Attention("u", r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"], "bf16",
+                          True, r["pass"] == "bwd", False, "unfused")
+            out.setdefault(f"unfused {r['pass']} (eager rows; see note)", []).append(
+                op_time(a, get_gpu("H200-SXM"), as_model("efficiency")) / r["time_s"] - 1)
 
     h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
     for r in oc._rows(_doc(directory, "gemm")):

@@ -174,7 +174,9 @@ def _memory_kind(r: dict) -> str | None:
 
 # What the ops-attention rows' `backend` column names, as workload.attention.BACKENDS: "default" is what
 # SDPA picked with every backend enabled (torch 2.11 on an H200: cuDNN, see cost/data/attention_backends.toml).
-ATTN_BACKEND_OF_ROW = {"default": "cudnn", "flash": "flash2", "efficient": "efficient"}
+# The attn_backends family (SDPA with one backend forced) names them "cudnn" and "flash"; its "unfused" rows
+# (eager matmul, scale, masked_fill, softmax, matmul) are a check of cost/attention.py, not a fused class.
+ATTN_BACKEND_OF_ROW = {"default": "cudnn", "flash": "flash2", "efficient": "efficient", "cudnn": "cudnn"}
 HASH_HOLD_OUT_MIN_ROWS = 20  # a backend's pass with fewer rows is fitted on all of them (leave-one-out check)
 
 
@@ -279,6 +281,17 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
     return per_kernel("graph"), per_kernel("eager")
 
 
+def attention_rows(gpu_name: str) -> list[dict]:
+    """The training and decode attention rows of a GPU: its ops-attention file (SDPA's default backend, flash,
+    efficient, decode) and its ops-attn_backends file (one backend forced), when shipped."""
+    out = []
+    for fam in ("attention", "attn_backends"):
+        p = ops_file(gpu_name, fam)
+        if p.is_file():
+            out += _rows(json.loads(p.read_text()))
+    return out
+
+
 def ops_file(gpu_name: str, family: str):
     """Path of the shipped ops-<family> calibration file of a GPU (it may not exist)."""
     from c3kit.cost.calib_store import op_calibration_path
@@ -301,7 +314,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
     mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
-    att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
+    att, dec = fit_attention(attention_rows(gpu_name)) if "attention" in docs else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
 
