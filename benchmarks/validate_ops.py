@@ -26,13 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_P90 = 5.0, 10.0
 
 
-def _doc(directory: Path | None, fam: str) -> dict:
+def _doc(directory: Path | None, fam: str, missing_ok: bool = False) -> dict | None:
     if directory is None:
         from c3kit.cost.opclass import ops_file
 
         path = ops_file("H200-SXM", fam)
+        if missing_ok and not path.is_file():
+            return None
     else:
-        path = next(directory.glob(f"*-ops-{fam}.json"))
+        path = next(directory.glob(f"*-ops-{fam}.json"), None)
+        if path is None and missing_ok:
+            return None
     return json.loads(Path(path).read_text())
 
 
@@ -69,7 +73,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             continue
         p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
-    att_rows = _family_rows(directory, "attention", "decode_attention")
+    att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
@@ -94,6 +98,21 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     from c3kit.cost import time as op_time
     from c3kit.cost.model import as_model
     from c3kit.workload.ops import Gemm
+
+    from c3kit.cost.attention import unfused_breakdown
+
+    unf = oc.fit_unfused(att_rows)
+    h200 = get_gpu("H200-SXM")
+    for r in att_rows:  # measured (eager) unfused attention: its class on held-out rows; the kernel sum on all
+        if r.get("backend") == "unfused" and r["time_s"]:
+            bwd = r["pass"] == "bwd"
+            if oc.is_held_out_attention(r) and r["pass"] in unf:
+                f = oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd)
+                out.setdefault(f"attention unfused {r['pass']}", []).append(unf[r["pass"]](f) / r["time_s"] - 1)
+            parts = unfused_breakdown(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, False, h200,
+                                      as_model("efficiency"), price=op_time)
+            out.setdefault(f"unfused {r['pass']} as its kernels (no class)", []).append(
+                sum(t for _, t in parts) / r["time_s"] - 1)
 
     h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
     for r in oc._rows(_doc(directory, "gemm")):

@@ -37,15 +37,42 @@ def test_unfused_forward_is_the_sum_of_its_kernels_by_hand():
     assert sum(t for _, t in parts) == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("gpu", ["H200-SXM", "H100-SXM", "A100-SXM-80G"])
 @pytest.mark.parametrize("backward", [False, True])
-def test_unfused_time_is_the_sum_of_its_parts_under_the_calibrated_model(gpu, backward):
-    hw = get_gpu(gpu)
+def test_unfused_time_is_the_sum_of_its_parts_without_a_measured_class(backward):
+    hw = get_gpu("A100-SXM-80G")
     parts = unfused_breakdown(2, 16, 2048, 2048, 128, backward, True, hw, EFF, price=time)
     gemms, mems = unfused_parts(2, 16, 2048, 2048, 128, backward, True)
     assert len(parts) == len(gemms) + len(mems) == (6 if backward else 4)
     assert time(_att("unfused", 2048, backward, True, batch=2, heads=16), hw, EFF) == pytest.approx(
         sum(t for _, t in parts), rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu", ["H200-SXM", "H100-SXM"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_unfused_uses_the_measured_class_where_there_is_one(gpu, backward):
+    from c3kit.cost.opclass import calibration_for, unfused_features
+
+    hw = get_gpu(gpu)
+    cal = calibration_for(hw, "attention")
+    m = cal.cal.unfused["bwd" if backward else "fwd"]
+    f = unfused_features(2, 16, 2048, 2048, 128, backward)
+    scale = [1 / cal.flops_ratio, 1 / cal.bw_ratio]
+    want = m.fixed_s + m.coefs[0] * f[0] * scale[0] + m.coefs[1] * f[1] * scale[1]
+    assert time(_att("unfused", 2048, backward, True, batch=2, heads=16), hw, EFF) == pytest.approx(want, rel=1e-12)
+
+
+def test_fit_unfused_recovers_its_coefficients():
+    from c3kit.cost.opclass import fit_unfused, unfused_features
+
+    rows = []
+    for b, h, s, hd in [(1, 8, 1024, 64), (4, 16, 2048, 128), (1, 32, 4096, 64), (2, 12, 8192, 128), (1, 8, 512, 128),
+                        (4, 48, 1024, 64), (1, 16, 16384, 128)]:
+        f = unfused_features(b, h, s, s, hd, False)
+        rows.append({"backend": "unfused", "pass": "fwd", "batch": b, "heads": h, "kv_heads": h, "q_len": s,
+                     "kv_len": s, "head_dim": hd, "causal": 1, "time_s": 3e-6 + f[0] / 5e14 + f[1] * 4e-12})
+    m = fit_unfused(rows, hold_out=False)["fwd"]
+    assert m.fixed_s == pytest.approx(3e-6, rel=1e-6) and m.coefs[0] == pytest.approx(1 / 5e14, rel=1e-6)
+    assert m.coefs[1] == pytest.approx(4e-12, rel=1e-6)
 
 
 def test_unfused_backward_has_four_gemms_of_the_forward_size():
@@ -85,7 +112,7 @@ def test_default_backend_per_gpu():
 
 def test_basis_per_backend():
     assert attention_basis("H200-SXM") == {"cudnn": "measured", "flash2": "measured", "efficient": "measured",
-                                           "unfused": "batched GEMMs: measured; softmax/dropout: measured"}
+                                           "unfused": "measured"}
     h100 = attention_basis("H100-SXM")
     assert h100["flash2"] == "transferred from H200-SXM"
     a100 = attention_basis("A100-SXM-80G")

@@ -3,11 +3,14 @@
 - Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
   own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
   and mem_eff ("datasheet").
-- unfused: the sum of its kernels (workload.attention.unfused_parts): the batched GEMMs by the cost
-  model's GEMM pricing (on the H200 the GEMM calibration; its prediction of the measured torch.bmm rows,
-  none of which it was fitted on, is printed by benchmarks/validate_ops.py), the softmax and dropout
-  kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes at HBM
-  bandwidth x mem_eff.
+- unfused: on a GPU with a measured unfused class (the H200's eager rows: matmul, scale, masked_fill,
+  softmax, matmul; the H100 by transfer) that class. Megatron-LM's path has the same two batched GEMMs
+  and instead of the scale and masked_fill passes one fused scale-mask-softmax and a dropout pass: about
+  the same traffic over the score matrix, not measured separately. Elsewhere the sum of its kernels
+  (workload.attention.unfused_parts): the batched GEMMs by the cost model's GEMM pricing, the softmax
+  and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes at
+  HBM bandwidth x mem_eff. On the H200 that sum is about half the measured eager time
+  (benchmarks/validate_ops.py): the datasheet composition is optimistic.
 - An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
   (cost/data/attention_backends.toml).
 - Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries
@@ -75,7 +78,8 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
     out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
-    out["unfused"] = f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}"
+    out["unfused"] = (b["attention"] if cal is not None and cal.unfused else
+                      f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}")
     return out
 
 
@@ -117,6 +121,10 @@ def attention_time(op, hw, model, price) -> float:
 
     backend = resolve_backend(op.backend, hw.name)
     if backend == "unfused":
+        cal = _cal(hw, "attention") if model.kind != "roofline" else None
+        t = cal.unfused_time(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward) if cal else None
+        if t is not None:
+            return float(t)
         return sum(t for _, t in unfused_breakdown(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward,
                                                    op.dropout, hw, model, op.dtype, price=price))
     if model.kind != "roofline":
@@ -152,7 +160,12 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
 
     a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
     backend = resolve_backend(shape.backend, hw.name)
-    if backend == "unfused":  # the same kernels as attention_time, one scenario at a time
+    if backend == "unfused":  # as attention_time: the measured class, else the kernels one scenario at a time
+        cal = _cal(hw, "attention") if model.kind != "roofline" else None
+        t = cal.unfused_time(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.backward) \
+            if cal else None
+        if t is not None:
+            return t
         return np.array([sum(t for _, t in unfused_breakdown(int(b), int(h), int(q), int(kv), int(d), shape.backward,
                                                              shape.dropout, hw, model, price=price))
                          for b, h, q, kv, d in zip(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"])])

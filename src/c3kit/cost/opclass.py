@@ -11,6 +11,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
   workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
   alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
+- unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
+  softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
 - decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
@@ -23,7 +25,7 @@ left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -103,6 +105,13 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
     return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
 
 
+def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
+    """[batched-GEMM FLOPs over the full score matrix, score elements] of one unfused attention."""
+    g = np.asarray(batch, float) * heads
+    scores = g * q_len * kv_len
+    return np.stack(np.broadcast_arrays((8.0 if backward else 4.0) * scores * head_dim, scores), axis=-1)
+
+
 def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
     """FLOPs of QK^T and PV as c3kit counts them (Attention.flops), for arrays as well as scalars."""
     f = 4.0 * np.asarray(batch, float) * heads * q_len * kv_len * head_dim
@@ -123,6 +132,7 @@ class OpCalibration:
     floor_eager_s: float
     origin: dict  # family -> file name
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
+    unfused: dict = field(default_factory=dict)  # pass -> FeatureCost over unfused_features
 
     def attention_model(self, backward: bool, head_dim: int, backend: str = "cudnn") -> FeatureCost | None:
         """The fitted model of this backend and pass at the nearest measured head_dim (None when not measured)."""
@@ -188,7 +198,9 @@ def _memory_kind(r: dict) -> str | None:
 
 # What the ops-attention rows' `backend` column names, as workload.attention.BACKENDS: "default" is what
 # SDPA picked with every backend enabled (torch 2.11 on an H200: cuDNN, see cost/data/attention_backends.toml).
-ATTN_BACKEND_OF_ROW = {"default": "cudnn", "flash": "flash2", "efficient": "efficient"}
+# The attn_backends family (SDPA with one backend forced) names them "cudnn" and "flash"; its "unfused" rows
+# (eager matmul, scale, masked_fill, softmax, matmul) are a check of cost/attention.py, not a fused class.
+ATTN_BACKEND_OF_ROW = {"default": "cudnn", "flash": "flash2", "efficient": "efficient", "cudnn": "cudnn"}
 HASH_HOLD_OUT_MIN_ROWS = 20  # a backend's pass with fewer rows is fitted on all of them (leave-one-out check)
 
 
@@ -276,6 +288,22 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
     return att, decode
 
 
+def fit_unfused(rows: list[dict], hold_out: bool = True) -> dict:
+    """pass -> FeatureCost over unfused_features from the "unfused" rows (every third shape held out)."""
+    groups: dict = {}
+    for r in rows:
+        if r.get("backend") != "unfused" or not r["time_s"] or (hold_out and is_held_out_attention(r)):
+            continue
+        f = unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], r["pass"] == "bwd")
+        groups.setdefault(r["pass"], []).append((f, float(r["time_s"])))
+    out = {}
+    for ps, pts in groups.items():
+        if len(pts) >= 5:
+            c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+            out[ps] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    return out
+
+
 def is_bmm_row(r: dict) -> bool:
     """A bf16 torch.bmm row of an ops-gemm file (the batched GEMMs of unfused attention; benchmarks/validate_ops.py
     checks the GEMM model against them)."""
@@ -291,6 +319,18 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
         x, t = np.array(pts, dtype=float).T
         return float(np.polyfit(x, t, 1)[0])  # slope: the marginal kernel, launch of the batch excluded
     return per_kernel("graph"), per_kernel("eager")
+
+
+def attention_rows(gpu_name: str) -> list[dict]:
+    """The training and decode attention rows of a GPU: its ops-attention file (SDPA's default backend, flash,
+    efficient, decode), its ops-attn_backends file (one backend forced) and its ops-decode_attention file
+    (decode over long KV caches), when shipped."""
+    out = []
+    for fam in ("attention", "attn_backends", "decode_attention"):
+        p = ops_file(gpu_name, fam)
+        if p.is_file():
+            out += _rows(json.loads(p.read_text()))
+    return out
 
 
 def ops_file(gpu_name: str, family: str):
@@ -316,16 +356,17 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
 
     docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
-    # eager_ops rows are memory kinds too (eager-written norm, complex RoPE); decode_attention rows extend
-    # the attention family's decode rows to long KV caches
+    # eager_ops rows are memory kinds too (eager-written norm, complex RoPE); copies from the floor family's
+    # copy ladder; AdamW from the memory and optimizer families
     mem_rows = [r for fam in ("memory", "eager_ops") if fam in docs for r in _rows(docs[fam])]
     mem_rows += copy_rows(_rows(docs["floor"])) if "floor" in docs else []
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer") if fam in docs for r in _rows(docs[fam])])
-    att_rows = [r for fam in ("attention", "decode_attention") if fam in docs for r in _rows(docs[fam])]
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
-    att, dec = fit_attention(att_rows) if att_rows else ({}, None)
+    arows = attention_rows(gpu_name) if "attention" in docs else []
+    att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
-    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
+    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2,
+                         fit_unfused(arows))
 
 
 @dataclass(frozen=True)
@@ -371,6 +412,15 @@ class ScaledCalibration:
             return None
         f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
         return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
+
+    def unfused_time(self, batch, heads, q_len, kv_len, head_dim, backward: bool):
+        """Seconds of unfused attention from its measured class (GEMM FLOPs / flops_ratio, score elements /
+        bw_ratio), None when not measured here."""
+        m = self.cal.unfused.get("bwd" if backward else "fwd")
+        if m is None:
+            return None
+        f = unfused_features(batch, heads, q_len, kv_len, head_dim, backward)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.flops_ratio, 1.0 / self.bw_ratio]))
 
 
 @lru_cache(maxsize=256)
