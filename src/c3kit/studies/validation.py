@@ -184,6 +184,14 @@ def unmodelled(row) -> list[str]:
     return lack
 
 
+def pipeline_splits() -> dict[str, str]:
+    """run -> pp_split of the runs whose framework splits layers unevenly (studies/data/pipeline_splits.csv,
+    each with the framework source it follows); runs not listed use Parallelism's default ("even")."""
+    with resources.files("c3kit.studies").joinpath("data", "pipeline_splits.csv").open("r") as f:
+        df = pd.read_csv(f, keep_default_na=False)
+    return dict(zip(df["run"].astype(str), df["pp_split"].astype(str)))
+
+
 def layout_of(row):
     """The Parallelism of one run; raises StudyError (naming the feature) where it cannot be expressed."""
     from c3kit.workload.parallel import Parallelism
@@ -195,7 +203,8 @@ def layout_of(row):
     kw = dict(tp=int(row["tp"]), sp=bool(int(row["sp"])), dp=int(row["dp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
               ep=int(row["ep"]), fsdp=bool(int(row["fsdp"])), micro_batch=int(row["micro_batch"]),
               global_batch=int(row["global_batch"]), recompute=str(row["recompute"]),
-              dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1)
+              dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
+              pp_split=pipeline_splits().get(str(row["run"]), "even"))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
     if "zero" in fields:
