@@ -33,6 +33,8 @@ MEASURES = ("iteration_s", "tokens_per_s_total", "tokens_per_s_per_gpu", "tflops
             "tflops_per_gpu_palm")
 GROUPS = ("gpu", "framework_family", "dtype", "kind", "source_short")
 TARGETS = {"mae": 0.08, "worst": 0.20, "bias": 0.03}  # issue 13's targets, shown beside the figures
+OVERHEAD_PREFIX = "overhead."  # per-run columns of each named step-level overhead (step/overheads.py)
+BREAKDOWN = ("compute_s", "exposed_s", "bubble_s")  # with the named overheads: the predicted step, summed
 
 
 @dataclass
@@ -69,6 +71,17 @@ class ValidationResult:
             for key, part in self.scored.groupby(g, sort=True):
                 out.append({"group": g, "value": key, **error_stats(part["error"])})
         return pd.DataFrame(out, columns=["group", "value", "runs", "mae", "median", "worst", "bias"])
+
+    def breakdown(self) -> pd.DataFrame:
+        """Where each scored run's predicted step goes: compute, exposed communication, pipeline bubble and
+        every named overhead (seconds per step; they sum to predicted_s), beside the measured step."""
+        t = self.scored
+        named = sorted(c for c in t.columns if c.startswith(OVERHEAD_PREFIX))
+        cols = ["run", "source_short", "gpu", "framework_family", "dtype", "measured_s", "predicted_s", "error",
+                *BREAKDOWN, *named]
+        out = t[cols].copy()
+        out[named] = out[named].fillna(0.0)
+        return out.reset_index(drop=True)
 
     def by_source(self) -> pd.DataFrame:
         """Mean absolute error per source (kept for the report)."""
@@ -246,10 +259,11 @@ def predict(row, cost_model=None, policy=None) -> dict:
     dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
     if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
         step += dp_hidden
+    named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
     return {"predicted_s": step, "compute_s": t.compute, "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
             "overhead_s": t.overhead,
-            "mfu_predicted": t.mfu * t.step_time / step}
+            "mfu_predicted": t.mfu * t.step_time / step, **named}
 
 
 def _short(source: str) -> str:
