@@ -129,7 +129,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             pp: int | None = None, vpp: int = 1, ep: int = 1, cp: int = 1, pp_split: str = "even", seq: int = 8192,
             batch: int | None = None, micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train",
             recompute: str | None = None, overlap: str | None = None, policy: str | None = None, trace=None,
-            compare_overlap: bool = True, overheads="default",
+            compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
@@ -140,6 +140,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
     cp: context-parallel size (ring attention; gpus = tp x cp x pp x dp, never searched). pp_split: how
     layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss).
+    fsdp_impl: "fsdp2" (PyTorch fully_shard: the all-gather copy-out is priced) or "flat" (FSDP1,
+    Megatron FSDP); it sets the default overheads' OverheadModel.fsdp_impl.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (engine modes search under simple overlap, then project under the mode).
     """
@@ -156,6 +158,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
+        if fsdp_impl != overheads.fsdp_impl:
+            from dataclasses import replace
+
+            overheads = replace(overheads, fsdp_impl=fsdp_impl)  # an unknown name is a one-line C3kitError
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode if mode in ("none", "simple") else "simple", pw)

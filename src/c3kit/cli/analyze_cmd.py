@@ -62,6 +62,9 @@ def analyze(
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
     trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of one layer's forward and "
                                   "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
+    fsdp_impl: str = typer.Option(_D["fsdp_impl"], "--fsdp-impl",
+                                  help="FSDP implementation: fsdp2 (PyTorch fully_shard; its all-gather copy-out is "
+                                       "priced) or flat (FSDP1 FlatParameter, Megatron FSDP: no copy-out)."),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
@@ -78,6 +81,7 @@ def analyze(
     res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
                       recompute=recompute, overlap=overlap, policy=policy, trace=trace, cost_model=cost_model,
+                      fsdp_impl=fsdp_impl,
                       power=power)
     write_report(out, res)
     if as_json:

@@ -15,7 +15,7 @@ listed as "not modelled: <feature>" and left out of the score, never silently dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Callable
 
@@ -235,6 +235,14 @@ def run_objects(row):
     return m, p
 
 
+def fsdp_impl_of(framework: str) -> str:
+    """How a run's framework shards weights (step.overheads.FSDP_IMPLS): torchtitan runs PyTorch FSDP2
+    (per-parameter sharding, fully_shard); llm-foundry's Composer (FSDP1 FlatParameter, the 2023 tables)
+    and Megatron FSDP gather into flat buffers the parameters view ("flat")."""
+    f = str(framework).lower()
+    return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
+
+
 def default_cost_model():
     """The cost model `c3kit analyze` prices with by default: efficiency, sustained (power-capped) clocks."""
     from c3kit.cost.model import as_model
@@ -253,7 +261,10 @@ def predict(row, cost_model=None, policy=None) -> dict:
     gpu = get_gpu(str(row["gpu"]))
     cm = default_cost_model() if cost_model is None else cost_model
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node)
-    r = project(g, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS)  # as `c3kit analyze`
+    ovh = DEFAULT_OVERHEADS
+    if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
+        ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
     dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
