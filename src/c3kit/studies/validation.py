@@ -335,5 +335,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "Measured seconds per step come from each source's published figure by the formula in the row "
              "(studies/data/README.md); values a source does not state are listed in the row's 'assumed' column.",
              "Runs whose layout needs a feature the model lacks are listed as 'not modelled' and excluded from the "
-             "statistics."]
+             "statistics.",
+             "Framework facts taken from each framework's documentation or code, never from these runs: how layers "
+             "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES) and "
+             "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
+             "llm-foundry's FSDP1 and Megatron FSDP)."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)
