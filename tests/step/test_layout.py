@@ -182,3 +182,32 @@ def test_uneven_pipeline_projection_hand_checked(layers, pp, vpp, split, L, bubb
     t_micro = L * 3.0 + vpp * 0.25
     assert r.totals.bubble == pytest.approx(bubble)
     assert r.totals.step_time == pytest.approx(m * t_micro + bubble)
+
+
+from hypothesis import assume, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 160), pp=st.integers(1, 16), vpp=st.integers(1, 8),
+       split=st.sampled_from(["even", "torchtitan", "embedding_loss"]))
+def test_every_split_places_every_layer_once(layers, pp, vpp, split):
+    try:
+        counts = stage_layer_counts(layers, pp, vpp, split)
+    except WorkloadError:
+        return  # a split the framework refuses
+    assert len(counts) == pp * vpp and sum(counts) == layers and min(counts) >= 0
+    ranks = rank_layer_counts(layers, pp, vpp, split)
+    assert len(ranks) == pp and sum(ranks) == layers
+    if split != "embedding_loss":
+        assert max(counts) - min(counts) <= 1 and min(counts) >= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(layers=st.integers(2, 160), pp=st.integers(2, 16), vpp=st.integers(1, 4),
+       t_layers=st.floats(1e-3, 10.0), t_other=st.floats(0.0, 1.0))
+def test_uneven_bubble_never_exceeds_even_ranks_of_the_fullest(layers, pp, vpp, t_layers, t_other):
+    assume(pp * vpp <= layers)
+    ranks = rank_layer_counts(layers, pp, vpp, "torchtitan")
+    b = pipeline_bubble(t_layers, t_other, ranks, vpp)
+    even = (pp - 1) * (t_layers + t_other) / vpp  # every rank as full as the fullest
+    assert 0 <= b <= even * (1 + 1e-12)
