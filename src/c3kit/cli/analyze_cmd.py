@@ -79,10 +79,9 @@ def analyze(
     The same call from Python: c3kit.analyze(...) (docs/analyze.md).
     """
     res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
-                      ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
-                      recompute=recompute, overlap=overlap, policy=policy, trace=trace, cost_model=cost_model,
-                      fsdp_impl=fsdp_impl,
-                      power=power)
+                      ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
+                      phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
+                      cost_model=cost_model, fsdp_impl=fsdp_impl, power=power)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

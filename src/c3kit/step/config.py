@@ -87,7 +87,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         raise C3kitError(f"--seq {seq} does not split into 2 x cp {cp} = {2 * cp} load-balanced chunks: "
                          f"use a sequence length divisible by {2 * cp}")
     if cp > 1 and phase != "train":
-        raise C3kitError(f"context parallelism (--cp {cp}) is modelled for training only: use --cp 1 with --phase {phase}")
+        raise C3kitError(f"context parallelism (--cp {cp}) is modelled for training only: "
+                         f"use --cp 1 with --phase {phase}")
     if phase not in PHASES:
         raise C3kitError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     if recompute is not None and recompute not in RECOMPUTE:
