@@ -1,8 +1,9 @@
 """Write the validation figures shown in docs/validation.md from the current model and dataset.
 
 Run: .venv/bin/python benchmarks/validation_report.py [--out docs]
-Writes docs/figures/validation-signed-error.png and docs/validation-results.md (per-group MAE,
-median |error|, worst and bias; the runs not modelled). Every figure is the model's out-of-sample
+Writes docs/figures/validation-signed-error.png, docs/figures/validation-breakdown.png and
+docs/validation-results.md (per-group MAE, median |error|, worst and bias; where the predicted step
+goes per source and per run; the runs not modelled). Every figure is the model's out-of-sample
 prediction against the published measurement; nothing is fitted to the runs. Re-run after any
 change to the cost, step or workload layers and commit both files with the change.
 """
@@ -34,9 +35,36 @@ def markdown(res, label: str) -> str:
     for r in res.by_group().itertuples(index=False):
         lines.append(f"| {r.group} | {r.value} | {r.runs} | {pct(r.mae, False)} | {pct(r.median, False)} | "
                      f"{pct(r.worst)} | {pct(r.bias)} |")
-    lines += ["", "![signed error per run](figures/validation-signed-error.png)", "", "## Not modelled", ""]
-    lines += [f"- `{r.run}`: {r.status}" for r in res.skipped.itertuples(index=False)]
+    lines += ["", "![signed error per run](figures/validation-signed-error.png)", ""]
+    lines += breakdown_lines(res)
+    lines += ["", "## Not modelled", ""]
+    lines += [f"- `{r.run}`: {r.status}" for r in res.skipped.itertuples(index=False)] or ["(none)"]
     return "\n".join(lines) + "\n"
+
+
+def breakdown_lines(res) -> list[str]:
+    """Where the predicted step goes: the parts' mean shares of the predicted step per source, and per run."""
+    from c3kit.cli.validate_cmd import _parts, breakdown_rows
+
+    b = res.breakdown()
+    parts = _parts(b)
+    lines = ["## Where the predicted step goes", "",
+             "Mean share of the predicted step per source (compute, exposed communication, pipeline bubble and "
+             "each named step-level overhead of step/overheads.py), and measured / predicted: the time the model "
+             "does not explain yet.", "",
+             "| source | runs | " + " | ".join(parts.values()) + " | measured / predicted |",
+             "|---|---:|" + "---:|" * (len(parts) + 1)]
+    for src, part in b.groupby("source_short", sort=True):
+        shares = [(part[c] / part["predicted_s"]).mean() for c in parts]
+        ratio = (part["measured_s"] / part["predicted_s"]).mean()
+        lines.append(f"| {src} | {len(part)} | " + " | ".join(pct(x, False) for x in shares) + f" | {ratio:.2f}x |")
+    lines += ["", "![breakdown per run](figures/validation-breakdown.png)", "",
+              "<details><summary>Per run (% of the predicted step)</summary>", ""]
+    header, rows = breakdown_rows(res)
+    lines += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    lines += ["", "</details>"]
+    return lines
 
 
 def main() -> None:
@@ -48,7 +76,7 @@ def main() -> None:
 
     matplotlib.use("Agg")
     from c3kit.cli.common import with_power
-    from c3kit.cli.validate_cmd import error_figure
+    from c3kit.cli.validate_cmd import breakdown_figure, error_figure
     from c3kit.studies.validation import validate
 
     cm, label = with_power("efficiency", "sustained")  # `c3kit analyze` defaults
@@ -57,6 +85,7 @@ def main() -> None:
     (out / "figures").mkdir(parents=True, exist_ok=True)
     fig = error_figure(res)
     fig.savefig(out / "figures" / "validation-signed-error.png", dpi=110)
+    breakdown_figure(res).savefig(out / "figures" / "validation-breakdown.png", dpi=110)
     (out / "validation-results.md").write_text(markdown(res, label))
     o = res.overall()
     print(f"{o['runs']} scored, {len(res.skipped)} not modelled: MAE {pct(o['mae'], False)}, median "

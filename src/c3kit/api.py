@@ -94,6 +94,7 @@ def config_dict(cfg) -> dict:
     p = cfg.par
     return {"model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
+            "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
             "recompute": p.recompute, "dist_optimizer": p.dist_optimizer}
 
@@ -141,10 +142,10 @@ def with_power(cost_model: str, power: str):
 
 def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | None = None, tp: int | None = None,
             sp: bool | None = None, dp: int | None = None, fsdp: bool | None = None, dist_opt: bool | None = None,
-            pp: int | None = None, vpp: int = 1, ep: int = 1, seq: int = 8192, batch: int | None = None,
-            micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train", recompute: str | None = None,
-            overlap: str | None = None, policy: str | None = None, trace=None, compare_overlap: bool = True,
-            overheads="default",
+            pp: int | None = None, vpp: int = 1, ep: int = 1, cp: int = 1, pp_split: str = "even", seq: int = 8192,
+            batch: int | None = None, micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train",
+            recompute: str | None = None, overlap: str | None = None, policy: str | None = None, trace=None,
+            compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
@@ -154,6 +155,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
+    cp: context-parallel size (ring attention; gpus = tp x cp x pp x dp, never searched). pp_split: how
+    layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss).
+    fsdp_impl: "fsdp2" (PyTorch fully_shard: the all-gather copy-out is priced) or "flat" (FSDP1,
+    Megatron FSDP); it sets the default overheads' OverheadModel.fsdp_impl.
     attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, efficient,
     unfused); None: what current PyTorch's SDPA picks on the GPU (cudnn on H100, H200 and B200, flash2 elsewhere;
     cost/data/attention_backends.toml).
@@ -181,13 +186,17 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
+        if fsdp_impl != overheads.fsdp_impl:
+            from dataclasses import replace
+
+            overheads = replace(overheads, fsdp_impl=fsdp_impl)  # an unknown name is a one-line C3kitError
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt, cost_model=cm, policy=search, attn_backend=backend,
-                  norm_rope=norm_rope)
+                  dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
+                  attn_backend=backend, norm_rope=norm_rope)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

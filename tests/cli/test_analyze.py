@@ -147,3 +147,69 @@ def test_norm_rope_option(tmp_path, capsys):
         assert doc["norm_rope"] == code
         times[code] = doc["step_time"] if "step_time" in doc else doc["totals"]["step_time"]
     assert times["eager"] > times["fused"]
+
+
+def test_context_parallel_run(tmp_path, capsys):
+    # issue 13: --cp reaches the layout: gpus = tp x cp x pp x dp, ring-attention traffic on the cp stream
+    assert main(["analyze", "--model", "Llama-3-8B", "--hw", "H100-SXM", "--gpus", "16", "--tp", "2", "--cp", "2",
+                 "--pp", "1", "--seq", "16384", "--batch", "32", "--out", str(tmp_path / "cp"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    c = doc["config"]
+    assert c["cp"] == 2 and c["dp"] == 4 and c["tp"] * c["cp"] * c["pp"] * c["dp"] == 16
+    cp_rows = [r for r in doc["rows"] if r["stream"] == "cp"]
+    assert cp_rows and sum(r["comm_s"] for r in cp_rows) > 0
+
+
+def test_context_parallel_matches_the_layer_description():
+    from c3kit import analyze
+    from c3kit.hw import get_gpu
+    from c3kit.step import project
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.model import get_model
+    from c3kit.workload.parallel import Parallelism
+
+    res = analyze("Llama-3-8B", "H100-SXM", gpus=16, tp=2, cp=2, pp=1, dist_opt=True, seq=16384, batch=32,
+                  recompute="none", compare_overlap=False)
+    par = Parallelism(tp=2, sp=True, cp=2, dp=4, global_batch=32, dist_optimizer=True)
+    assert res.config.par == par
+    gpu = get_gpu("H100-SXM")
+    g = build_step(get_model("Llama-3-8B"), par, "train", 16384, "bf16", gpu.gpus_per_node)
+    from c3kit.api import with_power
+
+    cm, _ = with_power("efficiency", "sustained")
+    want = project(g, gpu, cost_model=cm, overheads=DEFAULT_OVERHEADS).totals.step_time
+    assert res.step.totals.step_time == want
+
+
+def test_uneven_interleaved_split_through_the_cli(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 10,
+                               "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 2816,
+                               "vocab_size": 32000, "max_position_embeddings": 4096}))
+    args = ["analyze", "--model", str(cfg), "--gpus", "4", "--tp", "1", "--pp", "4", "--vpp", "2", "--seq", "1024",
+            "--batch", "8", "--recompute", "none"]
+    assert main([*args, "--out", str(tmp_path / "even")]) == 2  # 10 layers do not divide by 8 stages
+    assert "pp 4 x vpp 2" in capsys.readouterr().err
+    assert main([*args, "--pp-split", "torchtitan", "--out", str(tmp_path / "tt"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["pp_split"] == "torchtitan" and doc["totals"]["bubble"] > 0
+
+
+CP_BAD = [
+    (["--cp", "0"], "positive"),
+    (["--cp", "-2"], "positive"),
+    (["--cp", "3", "--seq", "8192"], "load-balanced"),
+    (["--gpus", "8", "--tp", "8", "--cp", "2"], "cp"),
+    (["--cp", "2", "--phase", "decode"], "training only"),
+    (["--pp-split", "zigzag"], "pipeline split"),
+]
+
+
+@pytest.mark.parametrize("args,needle", CP_BAD)
+def test_bad_cp_exits_2_and_writes_nothing(tmp_path, capsys, args, needle):
+    out = tmp_path / "never"
+    assert main(["analyze", "--model", "Llama-3-8B", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle.lower() in err.lower(), err
+    assert not out.exists()

@@ -42,3 +42,29 @@ def test_bad_input(tmp_path, capsys, make):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_breakdown_sums_to_the_predicted_step(tmp_path, capsys):
+    # issue 13: per run, compute + exposed comm + bubble + every named overhead = the predicted step
+    from c3kit.studies.validation import OVERHEAD_PREFIX, validate
+
+    b = validate().breakdown()
+    named = [c for c in b.columns if c.startswith(OVERHEAD_PREFIX)]
+    assert {"overhead.launch_gaps", "overhead.grad_clip"} <= set(named)
+    total = b[["compute_s", "exposed_s", "bubble_s", *named]].sum(axis=1)
+    assert ((total - b["predicted_s"]).abs() <= 1e-9 * b["predicted_s"]).all()
+    assert (b[["compute_s", "exposed_s", "bubble_s", *named]] >= 0).all().all()
+    # a pipeline run has a bubble, a run without pipeline none
+    by_run = b.set_index("run")
+    assert by_run.loc["korthikanti-175b", "bubble_s"] > 0 and by_run.loc["korthikanti-22b", "bubble_s"] == 0
+
+
+def test_report_has_the_breakdown(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["validate", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert "Where the predicted step goes" in flat or "Where the" in text, text[:2000]
+    md = (out / "report.md").read_text()
+    assert "breakdown.png" in md and "breakdown.csv" in md
+    assert (out / "breakdown.png").stat().st_size > 10_000

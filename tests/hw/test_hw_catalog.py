@@ -120,3 +120,17 @@ def test_gpu_is_hashable_and_serializable():
     assert {g: 1}[get_gpu("mi300x")] == 1
     d = g.to_dict()
     assert d["scaleup"]["links_per_gpu"] == 7 and d["dma"]["engines"] == 14
+
+
+def test_torchtitan_grand_teton_h100_variant_as_its_source_states():
+    # torchtitan docs/performance.md (eaea6f6a): 96GB HBM2e, 2.4 TB/s, 400 Gb/s per GPU, 500 W, SXM H100
+    from c3kit.cost.basis import basis
+    from c3kit.studies.validation import load_runs
+
+    g = get_gpu("H100-SXM-96G-500W")
+    assert (g.hbm_bytes, g.hbm_bw, g.scaleout_bw, g.gpus_per_node) == (96e9, 2.4e12, 50e9, 8)
+    assert g.peak_flops("bf16") == get_gpu("H100-SXM").peak_flops("bf16")  # the SXM datasheet: an upper bound
+    assert basis(g.name)["memory"] == "transferred from H200-SXM"
+    runs = load_runs()
+    h100 = runs[runs["source"].str.contains("Llama 3.1 on H100")]
+    assert len(h100) == 18 and (h100["gpu"] == g.name).all()

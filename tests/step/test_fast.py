@@ -77,3 +77,19 @@ def test_invalid_rows_are_rejected():
     df.loc[2, "global_batch"] = df.loc[2, "micro_batch"] * df.loc[2, "dp"] + 1 if df.loc[2, "dp"] > 1 else 0
     with pytest.raises(C3kitError):
         project_many(df, GPUS)
+
+
+def test_uneven_stages_agree_with_per_node_projection():
+    # layers that do not divide by pp: the fullest rank (ceil) and the bubble over the other ranks' layers
+    df = random_scenarios(3, 12)
+    df["layers"] = [9, 10, 13, 7] * 3
+    df["pp"] = [2, 4, 4, 2] * 3
+    fast = project_many(df, GPUS, "efficiency")
+    timer = step_timer("efficiency")
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, timer=timer).totals
+        for k in ("bubble", "step_time"):
+            assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
+    assert (fast["bubble"] > 0).all()

@@ -106,3 +106,108 @@ def test_analyze_reports_the_layouts_it_tried(tmp_path, capsys):
     verdicts = {(c["sharding"], c["recompute"]): c["verdict"] for c in doc["tried"]}
     assert verdicts[("zero1", "none")] == "chosen" and verdicts[("ddp", "full")].startswith("slower")
     assert (tmp_path / "a" / "layouts_tried.csv").is_file()
+
+
+# ---- uneven splits (issue 13: 126 layers over pp 8 x vpp 2 / 8) ----
+
+from c3kit.errors import WorkloadError  # noqa: E402
+from c3kit.step.plan import pipeline_bubble  # noqa: E402
+from c3kit.workload.parallel import rank_layer_counts, stage_layer_counts  # noqa: E402
+
+
+def test_torchtitan_split_of_405b_hand_checked():
+    # generate_split_points: 16 stages, base 7, 14 extra layers to the middle stages, the last the rest
+    assert stage_layer_counts(126, 8, 2, "torchtitan") == (7,) + (8,) * 14 + (7,)
+    assert rank_layer_counts(126, 8, 2, "torchtitan") == (15,) + (16,) * 6 + (15,)  # stages r and r + 8
+    assert stage_layer_counts(126, 8, 1, "torchtitan") == (15,) + (16,) * 6 + (15,)
+
+
+def test_megatron_embedding_loss_split_hand_checked():
+    # (126 + 2) / 64 = 2 slots per virtual stage; the first and last give one slot to embedding / loss
+    counts = stage_layer_counts(126, 8, 8, "embedding_loss")
+    assert counts == (1,) + (2,) * 62 + (1,) and sum(counts) == 126
+    assert rank_layer_counts(126, 8, 8, "embedding_loss") == (15,) + (16,) * 6 + (15,)
+    assert stage_layer_counts(14, 2, 2, "embedding_loss") == (3, 4, 4, 3)
+
+
+def test_even_split_hand_checked_and_refusals():
+    assert stage_layer_counts(80, 4, 5) == (4,) * 20
+    assert rank_layer_counts(80, 3) == (26, 27, 27)  # no interleaving: the remainder goes to the middle
+    with pytest.raises(WorkloadError, match="pp 8 x vpp 2"):
+        stage_layer_counts(126, 8, 2)  # Megatron-Core refuses an uneven interleaved split
+    with pytest.raises(WorkloadError, match="embedding_loss"):
+        stage_layer_counts(125, 8, 2, "embedding_loss")  # 127 slots do not divide by 16
+    with pytest.raises(WorkloadError, match="pp_split"):
+        Parallelism(pp_split="zigzag")
+    with pytest.raises(WorkloadError, match="pipeline stages"):
+        stage_layer_counts(10, 8, 2, "torchtitan")
+
+
+def test_even_embedding_loss_split_accepts_405b_on_pp8_vpp8():
+    big = ModelConfig(name="l405", hidden=16384, layers=126, heads=128, kv_heads=8, ffn_hidden=53248)
+    p = Parallelism(tp=8, pp=8, vpp=8, dp=1, global_batch=64, pp_split="embedding_loss").validate(big)
+    assert max(p.rank_layers(126)) == 16
+    with pytest.raises(WorkloadError, match="126 layers"):
+        Parallelism(tp=8, pp=8, vpp=8, dp=1, global_batch=64).validate(big)
+
+
+def test_pipeline_bubble_hand_checked():
+    # even ranks: (pp - 1) / vpp micro-batch times
+    assert pipeline_bubble(9.0, 1.0, (4, 4, 4, 4), 2) == pytest.approx(3 * 10.0 / 2)
+    # 405B torchtitan interleaved: others = (126 - 16) / 16 = 6.875 of the fullest rank's layer time
+    assert pipeline_bubble(16.0, 1.0, (15,) + (16,) * 6 + (15,), 2) == pytest.approx((110.0 + 7.0) / 2)
+
+
+def uneven_graph(layers, pp, vpp, m, split):
+    model = ModelConfig(name="tiny", hidden=64, layers=layers, heads=4)
+    par = Parallelism(pp=pp, vpp=vpp, micro_batch=1, global_batch=m, pp_split=split)
+    L = max(par.rank_layers(layers))
+    nodes = [Node(0, Gemm("f", 8, 8, 8), (), "fwd", "layer", "compute", m, "fc1"),
+             Node(1, Gemm("b", 8, 8, 8), (0,), "bwd", "layer", "compute", m, "fc1"),
+             Node(2, Collective("send", "send_recv", 1024.0, 2, "pp"), (0,), "fwd", "micro", "pp", m * vpp, "pp_fwd")]
+    return StepGraph(model, par, "train", 16, tuple(nodes), L, m, 16)
+
+
+@pytest.mark.parametrize("layers, pp, vpp, split, L, bubble", [
+    (10, 4, 1, "even", 3, 7 / 3 * 9 + 3 * 0.25),  # ranks 2, 3, 3, 2
+    (9, 2, 2, "torchtitan", 5, (0.8 * 15 + 1 * 0.5) / 2),  # stages 2, 3, 2, 2: ranks 4, 5
+    (8, 4, 2, "even", 2, 3 * (6 + 0.5) / 2),  # even ranks: (pp - 1) / vpp micro-batches
+])
+def test_uneven_pipeline_projection_hand_checked(layers, pp, vpp, split, L, bubble):
+    times = {"f": 1.0, "b": 2.0, "send": 0.25}
+    m = 2 * pp
+    g = uneven_graph(layers, pp, vpp, m, split)
+    assert g.layers_per_stage == L
+    r = project(g, HW, timer=lambda op, hw: times[op.name])
+    t_micro = L * 3.0 + vpp * 0.25
+    assert r.totals.bubble == pytest.approx(bubble)
+    assert r.totals.step_time == pytest.approx(m * t_micro + bubble)
+
+
+from hypothesis import assume, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 160), pp=st.integers(1, 16), vpp=st.integers(1, 8),
+       split=st.sampled_from(["even", "torchtitan", "embedding_loss"]))
+def test_every_split_places_every_layer_once(layers, pp, vpp, split):
+    try:
+        counts = stage_layer_counts(layers, pp, vpp, split)
+    except WorkloadError:
+        return  # a split the framework refuses
+    assert len(counts) == pp * vpp and sum(counts) == layers and min(counts) >= 0
+    ranks = rank_layer_counts(layers, pp, vpp, split)
+    assert len(ranks) == pp and sum(ranks) == layers
+    if split != "embedding_loss":
+        assert max(counts) - min(counts) <= 1 and min(counts) >= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(layers=st.integers(2, 160), pp=st.integers(2, 16), vpp=st.integers(1, 4),
+       t_layers=st.floats(1e-3, 10.0), t_other=st.floats(0.0, 1.0))
+def test_uneven_bubble_never_exceeds_even_ranks_of_the_fullest(layers, pp, vpp, t_layers, t_other):
+    assume(pp * vpp <= layers)
+    ranks = rank_layer_counts(layers, pp, vpp, "torchtitan")
+    b = pipeline_bubble(t_layers, t_other, ranks, vpp)
+    even = (pp - 1) * (t_layers + t_other) / vpp  # every rank as full as the fullest
+    assert 0 <= b <= even * (1 + 1e-12)

@@ -155,7 +155,7 @@ def test_project_shows_overheads_as_rows_and_adds_them():
 
 def test_every_term_has_a_source():
     assert set(SOURCES) == {"launch_gaps", "grad_clip", "moe_imbalance", "fp8_casts",
-                            "dp_bucket"}
+                            "dp_bucket", "fsdp_copy_out"}
     assert all(len(s) > 40 for s in SOURCES.values())
 
 
@@ -172,3 +172,28 @@ def test_overheads_never_shorten_a_step(dp, dtype, moe, rc):
     g = graph(MOE if moe else DENSE, dtype, dp=dp, recompute=rc)
     base = project(g, H100).totals.step_time
     assert project(g, H100, overheads=DEFAULT_OVERHEADS).totals.step_time >= base
+
+
+def test_fsdp2_copy_out_hand_checked():
+    # dp 4 FSDP, 2 micro-batches, 4 layers: a layer holds 4 h^2 + 2 h F + 2 x 2 h (layernorm) = 3,147,776
+    # parameters (6,295,552 B in bf16), gathered in the forward and again in the backward (8 + 8 runs); the
+    # untied embeddings 2 x 1024 x 512 x 2 B = 2,097,152 B once per micro-batch. Copy-out reads and writes them.
+    g = graph(dp=4, fsdp=True, global_batch=8)
+    got, _ = terms(g)
+    want = 2 * 1e-9 * (6_295_552 * 16 + 2_097_152 * 2)
+    assert got["fsdp_copy_out"].seconds == pytest.approx(want)
+    assert got["fsdp_copy_out"].runs == 18
+    flat, _ = terms(g, OverheadModel(fsdp_impl="flat"))  # FSDP1 / Megatron FSDP: parameters view the buffer
+    assert "fsdp_copy_out" not in flat
+    assert "fsdp_copy_out" not in terms(graph(dp=4, dist_optimizer=True, global_batch=8))[0]
+    assert "fsdp_copy_out" in SOURCES
+    with pytest.raises(C3kitError, match="fsdp_impl"):
+        OverheadModel(fsdp_impl="fsdp3")
+
+
+def test_validation_prices_each_frameworks_fsdp():
+    from c3kit.studies.validation import fsdp_impl_of
+
+    assert fsdp_impl_of("torchtitan (FSDP2)") == "fsdp2"
+    assert fsdp_impl_of("llm-foundry (Composer, PyTorch FSDP)") == "flat"
+    assert fsdp_impl_of("Megatron-Bridge (Megatron-Core, Transformer Engine) with Megatron FSDP") == "flat"

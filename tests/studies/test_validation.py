@@ -80,9 +80,26 @@ def test_not_modelled_runs_are_listed_not_dropped(runs, result):
     assert len(cp) and (cp["status"] == "scored").any()
     assert not cp["status"].str.contains("context parallelism").any()
     skipped = result.table[result.table["status"] != "scored"]
-    assert len(skipped) and skipped["status"].str.startswith("not modelled").all()
+    assert skipped["status"].str.startswith("not modelled").all()
     assert result.scored["predicted_s"].notna().all() and result.skipped["predicted_s"].isna().all()
     assert len(result.scored) + len(result.skipped) == len(runs)
+
+
+def test_a_layout_the_model_rejects_is_listed_as_not_modelled(runs):
+    # 126 layers on pp 8 x vpp 2 with Megatron-Core's even split: the framework itself would refuse
+    row = runs[runs["run"] == "torchtitan-h100-t5-405b-3d-interleaved"].copy()
+    row["run"] = "interleaved-even-split"
+    res = validate(runs=row)
+    assert len(res.scored) == 0 and len(res.skipped) == 1
+    assert res.skipped["status"].iloc[0].startswith("not modelled") and "pp 8 x vpp 2" in res.skipped["status"].iloc[0]
+
+
+def test_uneven_interleaved_405b_runs_are_scored(result):
+    # issue 13: 126 layers over pp 8 x vpp 2 (torchtitan) and pp 8 x vpp 8 (Megatron-Bridge, embedding/loss split)
+    for run in ("torchtitan-h100-t5-405b-3d-interleaved", "mbridge2511-h100-llama3.1-405b-cp2",
+                "mbridge2602-h100-llama3.1-405b-cp2"):
+        row = result.table[result.table["run"] == run].iloc[0]
+        assert row["status"] == "scored" and row["predicted_s"] > 0 and row["bubble_s"] > 0, run
 
 
 def test_statistics_hand_checked():

@@ -32,7 +32,7 @@ def analyze(
                            show_default="the largest of 8, 4, 2, 1 dividing the GPUs and the heads"),
     sp: bool = typer.Option(_D["sp"], "--sp/--no-sp", help="Sequence parallelism.",
                             show_default="on with TP > 1 in training"),
-    dp: int = typer.Option(_D["dp"], "--dp", help="Data-parallel size.", show_default="gpus / (tp x pp)"),
+    dp: int = typer.Option(_D["dp"], "--dp", help="Data-parallel size.", show_default="gpus / (tp x cp x pp)"),
     fsdp: bool = typer.Option(_D["fsdp"], "--fsdp/--no-fsdp", help="Shard weights, gradients, optimizer over DP "
                               "(ZeRO-3).", show_default="when fastest"),
     dist_opt: bool = typer.Option(_D["dist_opt"], "--dist-opt/--no-dist-opt",
@@ -40,6 +40,12 @@ def analyze(
     pp: int = typer.Option(_D["pp"], "--pp", help="Pipeline stages.", show_default="the fewest that fit"),
     vpp: int = typer.Option(_D["vpp"], "--vpp", help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
     ep: int = typer.Option(_D["ep"], "--ep", help="Expert-parallel size (MoE models)."),
+    cp: int = typer.Option(_D["cp"], "--cp", help="Context-parallel size: ring attention over cp GPUs, each holding "
+                           "seq / cp tokens as two load-balanced chunks (training; gpus = tp x cp x pp x dp)."),
+    pp_split: str = typer.Option(_D["pp_split"], "--pp-split",
+                                 help="How layers split over pipeline stages: even (Megatron-Core), torchtitan (its "
+                                      "default split points) or embedding_loss (Megatron's account-for-embedding/loss "
+                                      "options)."),
     seq: int = typer.Option(_D["seq"], "--seq", help="Sequence length (decode: KV-cache length)."),
     batch: int = typer.Option(_D["batch"], "--batch", help="Global batch in sequences.",
                               show_default="micro-batch x dp x max(8, 4 x pp) in training"),
@@ -56,6 +62,9 @@ def analyze(
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
     trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of one layer's forward and "
                                   "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
+    fsdp_impl: str = typer.Option(_D["fsdp_impl"], "--fsdp-impl",
+                                  help="FSDP implementation: fsdp2 (PyTorch fully_shard; its all-gather copy-out is "
+                                       "priced) or flat (FSDP1 FlatParameter, Megatron FSDP: no copy-out)."),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",
@@ -79,9 +88,10 @@ def analyze(
     The same call from Python: c3kit.analyze(...) (docs/analyze.md).
     """
     res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
-                      ep=ep, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
-                      recompute=recompute, overlap=overlap, policy=policy, trace=trace, cost_model=cost_model,
-                      power=power, attention_backend=attention_backend, norm_rope=norm_rope)
+                      ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
+                      phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
+                      cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
+                      norm_rope=norm_rope)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
@@ -95,7 +105,8 @@ config_dict = api.config_dict
 def _describe(cfg) -> str:
     c = config_dict(cfg)
     return (f"{c['model']} {c['phase']} on {c['gpus']} x {c['hw']}: tp {c['tp']}{' +sp' if c['sp'] else ''}, "
-            f"pp {c['pp']}{f' x vpp {c[chr(118) + chr(112) + chr(112)]}' if c['vpp'] > 1 else ''}, dp {c['dp']}"
+            f"pp {c['pp']}{f' x vpp {c[chr(118) + chr(112) + chr(112)]}' if c['vpp'] > 1 else ''}, "
+            f"{f'cp {c[chr(99) + chr(112)]}, ' if c['cp'] > 1 else ''}dp {c['dp']}"
             f"{' (fsdp)' if c['fsdp'] else (' (zero-1)' if c['dist_optimizer'] else '')}{f', ep {c[chr(101) + chr(112)]}' if c['ep'] > 1 else ''}, "
             f"seq {c['seq']}, batch {c['global_batch']} ({c['micro_batches']} x micro {c['micro_batch']}), "
             f"recompute {c['recompute']}, {c['dtype']}")

@@ -64,6 +64,12 @@ def _print(res, targets: dict, label: str, out: Path) -> None:
     if len(res.skipped):
         console.print(rich_table("Not scored (the model lacks a feature the run needs)", ["run", "status"],
                                  [(r.run, r.status) for r in res.skipped.itertuples(index=False)]))
+    header, rows = breakdown_rows(res)
+    tbl = rich_table("Where the predicted step goes (% of the predicted step; measured / predicted at the end)",
+                     header, rows)
+    tbl.columns[0].no_wrap = True  # run names are what a reader looks up
+    tbl.columns[0].min_width = max((len(r[0]) for r in rows), default=3)
+    console.print(tbl)
     g = res.by_group()
     console.print(rich_table("Error by group (error = predicted / measured - 1)",
                              ["group", "value", "runs", "MAE", "median |e|", "worst", "bias"],
@@ -77,6 +83,55 @@ def _print(res, targets: dict, label: str, out: Path) -> None:
     for n in res.notes:
         console.print(f"[dim]{n}[/dim]")
     console.print(f"report: {out}/report.md")
+
+
+PARTS = {"compute_s": "compute", "exposed_s": "exposed comm", "bubble_s": "pipeline bubble"}
+
+
+def _parts(b) -> dict[str, str]:
+    """Column -> label of the breakdown parts that are non-zero on some run (named overheads by their name)."""
+    from c3kit.studies.validation import OVERHEAD_PREFIX
+
+    named = {c: c.removeprefix(OVERHEAD_PREFIX).replace("_", " ") for c in b.columns
+             if c.startswith(OVERHEAD_PREFIX) and (b[c] > 0).any()}
+    return {**PARTS, **named}
+
+
+def breakdown_rows(res) -> tuple[list[str], list[tuple]]:
+    """(header, rows) of the per-run breakdown: each part as a share of the predicted step."""
+    b = res.breakdown()
+    parts = _parts(b)
+    header = ["run", "predicted", *parts.values(), "measured / predicted"]
+    rows = [(r["run"], fmt_time(r["predicted_s"]), *(_abs_pct(r[c] / r["predicted_s"]) for c in parts),
+             f"{r['measured_s'] / r['predicted_s']:.2f}x") for _, r in b.iterrows()]
+    return header, rows
+
+
+def breakdown_figure(res):
+    """Stacked bars per scored run: compute, exposed comm, bubble and each named overhead, in units of the
+    measured step (a bar ending left of 1 is a run the model finds too fast)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b = res.breakdown().sort_values(["source_short", "gpu", "run"], kind="stable").reset_index(drop=True)
+    parts = _parts(b)
+    fig, ax = plt.subplots(figsize=(10, max(5.0, 0.13 * len(b) + 2)))
+    y = list(range(len(b)))
+    left = [0.0] * len(b)
+    for i, (col, label) in enumerate(parts.items()):
+        w = (b[col] / b["measured_s"]).to_list()
+        ax.barh(y, w, left=left, color=f"C{i}", label=label, height=0.8)
+        left = [a + c for a, c in zip(left, w)]
+    ax.axvline(1.0, color="k", lw=1.0, label="measured step")
+    ax.set_yticks(y, b["run"], fontsize=5)
+    ax.set_xlim(0, max(1.05, 1.02 * max(left, default=1.0)))
+    ax.set_ylim(len(b) - 0.5, -0.5)
+    ax.set_xlabel("predicted seconds per step / measured seconds per step")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig
 
 
 def error_figure(res):
@@ -121,6 +176,10 @@ def write_report(out: Path, res, runs, label: str) -> None:
         for n in res.notes:
             rep.text(n)
         rep.figure("signed_error", error_figure(res), "Signed error per run, grouped by source")
+        rep.figure("breakdown", breakdown_figure(res), "Where the predicted step goes, per run, in units of the "
+                   "measured step: compute, exposed communication, pipeline bubble and each named overhead")
         rep.table("by_group", res.by_group(), "MAE, median |error|, worst and bias per group")
+        rep.table("breakdown", res.breakdown(), "Per run: compute, exposed comm, bubble and each named overhead "
+                  "(seconds per step; they sum to predicted_s)", show_rows=len(res.scored))
         rep.table("validation", res.table, "Per run (seconds per step), with the runs not modelled")
         rep.table("runs", runs, "The runs with their layouts, sources, assumptions and formulas", show_rows=0)

@@ -59,8 +59,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             sp: bool | None = None, dp: int | None = None, fsdp: bool | None = None, pp: int | None = None,
             ep: int = 1, seq: int = 8192, batch: int | None = None, micro_batch: int | None = None,
             dtype: str = "bf16", phase: str = "train", recompute: str | None = None, vpp: int = 1,
-            dist_optimizer: bool | None = None, cost_model=None, policy=None, attn_backend: str = "",
-            norm_rope: str = "fused") -> StepConfig:
+            dist_optimizer: bool | None = None, cp: int = 1, pp_split: str = "even", cost_model=None,
+            policy=None, attn_backend: str = "", norm_rope: str = "fused") -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -70,6 +70,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     given, every candidate gets the same global batch (8 sequences per tensor-parallel group), so
     deeper pipelines are not favoured by a larger batch. When the GPU count is left open it starts at
     one node and doubles the node count until some layout fits. Everything it looked at is in `tried`.
+    cp (context parallelism) is never searched: it multiplies the GPUs of every layout (gpus = tp x cp x
+    pp x dp) and needs the sequence to split into 2 x cp load-balanced chunks. pp_split: how layers split
+    over pipeline stages (workload.parallel.PP_SPLITS); the search tries only depths the split accepts.
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -77,13 +80,21 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     from c3kit.workload.model import get_model
     from c3kit.workload.attention import check_backend
     from c3kit.workload.layer import check_norm_rope
-    from c3kit.workload.parallel import RECOMPUTE, Parallelism
+    from c3kit.workload.parallel import PP_SPLITS, RECOMPUTE, Parallelism, rank_layer_counts
 
     check_backend(attn_backend)
     check_norm_rope(norm_rope)
     for name, v in (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq),
-                    ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp)):
+                    ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp)):
         _positive(name, v)
+    if pp_split not in PP_SPLITS:
+        raise C3kitError(f"unknown pipeline split {pp_split!r}: use one of {', '.join(PP_SPLITS)}")
+    if cp > 1 and seq % (2 * cp):
+        raise C3kitError(f"--seq {seq} does not split into 2 x cp {cp} = {2 * cp} load-balanced chunks: "
+                         f"use a sequence length divisible by {2 * cp}")
+    if cp > 1 and phase != "train":
+        raise C3kitError(f"context parallelism (--cp {cp}) is modelled for training only: "
+                         f"use --cp 1 with --phase {phase}")
     if phase not in PHASES:
         raise C3kitError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     if recompute is not None and recompute not in RECOMPUTE:
@@ -96,17 +107,19 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     train = phase == "train"
     auto_gpus = gpus is None and dp is None
     if gpus is None:
-        gpus = (tp or 1) * (pp or 1) * dp if dp is not None else max(node, (tp or 1) * (pp or 1))
+        gpus = (tp or 1) * cp * (pp or 1) * dp if dp is not None else max(node, (tp or 1) * cp * (pp or 1))
     auto_tp = tp is None
     if tp is None:
-        tp = next((t for t in (8, 4, 2, 1) if t <= gpus and gpus % t == 0 and m.heads % t == 0), 1)
+        tp = next((t for t in (8, 4, 2, 1) if t * cp <= gpus and gpus % (t * cp) == 0 and m.heads % t == 0), 1)
     if sp is None:
         sp = tp > 1 and train
-    if gpus % tp:
-        raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}: change --gpus or --tp")
-    if pp is not None and gpus % (tp * pp):
-        raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp} x pp {pp} = {tp * pp}: "
-                            "change --gpus, --tp or --pp")
+    if gpus % (tp * cp):
+        raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}" + (f" x cp {cp} = {tp * cp}" if cp > 1 else "")
+                            + ": change --gpus, --tp" + (" or --cp" if cp > 1 else ""))
+    if pp is not None and gpus % (tp * cp * pp):
+        raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}" + (f" x cp {cp}" if cp > 1 else "")
+                            + f" x pp {pp} = {tp * cp * pp}: change --gpus, --tp" + (", --cp" if cp > 1 else "")
+                            + " or --pp")
     rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if train else ["none"])
     if fsdp:
         shardings = ["fsdp"]
@@ -121,14 +134,21 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     def pps_for(n: int) -> list[int]:
         if pp is not None:
             return [pp]
-        return [p for p in range(1, min(m.layers, 64) + 1) if n % (tp * p) == 0 and m.layers % (p * vpp) == 0
-                and (p > 1 or vpp == 1) and (dp is None or tp * p * dp == n)]
+        return [p for p in range(1, min(m.layers, 64) + 1) if n % (tp * cp * p) == 0 and _splits(p)
+                and (p > 1 or vpp == 1) and (dp is None or tp * cp * p * dp == n)]
+
+    def _splits(p: int) -> bool:
+        try:
+            rank_layer_counts(m.layers, p, vpp, pp_split)
+        except WorkloadError:
+            return False
+        return True
 
     def layout(n: int, p: int, sharding: str, rc: str):
-        d = dp if dp is not None else n // (tp * p)
-        if tp * p * d != n:
-            raise WorkloadError(f"{n} GPUs != tp {tp} x pp {p} x dp {d} = {tp * p * d}: "
-                                "change --gpus or the parallel sizes")
+        d = dp if dp is not None else n // (tp * cp * p)
+        if tp * cp * p * d != n:
+            raise WorkloadError(f"{n} GPUs != tp {tp}" + (f" x cp {cp}" if cp > 1 else "")
+                                + f" x pp {p} x dp {d} = {tp * cp * p * d}: change --gpus or the parallel sizes")
         if micro_batch is not None:
             mb = micro_batch
         elif not train and batch is not None and batch % d == 0:
@@ -140,11 +160,11 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         elif not train:
             gb = mb * d
         elif pp is None:  # one global batch for every pipeline depth: 8 micro-batches per stage-replica
-            gb = mb * (n // tp) * 8
+            gb = mb * (n // (tp * cp)) * 8
         else:
             gb = mb * d * max(8, 4 * p)
         return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
-                           global_batch=gb, recompute=rc, vpp=vpp,
+                           global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
                            dist_optimizer=sharding == "zero1" and d > 1)
 
     tried: list[Candidate] = []

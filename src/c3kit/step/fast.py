@@ -496,12 +496,15 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     for idx, template, plan, t, flops, sh, cols, h in groups:
         L = sh.stage_layers.astype(float)
         m = (cols["global_batch"] // (cols["micro_batch"] * cols["dp"])).astype(float)
+        others = cols["layers"].astype(float) / L - 1.0  # the other ranks' layers over the fullest rank's
         for name, pol in compare.items():
             bound = _bind_engine(pol, template, sh, h, power) if hasattr(pol, "bind") else pol
-            tlx = evaluate(plan, t, bound, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
+            tlx = evaluate(plan, t, bound, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0,
+                           others=others)
             extra[name][idx] = np.column_stack([tlx.exposed.sum(axis=0), tlx.step_time])
         pol = _bind_engine(policy, template, sh, h, power) if hasattr(policy, "bind") else policy
-        tl = evaluate(plan, t, pol, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0)
+        tl = evaluate(plan, t, pol, layers=L, micro_batches=m, pp=cols["pp"].astype(float), vpp=1.0,
+                           others=others)
         comp, comm, exp = tl.compute.sum(axis=0), tl.comm.sum(axis=0), tl.exposed.sum(axis=0)
         step = tl.step_time
         lay = np.where(plan.in_layer[:, None], L, 1.0)

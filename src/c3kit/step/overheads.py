@@ -6,9 +6,11 @@ cost layer says HBM traffic costs), carries its source, and appears as one row o
 scaled by the pipeline's (m + (pp - 1) / vpp) / m, like every other per-micro-batch op.
 
 Modelled elsewhere, not here: FSDP / ZeRO-3 prefetch (step/plan.py: the all-gather of layer l+1 is
-prefetched behind layer l, one layer deep; the first all-gather and the last reduce-scatter of every
-micro-batch are exposed) and the gradient reduction of one layer behind the backward of the layers
-below it.
+prefetched behind layer l, one layer deep, FSDP2's default implicit prefetch; the first all-gather and
+the last reduce-scatter of every micro-batch are exposed), the reduce-scatter dtype (the layer
+description reduces fp32 gradients: torchtitan's mixed_precision_reduce default "float32" and
+Composer's DEFAULT FSDP mixed precision both reduce in fp32) and the gradient reduction of one layer
+behind the backward of the layers below it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,15 @@ SOURCES = {
                  "byte moved and per kernel, applied to the recipe's bytes and kernels; the fused TE and compiled "
                  "torchao kernels themselves were not measured. A GPU without the measurement: bytes on the "
                  "roofline.",
+    "fsdp_copy_out": "PyTorch FSDP2 (torch.distributed.fsdp fully_shard, _fsdp_collectives.py): "
+                     "foreach_all_gather_copy_out waits for the all-gather on the current (compute) stream and "
+                     "copies the gathered flat buffer into each parameter's unsharded tensor (split_with_sizes_copy: "
+                     "reads and writes the gathered bytes) before the layer runs: on the critical path, once per "
+                     "all-gather (forward and, with reshard_after_forward, backward). The copy-in of the local shards "
+                     "(all_gather_copy_in) and the reduce-scatter's chunk_cat of the unsharded gradients run on the "
+                     "all-gather copy-in and reduce-scatter streams beside the compute and are not added. FSDP1 "
+                     "(FlatParameter: parameters are views into the gathered buffer) and Megatron FSDP (contiguous "
+                     "buffers) have no copy-out: OverheadModel(fsdp_impl='flat').",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
@@ -55,6 +66,8 @@ SOURCES = {
 # "eager": the unfused composition runtime/bench/ops.py measured (cost/gemmclass.CAST_COMPOSITION).
 FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": (2, 6.0, False),
                "eager": (7, 13.0, False)}
+
+FSDP_IMPLS = ("fsdp2", "flat")
 
 
 @dataclass(frozen=True)
@@ -70,8 +83,11 @@ class OverheadModel:
     fp8_scaling: str = "delayed"  # FP8_SCALING key: Transformer Engine's default recipe
     dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
     dp_bucket: bool = True
+    fsdp_impl: str = "fsdp2"  # "fsdp2" (per-parameter sharding, copy-out) or "flat" (FSDP1, Megatron FSDP)
 
     def __post_init__(self) -> None:
+        if self.fsdp_impl not in FSDP_IMPLS:
+            raise C3kitError(f"overheads: fsdp_impl {self.fsdp_impl!r}: use one of {', '.join(FSDP_IMPLS)}")
         for name in ("kernel_gap_s", "graph_kernel_gap_s", "dp_bucket_params"):
             if not getattr(self, name) >= 0:
                 raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
@@ -196,6 +212,23 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                 imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
         out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
                             SOURCES["moe_imbalance"]))
+
+    # FSDP2: the all-gather copy-out on the compute stream, once per all-gather run
+    if model.fsdp_impl == "fsdp2" and getattr(graph.par, "fsdp", False):
+        copy_s = copies = 0.0
+        cache = {}
+        for i, nd in enumerate(nodes):
+            if nd.role != "fsdp_ag" or not isinstance(nd.op, Collective) or nd.op.ranks < 2:
+                continue
+            c = MemOp(nd.op.name + ".copy_out", 2.0 * nd.op.bytes)  # read the gathered buffer, write the params
+            t = cache.get(c)
+            if t is None:
+                t = cache[c] = float(timer(c, hw))
+            copy_s += t * runs[i] * pf
+            copies += runs[i]
+        if copies:
+            out.append(Overhead("fsdp_copy_out", copy_s, copies, f"{copies:,.0f} all-gather copy-outs",
+                                SOURCES["fsdp_copy_out"]))
 
     # DP buckets larger than one layer: the rest of the last bucket is exposed
     dp = int(getattr(graph.par, "dp", 1))

@@ -18,8 +18,11 @@ The timeline model ("ops overlap where dependencies allow", two kinds of streams
   overlaps the last micro-batch's backward the same way.
 - Micro-batch and step scope nodes (embedding, head, loss, pipeline send/recv, the embedding
   gradient all-reduce, the optimizer) are serial: their comm is exposed.
-- Pipeline: step = (m + (pp - 1) / vpp) * T_micro + tail, the (pp - 1) / vpp micro-batch times
-  being the bubble ((pp - 1) / (m + pp - 1) of the step without interleaving).
+- Pipeline: step = m * T_micro + bubble + tail, T_micro being the fullest rank's micro-batch time.
+  With every rank holding the same layers the bubble is (pp - 1) / vpp micro-batch times
+  ((pp - 1) / (m + pp - 1) of the step without interleaving). With uneven ranks (layers that do not
+  divide, Parallelism.pp_split) it is the other ranks' micro-batch times summed, over vpp
+  (pipeline_bubble): the fill and drain pass once through one chunk of every other rank.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class Plan:
     const: np.ndarray  # runs per step of once-per-step nodes (0 otherwise)
     in_layer: np.ndarray  # bool: a layer node (repeated layers_per_stage times)
     is_comm: np.ndarray  # bool per node
+    others: float = -1.0  # the other ranks' layers in units of this (fullest) rank's; -1: pp - 1 (even ranks)
 
 
 def _is_comm_stream(stream: str) -> bool:
@@ -191,12 +195,38 @@ def make_plan(graph) -> Plan:
     step_nodes += groups.get(("step", "opt"), [])
     step_nodes.sort()
     step = _segment(nodes, index, step_nodes, allow_hiding=False)
-    return Plan(
+    return Plan(others=_other_layers(graph, L, pp),
         n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
         layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), micro=micro, step=step,
         multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
         in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
+
+
+def _other_layers(graph, L: int, pp: int) -> float:
+    """The other pipeline ranks' layers over this rank's (L): sum(rank layers) / L - 1 (pp - 1 when even)."""
+    par, model = graph.par, graph.model
+    try:
+        ranks = par.rank_layers(int(model.layers))
+    except (AttributeError, TypeError, C3kitError):
+        return -1.0
+    if len(ranks) != pp or max(ranks) != L:  # a hand-built graph whose stage is not the model's fullest rank
+        return -1.0
+    return (sum(ranks) - L) / L
+
+
+def pipeline_bubble(t_layers, t_other, rank_layers, vpp: int = 1):
+    """Bubble seconds of a 1F1B pipeline whose ranks hold rank_layers layers (interleaved: vpp chunks each).
+
+    A rank's micro-batch time is T_r = t_layers x L_r / L_max + t_other (t_layers: the fullest rank's
+    layers, t_other: its per-micro-batch ops outside the layers). The fullest rank runs m micro-batches
+    back to back; the fill and drain pass once through one chunk (1 / vpp) of every other rank:
+    bubble = sum over r != fullest of T_r / vpp (flow-shop makespan, each rank's chunks taken equal).
+    Even ranks give (pp - 1) / vpp micro-batch times (Narayanan et al. 2021, Sec. 2.2.2).
+    """
+    L = max(rank_layers)
+    others = sum(rank_layers) / L - 1.0
+    return (others * t_layers + (len(rank_layers) - 1) * t_other) / vpp
 
 
 def bubble_micro_batches(pp, vpp):
@@ -245,11 +275,13 @@ def _seg_time(seg: Segment, t: np.ndarray, policy, exposed_each: np.ndarray) -> 
     return total
 
 
-def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=None, pp=None, vpp=None) -> Timeline:
+def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=None, pp=None, vpp=None,
+             others=None) -> Timeline:
     """Step timeline from op times op_t (n x N: seconds of one run of each node's op, N scenarios).
 
-    layers, micro_batches, pp and vpp default to the plan's; arrays of length N give one value per
-    scenario (the vectorized sweep evaluates many scenarios of one graph structure at once).
+    layers, micro_batches, pp, vpp and others (the other pipeline ranks' layers over this rank's;
+    pp - 1 when every rank holds the same) default to the plan's; arrays of length N give one value
+    per scenario (the vectorized sweep evaluates many scenarios of one graph structure at once).
     """
     op_t = np.asarray(op_t, dtype=float)
     if op_t.ndim == 1:
@@ -261,6 +293,9 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     m = plan.micro_batches if micro_batches is None else np.asarray(micro_batches, dtype=float)
     pp = plan.pp if pp is None else np.asarray(pp, dtype=float)
     vpp = plan.vpp if vpp is None else np.asarray(vpp, dtype=float)
+    if others is None:
+        others = pp - 1.0 if plan.others < 0 else plan.others
+    others = np.asarray(others, dtype=float)
     t = op_t * plan.inst[:, None]
     zeros = np.zeros(N)
     x_each = np.zeros_like(t)  # exposed comm per instance (blocking comm)
@@ -295,7 +330,8 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     else:
         tail = zeros
     step_serial = _seg_time(plan.step, t, policy, x_each)
-    bubble = bubble_micro_batches(pp, vpp) * t_micro
+    # pipeline_bubble over arrays: the layers' share scales with the other ranks' layers
+    bubble = (others * (spans["fwd"][4] + spans["bwd"][4]) + (pp - 1.0) * (micro_f + micro_b)) / vpp
     step_time = m * t_micro + bubble + tail + step_serial
 
     # attribute dp-stream exposure to its nodes in proportion to their comm time

@@ -15,7 +15,7 @@ listed as "not modelled: <feature>" and left out of the score, never silently dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Callable
 
@@ -33,6 +33,8 @@ MEASURES = ("iteration_s", "tokens_per_s_total", "tokens_per_s_per_gpu", "tflops
             "tflops_per_gpu_palm")
 GROUPS = ("gpu", "framework_family", "dtype", "kind", "source_short")
 TARGETS = {"mae": 0.08, "worst": 0.20, "bias": 0.03}  # issue 13's targets, shown beside the figures
+OVERHEAD_PREFIX = "overhead."  # per-run columns of each named step-level overhead (step/overheads.py)
+BREAKDOWN = ("compute_s", "exposed_s", "bubble_s")  # with the named overheads: the predicted step, summed
 
 
 @dataclass
@@ -69,6 +71,17 @@ class ValidationResult:
             for key, part in self.scored.groupby(g, sort=True):
                 out.append({"group": g, "value": key, **error_stats(part["error"])})
         return pd.DataFrame(out, columns=["group", "value", "runs", "mae", "median", "worst", "bias"])
+
+    def breakdown(self) -> pd.DataFrame:
+        """Where each scored run's predicted step goes: compute, exposed communication, pipeline bubble and
+        every named overhead (seconds per step; they sum to predicted_s), beside the measured step."""
+        t = self.scored
+        named = sorted(c for c in t.columns if c.startswith(OVERHEAD_PREFIX))
+        cols = ["run", "source_short", "gpu", "framework_family", "dtype", "measured_s", "predicted_s", "error",
+                *BREAKDOWN, *named]
+        out = t[cols].copy()
+        out[named] = out[named].fillna(0.0)
+        return out.reset_index(drop=True)
 
     def by_source(self) -> pd.DataFrame:
         """Mean absolute error per source (kept for the report)."""
@@ -243,6 +256,14 @@ def unmodelled(row) -> list[str]:
     return lack
 
 
+def pipeline_splits() -> dict[str, str]:
+    """run -> pp_split of the runs whose framework splits layers unevenly (studies/data/pipeline_splits.csv,
+    each with the framework source it follows); runs not listed use Parallelism's default ("even")."""
+    with resources.files("c3kit.studies").joinpath("data", "pipeline_splits.csv").open("r") as f:
+        df = pd.read_csv(f, keep_default_na=False)
+    return dict(zip(df["run"].astype(str), df["pp_split"].astype(str)))
+
+
 def layout_of(row):
     """The Parallelism of one run; raises StudyError (naming the feature) where it cannot be expressed."""
     from c3kit.workload.parallel import Parallelism
@@ -254,7 +275,8 @@ def layout_of(row):
     kw = dict(tp=int(row["tp"]), sp=bool(int(row["sp"])), dp=int(row["dp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
               ep=int(row["ep"]), fsdp=bool(int(row["fsdp"])), micro_batch=int(row["micro_batch"]),
               global_batch=int(row["global_batch"]), recompute=str(row["recompute"]),
-              dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1)
+              dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
+              pp_split=pipeline_splits().get(str(row["run"]), "even"))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
     if "zero" in fields:
@@ -270,6 +292,14 @@ def run_objects(row):
     m, p = model_of(row), layout_of(row)
     p.validate(m, int(row["gpus"]))
     return m, p
+
+
+def fsdp_impl_of(framework: str) -> str:
+    """How a run's framework shards weights (step.overheads.FSDP_IMPLS): torchtitan runs PyTorch FSDP2
+    (per-parameter sharding, fully_shard); llm-foundry's Composer (FSDP1 FlatParameter, the 2023 tables)
+    and Megatron FSDP gather into flat buffers the parameters view ("flat")."""
+    f = str(framework).lower()
+    return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
 
 
 def default_cost_model():
@@ -291,16 +321,20 @@ def predict(row, cost_model=None, policy=None) -> dict:
     cm = default_cost_model() if cost_model is None else cost_model
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=norm_rope_of(str(row["run"])))
-    r = project(g, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS)  # as `c3kit analyze`
+    ovh = DEFAULT_OVERHEADS
+    if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
+        ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
     dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
     if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
         step += dp_hidden
+    named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
     return {"predicted_s": step, "compute_s": t.compute, "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
             "overhead_s": t.overhead,
-            "mfu_predicted": t.mfu * t.step_time / step}
+            "mfu_predicted": t.mfu * t.step_time / step, **named}
 
 
 def _short(source: str) -> str:
@@ -361,5 +395,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "Measured seconds per step come from each source's published figure by the formula in the row "
              "(studies/data/README.md); values a source does not state are listed in the row's 'assumed' column.",
              "Runs whose layout needs a feature the model lacks are listed as 'not modelled' and excluded from the "
-             "statistics."]
+             "statistics.",
+             "Framework facts taken from each framework's documentation or code, never from these runs: how layers "
+             "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES) and "
+             "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
+             "llm-foundry's FSDP1 and Megatron FSDP)."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)

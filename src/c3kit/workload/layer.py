@@ -168,6 +168,7 @@ class Dims:
     top_k: Num = 1
     moe_ffn: Num = 0
     cp: Num = 1
+    stage_layers: Num = 0  # layers on the fullest pipeline rank (0: ceil(layers / pp))
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, seq: int, dtype: str = "bf16", gpus_per_node: int = 8,
@@ -179,7 +180,8 @@ class Dims:
                     norm_w=2 if m.norm == "layernorm" else 1, emb_mult=1 if m.tied_embeddings else 2, seq=seq,
                     micro_batch=par.micro_batch, tp=par.tp, dp=par.dp, pp=par.pp, grad_accum=par.grad_accum,
                     gpn=gpus_per_node, b=dtype_bytes(dtype), gb=dtype_bytes(grad_dtype), vpp=par.vpp, ep=par.ep,
-                    n_experts=m.n_experts, top_k=m.top_k, moe_ffn=m.moe_ffn_hidden, cp=par.cp)
+                    n_experts=m.n_experts, top_k=m.top_k, moe_ffn=m.moe_ffn_hidden, cp=par.cp,
+                    stage_layers=max(par.rank_layers(m.layers)))
 
 
 @dataclass(frozen=True)
@@ -470,7 +472,9 @@ class _Builder(_Ops):
         self.F = d.moe_ffn if s.moe else d.ffn
         self.Fl = self.F // tp
         self.fsdp = s.fsdp and s.dp
-        self.stage_layers = cdiv(d.layers, d.pp)  # uneven stages: price the slowest (ceil)
+        # uneven stages: price the fullest rank (Parallelism.rank_layers; ceil(layers / pp) without a split)
+        given = isinstance(d.stage_layers, int) and d.stage_layers > 0
+        self.stage_layers = d.stage_layers if given else cdiv(d.layers, d.pp)
         self.pp_bytes = (self.T // tp if s.sp else self.T) * d.hidden * d.b
 
     def last(self) -> str:

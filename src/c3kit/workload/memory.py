@@ -126,7 +126,7 @@ def _param_shards(model: ModelConfig, par: Parallelism) -> tuple[float, float, f
     m, p = model, par
     w = weights(Dims.of(m, p, m.max_seq), Structure.of(m, p))  # per-rank weights from the layer description
     dense, experts, edp = w.dense, w.experts, w.edp
-    layers = -(-m.layers // p.pp)  # the fullest stage when layers do not divide by pp
+    layers = max(p.rank_layers(m.layers))  # the fullest stage when layers do not divide by pp
     # The first stage holds the input embedding; with pp == 1 it also holds the untied output layer.
     emb = w.emb * (1 if (m.tied_embeddings or p.pp > 1) else 2)
     if m.position == "learned":
@@ -162,7 +162,7 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
     shard_e = edp if p.fsdp else 1
     weights = (dense / shard_w + experts / shard_e) * b
     grads = opt = acts = kv = buffers = 0.0
-    layers = -(-m.layers // p.pp)
+    layers = max(p.rank_layers(m.layers))
     layer_w = (dense + experts) / max(layers, 1)
     if p.fsdp and shard_w > 1:
         buffers += 2 * layer_w * b  # the gathered current layer and the prefetched next one

@@ -9,6 +9,73 @@ from c3kit.workload.config import ModelConfig
 
 RECOMPUTE = ("none", "selective", "full")
 
+# How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
+PP_SPLITS = ("even", "torchtitan", "embedding_loss")
+PP_SPLIT_SOURCES = {
+    "even": "Megatron-Core default (megatron/core/transformer/transformer_block.py get_num_layers_to_build): "
+            "layers / (pp x vpp) per virtual stage; with interleaving the layers must divide by pp x vpp. Without "
+            "interleaving a remainder goes one layer each to the middle stages (the slowest stage holds "
+            "ceil(layers / pp)).",
+    "torchtitan": "torchtitan generate_split_points (torchtitan/parallelisms/pipelining_utils.py, Dec 2024, the "
+                  "default when no pipeline_parallel_split_points are given): pp stages for single-stage schedules "
+                  "(1F1B), 2 x pp for multi-stage ones (Interleaved 1F1B); base = layers // stages, the first stage "
+                  "gets base, the middle stages base + 1 while the remainder lasts, the last stage the rest; "
+                  "stage s runs on rank s mod pp (loop style).",
+    "embedding_loss": "Megatron-Core account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+                      "(set by Megatron-Bridge's llama31_405b_pretrain_config): the embedding and the loss each count "
+                      "as one layer, (layers + 2) / (pp x vpp) slots per virtual stage; the first virtual stage holds "
+                      "one decoder layer fewer (the embedding), the last one fewer (the loss).",
+}
+
+
+def stage_layer_counts(layers: int, pp: int, vpp: int = 1, split: str = "even") -> tuple[int, ...]:
+    """Decoder layers of each of the pp x vpp virtual pipeline stages, in model order (rule: PP_SPLIT_SOURCES).
+
+    Virtual stage s runs on pipeline rank s mod pp. Raises WorkloadError where the framework would refuse.
+    """
+    if split not in PP_SPLITS:
+        raise WorkloadError(f"parallelism: pp_split {split!r}: use one of {', '.join(PP_SPLITS)}")
+    n = pp * vpp
+    if split == "embedding_loss":
+        if (layers + 2) % n:
+            raise WorkloadError(f"pp_split embedding_loss: {layers} layers + embedding + loss = {layers + 2} are not "
+                                f"divisible by pp {pp} x vpp {vpp}: use pp x vpp in {_divisors(layers + 2)}")
+        k = (layers + 2) // n
+        if k < 2 and n > 1:
+            raise WorkloadError(f"pp_split embedding_loss: {n} virtual stages of {k} slot(s) leave the first or last "
+                                "stage without a layer: use fewer stages")
+        counts = [k] * n
+        if n == 1:
+            return (layers,)
+        counts[0] -= 1
+        counts[-1] -= 1
+        return tuple(counts)
+    if n > layers:
+        raise WorkloadError(f"{layers} layers cannot fill pp {pp} x vpp {vpp} = {n} pipeline stages: use fewer stages")
+    base, extra = divmod(layers, n)
+    if split == "even":
+        if extra and vpp > 1:
+            raise WorkloadError(f"{layers} layers are not divisible by pp {pp} x vpp {vpp}: use pp x vpp in "
+                                f"{_divisors(layers)}, or pp_split torchtitan / embedding_loss for an uneven split")
+        if not extra:
+            return (base,) * n
+    # torchtitan (and even without interleaving): first stage base, middle stages base + 1 while the
+    # remainder lasts, the last stage the rest
+    counts = [base]
+    for _ in range(n - 2):
+        take = 1 if extra > 0 else 0
+        extra -= take
+        counts.append(base + take)
+    if n > 1:
+        counts.append(layers - sum(counts))
+    return tuple(counts)
+
+
+def rank_layer_counts(layers: int, pp: int, vpp: int = 1, split: str = "even") -> tuple[int, ...]:
+    """Decoder layers each pipeline rank holds (its vpp virtual stages together)."""
+    counts = stage_layer_counts(layers, pp, vpp, split)
+    return tuple(sum(counts[r::pp]) for r in range(pp))
+
 
 def _divisors(n: int, limit: int = 64) -> str:
     """Divisors of n up to limit, for "use one of" hints."""
@@ -33,8 +100,11 @@ class Parallelism:
     balanced share of tokens, the rest are dropped. moe_imbalance (>= 1): the busiest expert's tokens
     over the balanced share (routing is never perfectly even; the slowest rank sets the step). Expert
     GEMMs are sized for the busiest expert: balanced share x min(imbalance, capacity).
-    Layer counts that do not divide by pp (vpp 1): every stage is priced as the slowest one, with
-    ceil(layers / pp) layers (the first and last stages hold fewer).
+    pp_split: how the framework splits the layers over the pp x vpp virtual stages (PP_SPLITS,
+    stage_layer_counts): "even" (Megatron-Core's default; without interleaving a remainder goes to the
+    middle stages), "torchtitan" (its default split points) or "embedding_loss" (Megatron-Core's
+    account_for_embedding / account_for_loss options). A step is priced on the rank holding the most
+    layers (rank_layer_counts); the pipeline bubble sums the other ranks' shares (step/plan.py).
     """
 
     tp: int = 1
@@ -52,6 +122,7 @@ class Parallelism:
     zero2: bool = False  # ZeRO-2: gradients and optimizer state sharded over dp
     moe_capacity: float = 0.0  # expert capacity factor; 0 = dropless
     moe_imbalance: float = 1.0  # busiest expert's tokens / the balanced share
+    pp_split: str = "even"  # how layers split over virtual pipeline stages (PP_SPLITS)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp"):
@@ -75,6 +146,8 @@ class Parallelism:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v < float("inf")):
                 raise WorkloadError(f"parallelism: {key} must be a number >= {lo:g}, got {v!r}")
+        if self.pp_split not in PP_SPLITS:
+            raise WorkloadError(f"parallelism: pp_split {self.pp_split!r}: use one of {', '.join(PP_SPLITS)}")
         if 0 < self.moe_capacity < 1:
             raise WorkloadError(f"parallelism: moe_capacity {self.moe_capacity} drops tokens of a balanced routing: "
                                 "use 0 (dropless) or a factor >= 1")
@@ -88,6 +161,10 @@ class Parallelism:
     def grad_accum(self) -> int:
         """Micro-batches per step per data-parallel rank: global_batch / (micro_batch * dp)."""
         return self.global_batch // (self.micro_batch * self.dp)
+
+    def rank_layers(self, layers: int) -> tuple[int, ...]:
+        """Decoder layers on each pipeline rank for a model of `layers` layers (this layout's pp_split)."""
+        return rank_layer_counts(layers, self.pp, self.vpp, self.pp_split)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready fields plus gpus and grad_accum."""
@@ -109,11 +186,12 @@ class Parallelism:
         ffn = m.moe_ffn_hidden if m.is_moe and self.ep == 1 else m.ffn_hidden
         if ffn % self.tp:
             raise WorkloadError(f"{m.name}: FFN width {ffn} is not divisible by tp {self.tp}: use a smaller tp")
-        if self.vpp > 1 and m.layers % (self.pp * self.vpp):
-            raise WorkloadError(f"{m.name}: {m.layers} layers are not divisible by pp {self.pp} x vpp {self.vpp}: "
-                                f"use pp x vpp in {_divisors(m.layers)}")
         if m.layers < self.pp:
             raise WorkloadError(f"{m.name}: {m.layers} layers cannot fill pp {self.pp} stages: use pp <= {m.layers}")
+        try:
+            self.rank_layers(m.layers)
+        except WorkloadError as e:
+            raise WorkloadError(f"{m.name}: {e}") from None
         if self.cp > 1 and self.ep > 1:
             raise WorkloadError("context parallelism with expert parallelism is not modelled yet: use cp 1 or ep 1")
         if self.ep > 1:
