@@ -7,8 +7,10 @@ iteration: decode (one new token per sequence, CUDA graph replay) and prefill (q
 sequence, eager). Each row is priced by the path `c3kit serve` prices its scheduler's iterations
 with (c3kit.serve.StepPricer on H200-SXM, tp 1, serve's default cost model and overlap policy, the
 whole model incl. embedding and lm_head): a decode row is `batch` requests each attending kv_len
-tokens, a prefill row `batch` prompts of q_len tokens after kv_len - q_len cached ones. Nothing is
-fitted to these rows: every predicted figure is "predicted independently".
+tokens, a prefill row `batch` prompts of q_len tokens after kv_len - q_len cached ones. The engine
+terms are a bare loop's (serve/overheads.py "loop": graph replay of the exact batch; "loop-eager" for
+rows timed without a graph: the host's measured eager launch per kernel bounds the iteration). Nothing
+is fitted to these rows: every predicted figure is "predicted independently".
 
 Prints per phase and overall the median and p90 of |predicted / measured - 1| against the targets
 (median <= 8%, p90 <= 15%) and the signed bias; --plot writes predicted against measured.
@@ -78,8 +80,13 @@ def cost_model():
     return with_power("efficiency", "sustained")[0]
 
 
+def engine_of(r: dict) -> str:
+    """The engine terms of a measured row: "loop" when timed as a CUDA graph replay, else "loop-eager"."""
+    return "loop" if int(r["graph"]) else "loop-eager"
+
+
 class Predictor:
-    """One StepPricer per measured model shape, as `c3kit serve` builds for a replica (tp 1, default policy)."""
+    """One StepPricer per measured model shape and engine, as `c3kit serve` builds for a replica (tp 1)."""
 
     def __init__(self, cm=None):
         self.cm = cost_model() if cm is None else cm
@@ -90,10 +97,11 @@ class Predictor:
         from c3kit.hw.catalog import get_gpu
         from c3kit.serve.pricing import StepPricer
 
-        key = tuple(r[c] for c in SHAPE)
+        key = tuple(r[c] for c in SHAPE) + (engine_of(r),)
         p = self._pricers.get(key)
         if p is None:
-            p = self._pricers[key] = StepPricer(model_of(r), get_gpu(GPU), tp=1, cost_model=self.cm)
+            p = self._pricers[key] = StepPricer(model_of(r), get_gpu(GPU), tp=1, cost_model=self.cm,
+                                                engine=engine_of(r))
         return p
 
     def price(self, r: dict):
@@ -111,7 +119,7 @@ def evaluate(rows: list[dict], predictor: Predictor | None = None) -> list[dict]
     for r in rows:
         p = pr.price(r)
         out.append({**r, "predicted_s": p.total, "dense_s": p.dense, "attn_s": p.attn_prefill + p.attn_decode,
-                    "lm_head_s": p.lm_head, "err": p.total / float(r["time_s"]) - 1.0,
+                    "lm_head_s": p.lm_head, "eager_wait_s": p.eager_wait, "err": p.total / float(r["time_s"]) - 1.0,
                     "basis": "predicted independently"})
     return out
 

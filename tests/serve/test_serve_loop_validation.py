@@ -35,7 +35,8 @@ def test_model_of_a_row_has_the_rows_sizes(rows):
 def test_prediction_is_the_simulators_pricing_call(rows, evaluated):
     cm = vsl.cost_model()
     for r, e in zip(rows, evaluated):
-        p = StepPricer(vsl.model_of(r), get_gpu("H200-SXM"), tp=1, cost_model=cm)
+        p = StepPricer(vsl.model_of(r), get_gpu("H200-SXM"), tp=1, cost_model=cm,
+                       engine="loop" if r["graph"] else "loop-eager")
         b, q, kv = r["batch"], r["q_len"], r["kv_len"]
         if r["phase"] == "decode":
             want = p([], b, b * kv)
@@ -48,7 +49,7 @@ def test_prediction_is_the_simulators_pricing_call(rows, evaluated):
 
 def test_interpolated_price_is_close_to_the_exact_one(rows, evaluated):
     r, e = rows[3], evaluated[3]  # prefill 2 x 1024: interpolated token-wise part
-    exact = price_iteration(vsl.model_of(r), "H200-SXM", [1024, 1024], [], cost_model=vsl.cost_model())
+    exact = price_iteration(vsl.model_of(r), "H200-SXM", [1024, 1024], [], cost_model=vsl.cost_model(), engine="loop")
     assert e["predicted_s"] == pytest.approx(exact.total, rel=0.02)
 
 
