@@ -65,6 +65,9 @@ def serve(
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = POWER_OPT,
     policy: str = typer.Option("simple", "--policy", help="Overlap policy of the step model: simple or serial."),
+    engine: str = typer.Option("none", "--engine",
+                               help="Engine terms beyond the kernels (docs/serve.md): none, loop, loop-eager or "
+                                    "vllm-v0 (CUDA graph capture sizes, eager dispatch, host time per iteration)."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder (tables, figures, Perfetto trace)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -80,6 +83,9 @@ def serve(
     policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
     if policy not in policies:
         raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
+    from c3kit.serve.overheads import get_engine
+
+    get_engine(engine)  # an unknown name fails before any work
     if requests < 1:
         raise ServeError(f"--requests must be >= 1, got {requests}")
     if rate is not None and (not (rate > 0) or not math.isfinite(rate)):
@@ -95,7 +101,7 @@ def serve(
     cm, cost_label = with_power(cost_model, power)
     setup = ex.make_setup(model, hw, tp=tp, pp=pp, ep=ep, replicas=replicas, dtype=dtype, cost_model=cm,
                           policy=policies[policy], max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
-                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util)
+                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util, engine=engine)
     if workload is not None:
         setup.sched.check(workload)
     else:
@@ -125,7 +131,7 @@ def serve(
             runs = [ex.run_rate(setup, rate if rate is not None else 10.0, requests, p_spec, o_spec, seed, slo_obj,
                                 advance)]
     main = _main_run(runs, search)
-    info = {"setup": setup.describe(), "cost_model": cost_label, "policy": policy, "mode": mode,
+    info = {"setup": setup.describe(), "cost_model": cost_label, "policy": policy, "engine": engine, "mode": mode,
             "workload": main.result.source, "kv": setup.kv.to_dict(),
             "slo": slo_obj.describe() if slo_obj else None,
             "best_rate_rps": (search.best_rate if search else None),
