@@ -31,7 +31,7 @@ SOURCES = {
                      "and every batch with a prompt run eagerly.",
     "eager_dispatch": "An eager iteration cannot end before the host has launched its kernels: kernels x the "
                       "marginal eager launch of a PyTorch op measured on the lent H200's host "
-                      "(benchmarks/ops_h200/h200-sxm-ops-floor.json, tiny_add eager vs kernels; "
+                      "(the op-level floor family: tiny_add launched eagerly 1, 10 and 100 times; "
                       "cost.opclass.fit_floor); kernels: one per node run of the step graph. A lower bound for "
                       "an engine's Python layers. Other GPUs' hosts: not yet measured (the H200 host's figure).",
     "host": "vLLM V0 host time per iteration outside the GPU's work (scheduler, input preparation, sampler "
