@@ -158,6 +158,41 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
     return np.array(out)
 
 
+BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
+
+
+def attention_backends(path=None) -> pd.DataFrame:
+    """The attention backend of each run (studies/data/attention_backends.csv: a run-name glob, the framework,
+    the backend, its source and the reason), decided from the frameworks' documentation and code."""
+    from c3kit.workload.attention import check_backend
+
+    try:
+        if path is None:
+            with resources.files("c3kit.studies").joinpath("data", "attention_backends.csv").open("r") as f:
+                df = pd.read_csv(f, keep_default_na=False)
+        else:
+            df = pd.read_csv(path, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise StudyError(f"cannot read attention backends {path or 'attention_backends.csv'}: {e}") from None
+    missing = [c for c in BACKEND_COLUMNS if c not in df.columns]
+    if missing:
+        raise StudyError(f"attention backends lack column(s) {', '.join(missing)}")
+    for b in df["backend"]:
+        check_backend(str(b))
+    return df
+
+
+def attention_backend_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The backend of a run: the first row of the table whose glob matches its name ("" = the GPU's default)."""
+    from fnmatch import fnmatchcase
+
+    table = attention_backends() if table is None else table
+    for glob, backend in zip(table["runs"], table["backend"]):
+        if fnmatchcase(str(run), str(glob)):
+            return str(backend)
+    return ""
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -230,7 +265,8 @@ def predict(row, cost_model=None, policy=None) -> dict:
     m, p = run_objects(row)
     gpu = get_gpu(str(row["gpu"]))
     cm = default_cost_model() if cost_model is None else cost_model
-    g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node)
+    g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
+                   attn_backend=attention_backend_of(str(row["run"])))
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time

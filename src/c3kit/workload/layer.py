@@ -77,6 +77,8 @@ class AttnShape:
     causal: bool = True
     backward: bool = False
     balanced: bool = False  # context parallelism: load-balanced causal chunks, half of q_len x kv_len
+    backend: str = ""  # workload.attention.BACKENDS; "" = the default of the GPU it runs on
+    dropout: bool = False  # attention dropout (an extra kernel when the backend is unfused)
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,15 @@ class Structure:
     norm: str = "rmsnorm"  # the model's norm kind (measured kernels differ)
     gated: bool = True  # SwiGLU (gated) or GELU MLP activation
     rope: bool = False  # rotary position embedding on q and k (its own kernels)
+    attn_backend: str = ""  # the attention kernel (workload.attention.BACKENDS); "" = the GPU's default
+    attn_dropout: bool = False  # the model trains with attention dropout
 
     @staticmethod
-    def of(model: ModelConfig, par: Parallelism, phase: str = "train") -> "Structure":
-        """The structure of one model x layout x phase."""
+    def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "") -> "Structure":
+        """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "")."""
+        from c3kit.workload.attention import check_backend
+
+        check_backend(attn_backend)
         moe_ep = model.is_moe and par.ep > 1
         factor = float(par.moe_imbalance)
         if par.moe_capacity > 0:
@@ -211,7 +218,8 @@ class Structure:
                          recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
                          moe_factor=factor, norm=model.norm, gated=model.gated_mlp,
-                         rope=model.position == "rope")
+                         rope=model.position == "rope", attn_backend=attn_backend,
+                         attn_dropout=bool(model.dropout) and phase == "train")
 
 
 @dataclass(frozen=True)
@@ -299,8 +307,9 @@ def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
 
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
-             dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32") -> Layer:
-    """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq)."""
+             dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "") -> Layer:
+    """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
+    attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -315,7 +324,8 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         if seq % (2 * par.cp):
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
-    return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype), Structure.of(model, par, phase))
+    return evaluate(Dims.of(model, par, seq, dtype, gpus_per_node, grad_dtype),
+                    Structure.of(model, par, phase, attn_backend))
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -535,7 +545,7 @@ class _Builder(_Ops):
             last = self.compute("kv_write", MemShape(kv * d.b, 0, (("copy", kv, hd),)), (last,), ph, "kv_cache")
         q_len = 1 if s.phase == "decode" else self.seq_local
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
-                                                  s.cp), (last,), ph, r + "attn")
+                                                  s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
         pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
@@ -635,9 +645,9 @@ class _Builder(_Ops):
         att_dep = (dg,)
         attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
         if s.recompute == "selective":
-            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp), (dg,), "bwd", "re_attn")
+            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
             att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
-        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp), att_dep, "bwd", "attn")
+        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")

@@ -28,6 +28,11 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     "cross_entropy.bwd": (3.0, 2.0),  # read logits and write dlogits (+ the softmax pass)
     "embedding": (2.0, 0.0),  # T x W gathered rows read and written
     "copy": (2.0, 0.0),  # a plain copy (KV cache write, layout change)
+    # unfused attention (workload.attention.unfused_parts), over the q_len x kv_len score matrix:
+    "softmax": (2.0, 5.0),  # fused scale-mask-softmax: read scores, write probabilities
+    "softmax.bwd": (3.0, 4.0),  # read probabilities and their gradient, write the scores' gradient
+    "dropout": (2.5, 1.0),  # read, write, and write a one-byte keep mask (half a 2-byte element)
+    "dropout.bwd": (2.5, 1.0),  # read the gradient and the mask, write
 }
 
 
