@@ -16,6 +16,7 @@ Prints per phase and overall the median and p90 of |predicted / measured - 1| ag
 (median <= 8%, p90 <= 15%) and the signed bias; --plot writes predicted against measured.
 
 Usage: python benchmarks/validate_serve_loop.py [--file JSON] [--verbose] [--plot PNG] [--csv CSV]
+       (docs/figures/serve-loop-h200.png is this script's --plot)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_FILE = ROOT / "benchmarks" / "ops_h200" / "h200-sxm-serve-loop.json"
+MEASURED = ROOT / "benchmarks" / "ops_h200"
 TARGETS = {"median": 8.0, "p90": 15.0}  # issue 15, item 4: printed beside the figures, never used to price
 GPU = "H200-SXM"
 SHAPE = ("model", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
@@ -193,7 +194,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Price every measured iteration, print per-phase and overall error against the targets."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--file", type=Path, default=DEFAULT_FILE)
+    from c3kit.cost.calib_store import serve_loop_path
+
+    ap.add_argument("--file", type=Path, default=serve_loop_path("h200-sxm", MEASURED))
     ap.add_argument("--verbose", action="store_true", help="one line per measured iteration")
     ap.add_argument("--plot", type=Path, help="write predicted vs measured here (PNG)")
     ap.add_argument("--csv", type=Path, help="write the per-iteration comparison here")
