@@ -36,12 +36,26 @@ def _doc(directory: Path | None, fam: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def _family_rows(directory: Path | None, *fams: str) -> list[dict]:
+    """The rows of every named family found (as the calibration reads them: memory + eager_ops, attention +
+    decode_attention)."""
+    from c3kit.cost import opclass as oc
+
+    rows = []
+    for fam in fams:
+        try:
+            rows += oc._rows(_doc(directory, fam))
+        except (StopIteration, FileNotFoundError):
+            continue
+    return rows
+
+
 def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     """class -> relative errors (predicted / measured - 1) on the rows the fit did not see."""
     from c3kit.cost import opclass as oc
 
     out: dict[str, list] = {}
-    mem_rows = oc._rows(_doc(directory, "memory"))
+    mem_rows = _family_rows(directory, "memory", "eager_ops")
     from c3kit.hw.catalog import get_gpu
 
     l2 = get_gpu("H200-SXM").l2_bytes
@@ -55,7 +69,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             continue
         p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
-    att_rows = oc._rows(_doc(directory, "attention"))
+    att_rows = _family_rows(directory, "attention", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:

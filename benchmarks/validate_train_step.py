@@ -4,8 +4,9 @@ AdamW step against what `c3kit analyze` projects for the same step (one GPU, no 
 The measured rows come from `python -m c3kit.runtime.bench.train_step` (benchmarks/run_train_step_h200.sh);
 none of the models is in the catalog and no row feeds any parameter. Two ways of writing the block are
 measured: `fused` (F.rms_norm, rotate-half RoPE, as the op classes were measured) and `eager` (RMSNorm and
-complex RoPE written out in fp32, as early torchtitan / Llama reference code). The model prices one way of
-writing it, so `eager` shows what that choice of code costs beyond the model.
+complex RoPE written out in fp32, as early torchtitan / Llama reference code); each is priced with the
+matching `norm_rope` of the layer description (the eager kernels' classes come from call 18's eager_ops rows,
+never from these steps).
 
 Prints per case measured, predicted and signed error, then median / p90 / bias per part.
 Usage: python benchmarks/validate_train_step.py [--dir DIR] [--verbose] [--plot PNG]
@@ -45,7 +46,8 @@ def predict(r: dict, cost_model) -> dict:
     b = max(1, int(r["batch"]))
     seq = int(r["seq"]) or 2048
     par = Parallelism(tp=1, dp=1, pp=1, micro_batch=b, global_batch=b, recompute="none")
-    g = build_step(_model(r), par, "train", seq, "bf16", 8)
+    code = "eager" if r["impl"] == "eager" else "fused"
+    g = build_step(_model(r), par, "train", seq, "bf16", 8, norm_rope=code)
     res = project(g, get_gpu("H200-SXM"), cost_model=cost_model, overheads=DEFAULT_OVERHEADS)
     fb = sum(x.compute_s for x in res.rows if x.phase in ("fwd", "bwd") or x.role == "overhead.launch_gaps")
     opt = sum(x.compute_s for x in res.rows if x.role == "optimizer")

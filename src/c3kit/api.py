@@ -62,6 +62,7 @@ class AnalyzeResult:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
                 "basis": self.basis(), "attention": self.attention(),
+                "norm_rope": getattr(self.config, "norm_rope", "fused"),
                 "tried": [asdict(c) for c in self.config.tried],
                 **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
                 "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}
@@ -145,7 +146,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             overlap: str | None = None, policy: str | None = None, trace=None, compare_overlap: bool = True,
             overheads="default",
             cost_model: str = "efficiency", power: str = "sustained",
-            attention_backend: str | None = None) -> AnalyzeResult:
+            attention_backend: str | None = None, norm_rope: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -156,6 +157,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, efficient,
     unfused); None: what current PyTorch's SDPA picks on the GPU (cudnn on H100, H200 and B200, flash2 elsewhere;
     cost/data/attention_backends.toml).
+    norm_rope: how RMSNorm and RoPE run: "fused" (one kernel per norm, rotate-half RoPE) or "eager" (written out
+    in fp32 eager PyTorch, as torchtitan's `rmsnorm` and the Llama reference code); workload.layer.NORM_ROPE.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (engine modes search under simple overlap, then project under the mode).
     """
@@ -168,6 +171,9 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     from c3kit.workload.attention import check_backend
 
     backend = check_backend(attention_backend or "")
+    from c3kit.workload.layer import check_norm_rope
+
+    check_norm_rope(norm_rope)
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
     if isinstance(overheads, str):
         if overheads != "default":
@@ -180,7 +186,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt, cost_model=cm, policy=search, attn_backend=backend)
+                  dist_optimizer=dist_opt, cost_model=cm, policy=search, attn_backend=backend,
+                  norm_rope=norm_rope)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -127,3 +127,23 @@ def test_attention_backend_default_is_said_in_help_and_api():
                     compare_overlap=False)
     assert r.attention() == {"backend": "flash2", "default": True, "basis": "datasheet",
                              "default_source": r.attention()["default_source"]}
+
+
+def test_norm_rope_option(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    out = tmp_path / "bad"
+    assert main(["analyze", "--model", "llama-3-8b", "--gpus", "8", "--norm-rope", "triton", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown norm/RoPE code 'triton'")
+    assert not out.exists()
+    times = {}
+    for code in ("fused", "eager"):
+        assert main(["analyze", "--model", "llama-3-8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--fsdp",
+                     "--recompute", "none", "--norm-rope", code, "--out", str(tmp_path / code), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["norm_rope"] == code
+        times[code] = doc["step_time"] if "step_time" in doc else doc["totals"]["step_time"]
+    assert times["eager"] > times["fused"]

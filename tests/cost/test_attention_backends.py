@@ -32,7 +32,7 @@ def test_unfused_forward_is_the_sum_of_its_kernels_by_hand():
     want = 2 * max(gemm_flops / peak, gemm_bytes / bw) + 2 * scores * 2 / bw + 2.5 * scores * 2 / bw
     op = Attention("a", 1, 2, 2, 1024, 1024, 64, "bf16", True, False, False, "unfused", True)
     assert time(op, hw, roof) == pytest.approx(want, rel=1e-12)
-    parts = unfused_breakdown(1, 2, 1024, 1024, 64, False, True, hw, roof)
+    parts = unfused_breakdown(1, 2, 1024, 1024, 64, False, True, hw, roof, price=time)
     assert [k for k, _ in parts] == ["bmm 1024x1024x64 x2", "bmm 1024x64x1024 x2", "softmax", "dropout"]
     assert sum(t for _, t in parts) == pytest.approx(want, rel=1e-12)
 
@@ -41,7 +41,7 @@ def test_unfused_forward_is_the_sum_of_its_kernels_by_hand():
 @pytest.mark.parametrize("backward", [False, True])
 def test_unfused_time_is_the_sum_of_its_parts_under_the_calibrated_model(gpu, backward):
     hw = get_gpu(gpu)
-    parts = unfused_breakdown(2, 16, 2048, 2048, 128, backward, True, hw, EFF)
+    parts = unfused_breakdown(2, 16, 2048, 2048, 128, backward, True, hw, EFF, price=time)
     gemms, mems = unfused_parts(2, 16, 2048, 2048, 128, backward, True)
     assert len(parts) == len(gemms) + len(mems) == (6 if backward else 4)
     assert time(_att("unfused", 2048, backward, True, batch=2, heads=16), hw, EFF) == pytest.approx(

@@ -77,7 +77,7 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     if cls is Attention:
         from c3kit.cost.attention import attention_time
 
-        return attention_time(op, hw, m)
+        return attention_time(op, hw, m, time)
     if cls is MemOp:
         t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.parts else None
         return t if t is not None else roofline_time(op, hw, 1.0, m.mem_eff)

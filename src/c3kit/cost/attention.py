@@ -86,9 +86,9 @@ def _cal(hw, op_class: str):
 
 
 def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dropout: bool, hw, model,
-                      dtype: str = "bf16") -> list[tuple[str, float]]:
-    """(kernel, seconds) of every kernel of one unfused attention on hw under the cost model."""
-    from c3kit.cost import time as op_time
+                      dtype: str = "bf16", *, price) -> list[tuple[str, float]]:
+    """(kernel, seconds) of every kernel of one unfused attention on hw under the cost model; price is
+    c3kit.cost.time (passed in: this module sits below the package that dispatches to it)."""
     from c3kit.hw.model import dtype_bytes
     from c3kit.workload.memops import memop_traffic
     from c3kit.workload.ops import Gemm, MemOp
@@ -98,26 +98,27 @@ def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dro
     mem = _cal(hw, "memory") if model.kind != "roofline" else None
     out = []
     for g, m, n, k in gemms:
-        t = op_time(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
+        t = price(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
         out.append((f"bmm {m}x{n}x{k} x{g}", float(t)))
     for kind, elements, width in mems:
         t = mem.kind_time(kind, elements, width, eb) if mem is not None else None
         if t is None:
             nbytes, flops = memop_traffic(kind, float(elements), eb)
-            t = op_time(MemOp("unfused." + kind, nbytes, flops), hw, model)
+            t = price(MemOp("unfused." + kind, nbytes, flops), hw, model)
         out.append((kind, float(t)))
     return out
 
 
-def attention_time(op, hw, model) -> float:
-    """Seconds of one workload.ops.Attention on hw under the cost model, by its backend."""
+def attention_time(op, hw, model, price) -> float:
+    """Seconds of one workload.ops.Attention on hw under the cost model, by its backend (price: c3kit.cost.time,
+    for the kernels of unfused attention)."""
     from c3kit.cost.roofline import roofline_time
     from c3kit.hw.model import dtype_bytes
 
     backend = resolve_backend(op.backend, hw.name)
     if backend == "unfused":
         return sum(t for _, t in unfused_breakdown(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward,
-                                                   op.dropout, hw, model, op.dtype))
+                                                   op.dropout, hw, model, op.dtype, price=price))
     if model.kind != "roofline":
         cal = _cal(hw, "attention")
         if cal is not None:
@@ -142,7 +143,7 @@ def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backwar
     return own + steps * other
 
 
-def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
+def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray | None:
     """attention_time over the scenarios of a layer-description AttnShape (arrays) on one GPU; None where
     the fused roofline the caller already has stands (fused backend without a measured class)."""
     def arr(v):
@@ -153,7 +154,7 @@ def attention_rows(shape, hw, model, n: int, sel=None) -> np.ndarray | None:
     backend = resolve_backend(shape.backend, hw.name)
     if backend == "unfused":  # the same kernels as attention_time, one scenario at a time
         return np.array([sum(t for _, t in unfused_breakdown(int(b), int(h), int(q), int(kv), int(d), shape.backward,
-                                                             shape.dropout, hw, model))
+                                                             shape.dropout, hw, model, price=price))
                          for b, h, q, kv, d in zip(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"])])
     if model.kind == "roofline":
         return None

@@ -49,7 +49,7 @@ def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None, v
     return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-{kind}{'-' + variant if variant else ''}.json"
 
 
-OP_FAMILIES = ("memory", "attention", "floor")  # the op-level families the cost model fits (cost/opclass.py)
+OP_FAMILIES = ("memory", "eager_ops", "attention", "decode_attention", "floor")  # the op-level families the cost model fits (cost/opclass.py)
 
 
 def op_calibration_path(gpu_name: str, family: str, root: str | Path | None = None) -> Path:

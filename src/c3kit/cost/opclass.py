@@ -162,6 +162,13 @@ def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None 
     return out
 
 
+def copy_rows(floor_rows: list[dict]) -> list[dict]:
+    """The floor family's plain-copy ladder (bf16, 1k to 1G elements, CUDA graph) as memory rows of kind copy
+    (width 1: a copy has no row structure)."""
+    return [{"op": "copy", "pass": "fwd", "tokens": r["elements"], "width": 1, "bytes": r["bytes"],
+             "time_s": r["time_s"]} for r in floor_rows if r["case"] == "copy"]
+
+
 def _memory_kind(r: dict) -> str | None:
     """The MEMOP_KINDS name of an ops-memory row ("rmsnorm" + "bwd" -> "rmsnorm.bwd")."""
     op, ps = str(r["op"]), str(r["pass"])
@@ -290,7 +297,9 @@ def ops_file(gpu_name: str, family: str):
 def op_calibration(gpu_name: str) -> OpCalibration | None:
     """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
     found = {}
-    for fam in ("memory", "attention", "floor"):
+    from c3kit.cost.calib_store import OP_FAMILIES
+
+    for fam in OP_FAMILIES:
         p = ops_file(gpu_name, fam)
         if p.is_file():
             found[fam] = p
@@ -300,8 +309,13 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
 
     docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
-    mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
-    att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
+    # eager_ops rows are memory kinds too (eager-written norm, complex RoPE); decode_attention rows extend
+    # the attention family's decode rows to long KV caches
+    mem_rows = [r for fam in ("memory", "eager_ops") if fam in docs for r in _rows(docs[fam])]
+    mem_rows += copy_rows(_rows(docs["floor"])) if "floor" in docs else []
+    att_rows = [r for fam in ("attention", "decode_attention") if fam in docs for r in _rows(docs[fam])]
+    mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
+    att, dec = fit_attention(att_rows) if att_rows else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
 

@@ -314,9 +314,10 @@ def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
     for gi in np.unique(idx):
         sel = idx == gi
         if isinstance(shape, AttnShape):
+            from c3kit.cost import time as op_time
             from c3kit.cost.attention import attention_rows
 
-            t = attention_rows(shape, h["gpu_objs"][gi], cm, row.shape[0], sel)
+            t = attention_rows(shape, h["gpu_objs"][gi], cm, row.shape[0], sel, price=op_time)
             if t is not None:
                 row[sel] = t
             continue
