@@ -41,7 +41,7 @@ def test_trace_run(tmp_path, capsys):
     ["--output-len", "-4"], ["--prompt-len", "normal:abc:1"], ["--slo", "ttft=fast"], ["--slo", "speed=1s"],
     ["--model", "Llama-3-70B", "--tp", "1"], ["--prompt-len", "2000000"], ["--trace", "MISSING.csv"],
     ["--requests", "0"], ["--max-seqs", "512", "--max-batched-tokens", "256"], ["--tp", "3"],
-    ["--policy", "psychic"], ["--rate", "2", "--rates", "1,2"],
+    ["--policy", "psychic"], ["--rate", "2", "--rates", "1,2"], ["--engine", "tgi"],
 ])
 def test_bad_input(tmp_path, capsys, args):
     out = tmp_path / "bad"
@@ -59,3 +59,13 @@ def test_not_a_trace(tmp_path, capsys):
     assert main(["serve", "--trace", str(t), "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
     assert not out.exists()
+
+
+def test_engine_terms_slow_the_same_workload(tmp_path, capsys):
+    runs = {}
+    for e in ("none", "vllm-v0"):
+        assert main(["serve", "--rate", "1000", *FAST, "--engine", e, "--out", str(tmp_path / e), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["engine"] == e and f"engine terms {e}" in doc["setup"]
+        runs[e] = doc["metrics"]
+    assert runs["vllm-v0"]["throughput_rps"] < runs["none"]["throughput_rps"]

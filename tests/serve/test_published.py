@@ -42,3 +42,16 @@ def test_one_configuration_simulates(df):
     m = validate_serve.simulate_row(r, 100)
     assert m.requests == 8
     assert 0 < validate_serve.ours(m, "e2e_mean_ms") < 10 * r.value
+
+
+def test_vllm_rows_use_the_v0_scheduler_defaults_and_engine_terms(df):
+    """vLLM V0 (Oct-Nov 2024): chunked prefill only above a 32K context, then 512 tokens; else max(len, 2048)."""
+    from c3kit.serve.overheads import ENGINES
+
+    ctx = {"Llama-3.1-8B": 131072, "Llama-3-70B": 8192, "Mixtral-8x7B": 32768}
+    for r in df[df["engine"] == "vLLM"].itertuples():
+        n = ctx[r.model_published]
+        assert r.chunked_prefill == int(n > 32768), r.id
+        assert r.max_batched_tokens == (512 if n > 32768 else max(n, 2048)), r.id
+        assert r.max_seqs == 256 and r.engine_terms == "vllm-v0" and "V0" in r.scheduler_source
+    assert set(df["engine_terms"]) <= set(ENGINES)

@@ -42,6 +42,46 @@ def progress_bar(what: str, enabled: bool = True) -> Iterator[Callable[..., None
         yield update
 
 
+def wide_console() -> Console:
+    """The stdout console for wide comparison tables: 150 columns when stdout is not a terminal (pipes, logs)."""
+    # rich would wrap 7-9 column tables at 80 characters off a terminal
+    return console if console.is_terminal else Console(width=150)
+
+
+def finish_studies(results: list, out, title: str, as_json: bool, *, single: bool = False, notes: int = 2,
+                   preface: str | None = None) -> None:
+    """Write study results into one report folder under `out`, then print one JSON document or their tables.
+
+    single: the JSON document is the one study's own (`c3kit study <name> --json`), else {"studies": [...]}.
+    Console: per study its summary table (basis_detail left to the report), the basis line and its first
+    `notes` notes; then where the report is.
+    """
+    from c3kit.report import Report
+    from c3kit.studies.all_studies import basis_counts, write_report
+
+    with Report(out, title) as rep:
+        if preface:
+            rep.text(preface)
+        for r in results:
+            write_report(r, rep)
+    if as_json:
+        if single and len(results) == 1:
+            emit_json({**results[0].to_dict(), "out": str(out)})
+        else:
+            emit_json({"studies": [r.to_dict() for r in results], "out": str(out)})
+        return
+    wide = wide_console()
+    for r in results:
+        summary = r.summary.drop(columns=[c for c in ("basis_detail",) if c in r.summary.columns]).round(4)
+        wide.print(df_table(f"{r.title} ({r.seconds:.2f} s)", summary))
+        counts = basis_counts(r)
+        console.print("basis of ours beside published: " + (", ".join(f"{n} {b}" for b, n in counts.items())
+                                                            or "none given"))
+        for note in r.notes[:notes]:
+            console.print(note)
+    console.print(f"[dim]report: {out}/report.md[/dim]")
+
+
 def _checked_dir(value):
     from c3kit.report import check_out
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, POWER_OPT, console, df_table, emit_json, err_console, rich_table, with_power
+from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, df_table, emit_json, finish_studies, out_dir_option,
+                              progress_bar, rich_table, with_power)
 from c3kit.units import fmt_time
 
 serve_app = typer.Typer(help="Serving: TTFT, TPOT and throughput of an LLM server under load (docs/serve.md).",
@@ -63,6 +65,9 @@ def serve(
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = POWER_OPT,
     policy: str = typer.Option("simple", "--policy", help="Overlap policy of the step model: simple or serial."),
+    engine: str = typer.Option("none", "--engine",
+                               help="Engine terms beyond the kernels (docs/serve.md): none, loop, loop-eager or "
+                                    "vllm-v0 (CUDA graph capture sizes, eager dispatch, host time per iteration)."),
     out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="Report folder (tables, figures, Perfetto trace)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -78,6 +83,9 @@ def serve(
     policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
     if policy not in policies:
         raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
+    from c3kit.serve.overheads import get_engine
+
+    get_engine(engine)  # an unknown name fails before any work
     if requests < 1:
         raise ServeError(f"--requests must be >= 1, got {requests}")
     if rate is not None and (not (rate > 0) or not math.isfinite(rate)):
@@ -93,7 +101,7 @@ def serve(
     cm, cost_label = with_power(cost_model, power)
     setup = ex.make_setup(model, hw, tp=tp, pp=pp, ep=ep, replicas=replicas, dtype=dtype, cost_model=cm,
                           policy=policies[policy], max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
-                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util)
+                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util, engine=engine)
     if workload is not None:
         setup.sched.check(workload)
     else:
@@ -111,7 +119,7 @@ def serve(
         mode, total = "slo", requests * ex.search_runs()
     else:
         mode, total = "rate", requests
-    with _progress(total) as advance:
+    with _progress(total, not as_json) as advance:
         if mode == "trace":
             runs = [ex.run_workload(setup, workload, float("nan"), slo_obj, advance)]
         elif mode == "sweep":
@@ -123,7 +131,7 @@ def serve(
             runs = [ex.run_rate(setup, rate if rate is not None else 10.0, requests, p_spec, o_spec, seed, slo_obj,
                                 advance)]
     main = _main_run(runs, search)
-    info = {"setup": setup.describe(), "cost_model": cost_label, "policy": policy, "mode": mode,
+    info = {"setup": setup.describe(), "cost_model": cost_label, "policy": policy, "engine": engine, "mode": mode,
             "workload": main.result.source, "kv": setup.kv.to_dict(),
             "slo": slo_obj.describe() if slo_obj else None,
             "best_rate_rps": (search.best_rate if search else None),
@@ -144,23 +152,18 @@ def _main_run(runs, search):
     return runs[-1]
 
 
-class _progress:
-    """A rich progress bar over simulated requests (stderr; silent when stderr is not a terminal)."""
+@contextmanager
+def _progress(total: int, enabled: bool = True):
+    """A progress bar over simulated requests; yields advance(k): k more requests finished."""
+    done = [0]
+    with progress_bar("simulating", enabled) as update:
+        update(0, total)
 
-    def __init__(self, total: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        def advance(k: int) -> None:
+            done[0] += k
+            update(done[0], total)
 
-        self.p = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err_console, transient=True, disable=not err_console.is_terminal)
-        self.total = total
-
-    def __enter__(self):
-        self.p.start()
-        task = self.p.add_task("serve", total=self.total)
-        return lambda k: self.p.advance(task, k)
-
-    def __exit__(self, *exc):
-        self.p.stop()
+        yield advance
 
 
 def _write_report(out: Path, setup, runs, main, info: dict) -> None:
@@ -213,37 +216,12 @@ def _print(setup, info: dict, df, main, out: Path) -> None:
 def study(
     name: str = typer.Argument("all", help="dma, pim, fused or all."),
     quick: bool = typer.Option(False, "--quick", help="Fewer rates and requests."),
-    out: Path = typer.Option(Path("c3kit-out/serve-study"), "--out", help="Report folder."),
+    out: Path = out_dir_option("c3kit-out/serve-study", "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """The inference studies on the serving simulator: DMA collectives, PIM GEMVs, fused GEMM + reduce-scatter."""
-    from c3kit.report import Report
-    from c3kit.studies.all_studies import write_report
     from c3kit.studies.serving import run_named
 
-    with _progress_studies() as prog:
-        results = run_named(name, quick=quick, progress=prog)
-    with Report(out, "c3kit serve study") as rep:
-        for r in results:
-            write_report(r, rep)
-    if as_json:
-        emit_json({"studies": [r.to_dict() for r in results], "out": str(out)})
-        return
-    for r in results:
-        console.print(df_table(r.title, r.summary.round(4)))
-        for note in r.notes[:2]:
-            console.print(note)
-    console.print(f"report: {out}/report.md")
-
-
-class _progress_studies:
-    def __enter__(self):
-        from rich.progress import Progress
-
-        self.p = Progress(console=err_console, transient=True, disable=not err_console.is_terminal)
-        self.p.start()
-        self.task = self.p.add_task("serving studies", total=None)
-        return lambda label: self.p.update(self.task, description=label)
-
-    def __exit__(self, *exc):
-        self.p.stop()
+    with progress_bar("serving studies", not as_json) as update:
+        results = run_named(name, quick=quick, progress=lambda label: update(0, None, label))
+    finish_studies(results, out, "c3kit serve study", as_json)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from c3kit.cli.common import JSON_OPT, console, df_table, emit_json, out_dir_option, progress_bar
+from c3kit.cli.common import JSON_OPT, finish_studies, out_dir_option, progress_bar
 from c3kit.errors import StudyError
 
 study_app = typer.Typer(help="Paper studies: C3/ConCCL, DMA-Latte, T3, FiCCO (ours beside published).",
@@ -22,42 +22,15 @@ def _out_opt(name: str):
     return out_dir_option(f"c3kit-out/study-{name}", "Report folder (CSV, PNG, report.md).")
 
 
-def _finish(result, out: Path, as_json: bool) -> None:
-    from c3kit.report import Report
-    from c3kit.studies.all_studies import write_report
+def _run_one(run, out: Path, as_json: bool, progress: str | None = None, **kwargs) -> None:
+    """Run one study (with a progress bar over its scenarios when `progress` names it) and finish it."""
+    from c3kit.studies.all_studies import timed
 
-    with Report(out, result.title) as rep:
-        write_report(result, rep)
-    if as_json:
-        emit_json({**result.to_dict(), "out": str(out)})
-        return
-    _out_console().print(df_table(result.title, _rounded(result.summary)))
-    console.print(_basis_line(result))
-    for note in result.notes[:2]:
-        console.print(note)
-    console.print(f"[dim]{result.seconds:.2f} s; report: {out}/report.md[/dim]")
-
-
-def _rounded(df):
-    # basis_detail (why a row has its basis) is in the report, the CSV and --json; the console keeps basis
-    return df.drop(columns=[c for c in ("basis_detail",) if c in df.columns]).round(4)
-
-
-def _basis_line(result) -> str:
-    from c3kit.studies.all_studies import basis_counts
-
-    counts = basis_counts(result)
-    return "basis of ours beside published: " + (", ".join(f"{n} {b}" for b, n in counts.items()) or "none given")
-
-
-def _out_console():
-    # the comparison tables have 7-9 columns: when stdout is not a terminal (pipes, logs) rich would wrap
-    # them at 80 characters, so print them at 150 there
-    if console.is_terminal:
-        return console
-    from rich.console import Console
-
-    return Console(width=150)
+    with progress_bar(progress or "study", bool(progress) and not as_json) as update:
+        if progress:
+            kwargs["progress"] = update
+        res = timed(run, **kwargs)
+    finish_studies([res], out, res.title, as_json, single=True)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -106,15 +79,13 @@ def dma(
     as_json: bool = JSON_OPT,
 ) -> None:
     """DMA-Latte: DMA-engine collectives 1 KB..1 GB on MI300X and H200, beside the published figures."""
-    from c3kit.studies.all_studies import timed
     from c3kit.studies.dma_latte import run
 
     lo, hi = _binary_size(min_size), _binary_size(max_size)
     if calib is not None and not calib.is_file():
         raise StudyError(f"--calib {calib}: no such file")
-    res = timed(run, ranks=ranks, min_size=lo, max_size=hi, h200_overrides=_overrides(set_) or None,
-                h200_calib=calib, quick=quick)
-    _finish(res, out, as_json)
+    _run_one(run, out, as_json, ranks=ranks, min_size=lo, max_size=hi, h200_overrides=_overrides(set_) or None,
+             h200_calib=calib, quick=quick)
 
 
 def _binary_size(text: str) -> float:
@@ -143,13 +114,12 @@ def t3(
     as_json: bool = JSON_OPT,
 ) -> None:
     """T3: GEMM + reduce-scatter sublayers: sequential, ideal, T3, T3-MCA, DRAM traffic, end to end."""
-    from c3kit.studies.all_studies import timed
     from c3kit.studies.t3 import run
 
     if cost_model not in ("roofline", "efficiency", "table"):
         raise StudyError(f"--cost-model must be roofline, efficiency or table, got {cost_model!r}")
-    res = timed(run, tp=_ints(tp, "--tp"), models=_names(models, "--models"), tokens=tokens, cost_model=cost_model, quick=quick)
-    _finish(res, out, as_json)
+    _run_one(run, out, as_json, tp=_ints(tp, "--tp"), models=_names(models, "--models"), tokens=tokens,
+             cost_model=cost_model, quick=quick)
 
 
 @study_app.command("c3")
@@ -160,11 +130,9 @@ def c3(
     as_json: bool = JSON_OPT,
 ) -> None:
     """C3 / ConCCL: GEMMs concurrent with collectives; fraction of ideal per strategy and class."""
-    from c3kit.studies.all_studies import timed
     from c3kit.studies.c3 import run
 
-    res = timed(run, gpus=_names(gpus), quick=quick)
-    _finish(res, out, as_json)
+    _run_one(run, out, as_json, gpus=_names(gpus), quick=quick)
 
 
 @study_app.command("ficco")
@@ -175,12 +143,9 @@ def ficco(
     as_json: bool = JSON_OPT,
 ) -> None:
     """FiCCO: the overlap design space over model scenarios; losses, heuristic vs oracle, best speedup."""
-    from c3kit.studies.all_studies import timed
     from c3kit.studies.ficco import run
 
-    with progress_bar("FiCCO scenarios", not as_json) as update:
-        res = timed(run, gpus=_names(gpus), quick=quick, progress=update)
-    _finish(res, out, as_json)
+    _run_one(run, out, as_json, "FiCCO scenarios", gpus=_names(gpus), quick=quick)
 
 
 @study_app.command("e2e")
@@ -190,11 +155,9 @@ def e2e(
     as_json: bool = JSON_OPT,
 ) -> None:
     """T3 and FiCCO end to end: whole training and prefill steps with the schedule inside the step."""
-    from c3kit.studies.all_studies import timed
     from c3kit.studies.end_to_end import run
 
-    res = timed(run, quick=quick)
-    _finish(res, out, as_json)
+    _run_one(run, out, as_json, quick=quick)
 
 
 @study_app.command("all")
@@ -204,20 +167,10 @@ def all_(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every study, one report with all figures."""
-    from c3kit.report import Report
-    from c3kit.studies.all_studies import STUDIES, run_all, write_report
+    from c3kit.studies.all_studies import STUDIES, run_all
 
     with progress_bar("studies", not as_json) as update:
         update(0, len(STUDIES))
         results = run_all(progress=lambda name, i, n: update(i, n, f"study {name}"), quick=quick)
-    with Report(out, "c3kit communication studies") as rep:
-        rep.text("| study | seconds |\n|---|---|\n" + "\n".join(f"| {r.name} | {r.seconds:.2f} |" for r in results))
-        for r in results:
-            write_report(r, rep)
-    if as_json:
-        emit_json({"studies": [r.to_dict() for r in results], "out": str(out)})
-        return
-    for r in results:
-        _out_console().print(df_table(f"{r.title} ({r.seconds:.2f} s)", _rounded(r.summary)))
-        console.print(_basis_line(r))
-    console.print(f"[dim]report: {out}/report.md[/dim]")
+    table = "| study | seconds |\n|---|---|\n" + "\n".join(f"| {r.name} | {r.seconds:.2f} |" for r in results)
+    finish_studies(results, out, "c3kit communication studies", as_json, notes=0, preface=table)

@@ -48,11 +48,15 @@ class IterationPrice:
     attn_prefill: float
     attn_decode: float
     lm_head: float
+    graph_pad: float = 0.0  # engine terms (serve/overheads.py): padded rows of a captured decode batch,
+    eager_wait: float = 0.0  # GPU idle while the host launches an eager iteration's kernels,
+    host: float = 0.0  # the engine's host time outside the GPU's work
 
     @property
     def total(self) -> float:
         """Seconds of the whole iteration."""
-        return self.dense + self.attn_prefill + self.attn_decode + self.lm_head
+        return (self.dense + self.attn_prefill + self.attn_decode + self.lm_head + self.graph_pad + self.eager_wait
+                + self.host)
 
 
 class StepPricer:
@@ -60,12 +64,16 @@ class StepPricer:
 
     `timer(op, hw) -> seconds` replaces the cost model for every op (the studies use it to price
     collectives on DMA engines or GEMVs on PIM); None: c3kit.cost.time under cost_model.
+    `engine`: the serving engine's terms beyond the kernels (serve/overheads.py; a name or an
+    EngineOverheads; None: "none", the kernels alone).
     """
 
     def __init__(self, model, hw, tp: int = 1, pp: int = 1, ep: int = 1, dtype: str = "bf16", cost_model=None,
-                 policy=None, timer: Callable | None = None, exact: bool = False):
+                 policy=None, timer: Callable | None = None, exact: bool = False, engine=None):
         from c3kit import cost
         from c3kit.cost.model import as_model
+        from c3kit.serve.overheads import get_engine
+        from c3kit.step import make_plan
         from c3kit.workload.graph import build_step
         from c3kit.workload.parallel import Parallelism
 
@@ -88,6 +96,14 @@ class StepPricer:
         heads = [nd.op for nd in g.nodes if nd.role == "lm_head"]
         self._head = heads[0] if heads else None
         self._zero_names = {self._attn.name} | ({self._head.name} if self._head is not None else set())
+        self.engine = get_engine(engine)
+        # kernels of one iteration: one per node run of the step graph (every layer, every stage in turn)
+        self.kernels = int(round(float(make_plan(g).multiplicity.sum()) * pp))
+        self._launch = 0.0
+        if self.engine.eager_dispatch:
+            from c3kit.serve.overheads import eager_launch_s
+
+            self._launch = eager_launch_s(hw)
         self._dense: dict[int, float] = {}
         self._grid: dict[int, float] = {}
         self._plans: dict = {}
@@ -193,12 +209,30 @@ class StepPricer:
         return v
 
     # -- one iteration ------------------------------------------------------------------
+    def engine_terms(self, prefill: Sequence[tuple[int, int]], decode: int, decode_kv: int,
+                     kernels_s: float) -> tuple[float, float, float]:
+        """(graph_pad, eager_wait, host) seconds of an iteration whose kernels take kernels_s (serve/overheads.py)."""
+        e = self.engine
+        if not e.active:
+            return 0.0, 0.0, 0.0
+        pad = wait = 0.0
+        gb = e.graph_batch(len(prefill), decode)
+        if gb is not None:
+            if gb > decode:  # the captured graph computes gb rows; the padded rows have no KV to attend
+                pad = self.dense_time(gb) + self.head_time(gb) - self.dense_time(decode) - self.head_time(decode)
+        elif e.eager_dispatch:
+            wait = max(0.0, self.kernels * self._launch - kernels_s)
+        return pad, wait, e.host_time(decode + len(prefill))
+
     def breakdown(self, prefill: Sequence[tuple[int, int]], decode: int, decode_kv: int) -> IterationPrice:
         """IterationPrice of prefill chunks (tokens, cached before) plus `decode` requests reading decode_kv KV tokens."""
         tokens = decode + sum(n for n, _ in prefill)
-        return IterationPrice(tokens=tokens, dense=self.dense_time(tokens), attn_prefill=self.attn_prefill_time(prefill),
-                              attn_decode=self.attn_decode_time(decode, decode_kv),
-                              lm_head=self.head_time(decode + len(prefill)))
+        ap = self.attn_prefill_time(prefill)
+        ad = self.attn_decode_time(decode, decode_kv)
+        d, h = self.dense_time(tokens), self.head_time(decode + len(prefill))
+        pad, wait, host = self.engine_terms(prefill, decode, decode_kv, d + h + ap + ad)
+        return IterationPrice(tokens=tokens, dense=d, attn_prefill=ap, attn_decode=ad, lm_head=h, graph_pad=pad,
+                              eager_wait=wait, host=host)
 
     def __call__(self, prefill: Sequence[tuple[int, int]], decode: int, decode_kv: int) -> float:
         """Seconds of one iteration (the simulator's pricing call)."""
@@ -213,6 +247,9 @@ class StepPricer:
             t += self.attn_prefill_time(prefill)
         if decode:
             t += self.attn_decode_time(decode, decode_kv)
+        if self.engine.active:
+            pad, wait, host = self.engine_terms(prefill, decode, decode_kv, t)
+            t += pad + wait + host
         return t
 
     def price_iteration(self, prefill_tokens: Sequence[int], decode_kv_lens: Sequence[int],
@@ -253,12 +290,13 @@ def _kv_point(j: int) -> int:
 
 def price_iteration(model, hw, prefill_tokens: Sequence[int], decode_kv_lens: Sequence[int], *, tp: int = 1,
                     pp: int = 1, ep: int = 1, dtype: str = "bf16", cost_model=None, policy=None,
-                    prefill_cached: Sequence[int] | None = None, exact: bool = True) -> IterationPrice:
+                    prefill_cached: Sequence[int] | None = None, exact: bool = True, engine=None) -> IterationPrice:
     """Price one iteration (model / hw objects or names) without a simulation: the per-iteration comparison hook."""
     from c3kit.hw.catalog import get_gpu
     from c3kit.workload.model import get_model
 
     m = get_model(model) if isinstance(model, str) else model
     g = get_gpu(hw) if isinstance(hw, str) else hw
-    pricer = StepPricer(m, g, tp=tp, pp=pp, ep=ep, dtype=dtype, cost_model=cost_model, policy=policy, exact=exact)
+    pricer = StepPricer(m, g, tp=tp, pp=pp, ep=ep, dtype=dtype, cost_model=cost_model, policy=policy, exact=exact,
+                        engine=engine)
     return pricer.price_iteration(prefill_tokens, decode_kv_lens, prefill_cached)

@@ -141,8 +141,9 @@ def run_dma(quick: bool = False, progress=None) -> StudyResult:
     ])
     notes = [f"Published: {SOURCES['dma']}. Ours: ShareGPT-like lengths, {n} requests per run, rates as fractions of "
              "the baseline's saturated throughput; the SM library is c3kit.cost's collective model (efficiency); "
-             "vLLM's own overheads (CPU scheduling, sampling) are not modelled, so latency ratios here come from "
-             "collectives alone."] + notes
+             "engine terms none: the host time per iteration of the paper's vLLM build is not modelled (c3kit "
+             "serve --engine vllm-v0 models vLLM's V0 engine of 2024, not necessarily the paper's), so latency "
+             "ratios here come from collectives alone."] + notes
     return StudyResult("serve-dma", "Serving: DMA-offloaded decode collectives vs SM library", summary,
                        {"serve_dma_runs": df, "serve_dma_ratios": ratios}, [], notes,
                        {"latency_speedup": lat, "throughput_ratio": thr})
