@@ -97,6 +97,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             out.setdefault(name, []).append(m(oc._row_features(r)) / r["time_s"] - 1)
     from c3kit.cost import time as op_time
     from c3kit.cost.model import as_model
+    from c3kit.workload.attention import UNFUSED_GEMM
     from c3kit.workload.ops import Gemm
 
     from c3kit.cost.attention import unfused_breakdown
@@ -117,7 +118,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
     for r in oc._rows(_doc(directory, "gemm")):
         if oc.is_bmm_row(r):  # none of these rows is in the GEMM calibration: all are out of sample
-            t = op_time(Gemm("bmm", int(r["m"]), int(r["n"]), int(r["k"]), "bf16", int(r["groups"])), h200, burst)
+            t = op_time(Gemm(UNFUSED_GEMM, int(r["m"]), int(r["n"]), int(r["k"]), "bf16", int(r["groups"])), h200, burst)
             out.setdefault("bmm by the GEMM model (unfused attention)", []).append(t / r["time_s"] - 1)
     return {k: np.array(v) for k, v in out.items()}
 

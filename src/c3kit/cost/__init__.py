@@ -61,7 +61,12 @@ def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
     if op.dtype not in ("bf16", "fp16", "fp8"):
         return None
     cls = gemm_classes_for(hw)
-    if op.batch > 1 and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
+    # the grouped class was measured on torch._grouped_mm (MoE experts); attention's batched GEMMs (torch.bmm over
+    # many small (sequence, head) groups) stay on the curve, which prices the measured bmm rows (validate_ops)
+    from c3kit.workload.attention import UNFUSED_GEMM
+
+    grouped = op.batch > 1 and op.name != UNFUSED_GEMM
+    if grouped and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
         t = cls.grouped(op.m, op.n, op.k, op.batch)
         if op.dtype == "fp8":
             rows = op.m * op.batch

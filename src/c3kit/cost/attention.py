@@ -29,7 +29,7 @@ from importlib import resources
 
 import numpy as np
 
-from c3kit.workload.attention import BACKENDS, check_backend, unfused_parts
+from c3kit.workload.attention import BACKENDS, UNFUSED_GEMM, check_backend, unfused_parts
 
 
 @lru_cache(maxsize=1)
@@ -102,7 +102,7 @@ def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dro
     mem = _cal(hw, "memory") if model.kind != "roofline" else None
     out = []
     for g, m, n, k in gemms:
-        t = price(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
+        t = price(Gemm(UNFUSED_GEMM, int(m), int(n), int(k), dtype, int(g)), hw, model)
         out.append((f"bmm {m}x{n}x{k} x{g}", float(t)))
     for kind, elements, width in mems:
         t = mem.kind_time(kind, elements, width, eb) if mem is not None else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from c3kit.errors import WorkloadError
 
 BACKENDS = ("cudnn", "flash2", "efficient", "unfused")
+UNFUSED_GEMM = "unfused.bmm"  # the name of unfused attention's batched GEMMs (torch.bmm, not a grouped GEMM)
 
 
 def check_backend(name: str) -> str:
