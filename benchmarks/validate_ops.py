@@ -1,8 +1,12 @@
 """Held-out check of the op classes beyond GEMMs on the H200 (cost/opclass.py): memory-bound kinds,
-attention forward / backward, decode attention, and the kernel floor.
+attention forward / backward per backend (cudnn, flash2, efficient), decode attention, the batched
+GEMMs of unfused attention (torch.bmm rows priced by the GEMM model, which was calibrated on other
+shapes: every row is out of sample), and the kernel floor.
 
 The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
-5120; attention: every third shape by a fixed hash, opclass.is_held_out_attention); this script
+5120; attention: every third shape by a fixed hash, opclass.is_held_out_attention, for the backends
+measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
+without it); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
@@ -32,12 +36,26 @@ def _doc(directory: Path | None, fam: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def _family_rows(directory: Path | None, *fams: str) -> list[dict]:
+    """The rows of every named family found (as the calibration reads them: memory + eager_ops, attention +
+    decode_attention)."""
+    from c3kit.cost import opclass as oc
+
+    rows = []
+    for fam in fams:
+        try:
+            rows += oc._rows(_doc(directory, fam))
+        except (StopIteration, FileNotFoundError):
+            continue
+    return rows
+
+
 def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     """class -> relative errors (predicted / measured - 1) on the rows the fit did not see."""
     from c3kit.cost import opclass as oc
 
     out: dict[str, list] = {}
-    mem_rows = oc._rows(_doc(directory, "memory"))
+    mem_rows = _family_rows(directory, "memory", "eager_ops")
     from c3kit.hw.catalog import get_gpu
 
     l2 = get_gpu("H200-SXM").l2_bytes
@@ -51,17 +69,37 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             continue
         p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
-    att_rows = oc._rows(_doc(directory, "attention"))
+    att_rows = _family_rows(directory, "attention", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
+    hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
-        if r["backend"] != "default" or not oc.is_held_out_attention(r):
+        backend = oc.attention_row_backend(r)
+        if backend is None or r["time_s"] is None:
             continue
         if r["pass"] == "decode":
+            if backend != "cudnn" or not oc.is_held_out_attention(r):
+                continue
             name, m = "attention decode", dec
-        else:
-            name, m = f"attention {r['pass']} d{r['head_dim']}", att.get((r["pass"], int(r["head_dim"])))
+        elif backend in hashed:
+            if not oc.is_held_out_attention(r):
+                continue
+            name, m = f"attention {backend} {r['pass']} d{r['head_dim']}", att.get((backend, r["pass"],
+                                                                                   int(r["head_dim"])))
+        else:  # too few rows to hold a third out: each row predicted by a fit without it (leave-one-out)
+            loo, _ = oc.fit_attention(att_rows, leave_out=r)
+            name = f"attention {backend} {r['pass']} d{r['head_dim']} (leave-one-out)"
+            m = loo.get((backend, r["pass"], int(r["head_dim"])))
         if m is not None:
             out.setdefault(name, []).append(m(oc._row_features(r)) / r["time_s"] - 1)
+    from c3kit.cost import time as op_time
+    from c3kit.cost.model import as_model
+    from c3kit.workload.ops import Gemm
+
+    h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
+    for r in oc._rows(_doc(directory, "gemm")):
+        if oc.is_bmm_row(r):  # none of these rows is in the GEMM calibration: all are out of sample
+            t = op_time(Gemm("bmm", int(r["m"]), int(r["n"]), int(r["k"]), "bf16", int(r["groups"])), h200, burst)
+            out.setdefault("bmm by the GEMM model (unfused attention)", []).append(t / r["time_s"] - 1)
     return {k: np.array(v) for k, v in out.items()}
 
 

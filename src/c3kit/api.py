@@ -53,10 +53,16 @@ class AnalyzeResult:
 
         return basis(self.config.hw.name)
 
+    def attention(self) -> dict:
+        """The attention backend priced (asked for, or the GPU's default: what current PyTorch's SDPA picks
+        there), whether it is the default, and the basis of its price on this GPU."""
+        return attention_dict(self.config)
+
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
-                "basis": self.basis(),
+                "basis": self.basis(), "attention": self.attention(),
+                "norm_rope": getattr(self.config, "norm_rope", "fused"),
                 "tried": [asdict(c) for c in self.config.tried],
                 **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
                 "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}
@@ -90,6 +96,16 @@ def config_dict(cfg) -> dict:
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
             "recompute": p.recompute, "dist_optimizer": p.dist_optimizer}
+
+
+def attention_dict(cfg) -> dict:
+    """{backend, default (bool), basis, source of the default} of a resolved StepConfig."""
+    from c3kit.cost.attention import attention_basis, default_backend, default_source, resolve_backend
+
+    asked = getattr(cfg, "attn_backend", "")
+    name = resolve_backend(asked, cfg.hw.name)
+    return {"backend": name, "default": not asked or name == default_backend(cfg.hw.name),
+            "basis": attention_basis(cfg.hw.name)[name], "default_source": default_source(cfg.hw.name)}
 
 
 def memory_dict(m) -> dict:
@@ -129,7 +145,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             micro_batch: int | None = None, dtype: str = "bf16", phase: str = "train", recompute: str | None = None,
             overlap: str | None = None, policy: str | None = None, trace=None, compare_overlap: bool = True,
             overheads="default",
-            cost_model: str = "efficiency", power: str = "sustained") -> AnalyzeResult:
+            cost_model: str = "efficiency", power: str = "sustained",
+            attention_backend: str | None = None, norm_rope: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -137,6 +154,11 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
+    attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, efficient,
+    unfused); None: what current PyTorch's SDPA picks on the GPU (cudnn on H100, H200 and B200, flash2 elsewhere;
+    cost/data/attention_backends.toml).
+    norm_rope: how RMSNorm and RoPE run: "fused" (one kernel per norm, rotate-half RoPE) or "eager" (written out
+    in fp32 eager PyTorch, as torchtitan's `rmsnorm` and the Llama reference code); workload.layer.NORM_ROPE.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (engine modes search under simple overlap, then project under the mode).
     """
@@ -146,6 +168,12 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
 
     mode = overlap or {"serial": "none"}.get(policy or "simple", policy or "simple")
     policy_for(mode)  # reject an unknown mode before any work
+    from c3kit.workload.attention import check_backend
+
+    backend = check_backend(attention_backend or "")
+    from c3kit.workload.layer import check_norm_rope
+
+    check_norm_rope(norm_rope)
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
     if isinstance(overheads, str):
         if overheads != "default":
@@ -158,7 +186,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
-                  dist_optimizer=dist_opt, cost_model=cm, policy=search)
+                  dist_optimizer=dist_opt, cost_model=cm, policy=search, attn_backend=backend,
+                  norm_rope=norm_rope)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

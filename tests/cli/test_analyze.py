@@ -93,3 +93,57 @@ def test_serial_policy_exposes_everything(tmp_path, capsys):
     assert doc["totals"]["exposed"] == pytest.approx(doc["totals"]["comm"])
     assert {s["stream"] for s in doc["streams"]} == {"tp", "dp"}
     assert all(s["hidden_frac"] == pytest.approx(0, abs=1e-12) for s in doc["streams"])
+
+
+def test_attention_backend_option(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    out = tmp_path / "bad"
+    assert main(["analyze", "--model", "llama-3-8b", "--hw", "H100-SXM", "--gpus", "8", "--attention-backend",
+                 "flash3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown attention backend 'flash3'")
+    assert not out.exists()
+    times = {}
+    for b in ("cudnn", "unfused"):
+        assert main(["analyze", "--model", "llama-3-8b", "--hw", "H100-SXM", "--gpus", "8", "--tp", "1", "--pp", "1",
+                     "--fsdp", "--recompute", "none", "--attention-backend", b, "--out", str(tmp_path / b),
+                     "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["attention"]["backend"] == b
+        times[b] = doc["totals"]["step_time"] if "totals" in doc else doc["step_time"]
+    assert times["unfused"] > times["cudnn"]
+
+
+def test_attention_backend_default_is_said_in_help_and_api():
+    import inspect
+
+    from c3kit import api
+
+    assert inspect.signature(api.analyze).parameters["attention_backend"].default is None
+    r = api.analyze("llama-3-8b", "A100-SXM-80G", gpus=8, tp=1, pp=1, fsdp=True, recompute="none",
+                    compare_overlap=False)
+    assert r.attention() == {"backend": "flash2", "default": True, "basis": "datasheet",
+                             "default_source": r.attention()["default_source"]}
+
+
+def test_norm_rope_option(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    out = tmp_path / "bad"
+    assert main(["analyze", "--model", "llama-3-8b", "--gpus", "8", "--norm-rope", "triton", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: unknown norm/RoPE code 'triton'")
+    assert not out.exists()
+    times = {}
+    for code in ("fused", "eager"):
+        assert main(["analyze", "--model", "llama-3-8b", "--gpus", "8", "--tp", "1", "--pp", "1", "--fsdp",
+                     "--recompute", "none", "--norm-rope", code, "--out", str(tmp_path / code), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["norm_rope"] == code
+        times[code] = doc["step_time"] if "step_time" in doc else doc["totals"]["step_time"]
+    assert times["eager"] > times["fused"]

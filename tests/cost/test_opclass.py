@@ -103,8 +103,8 @@ def test_fit_attention_separates_passes_and_decode():
         rows.append({"backend": "default", "pass": "decode", "batch": b, "heads": 32, "kv_heads": 8, "q_len": 1,
                      "kv_len": kv, "head_dim": 128, "causal": 0, "time_s": 6e-6 + by / 4e12 + b * 32 * 1e-9})
     att, dec = fit_attention(rows, hold_out=False)
-    assert att[("fwd", 128)].rate == pytest.approx(5e14, rel=1e-6)
-    assert att[("bwd", 64)].rate == pytest.approx(4e14, rel=1e-6)
+    assert att[("cudnn", "fwd", 128)].rate == pytest.approx(5e14, rel=1e-6)
+    assert att[("cudnn", "bwd", 64)].rate == pytest.approx(4e14, rel=1e-6)
     assert dec.fixed_s == pytest.approx(6e-6, rel=1e-6) and dec.rate == pytest.approx(4e12, rel=1e-6)
     assert dec.coefs[1] == pytest.approx(1e-9, rel=1e-6)
 

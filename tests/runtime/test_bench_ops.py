@@ -11,8 +11,8 @@ from c3kit.runtime.bench.ops import main  # noqa: E402
 
 
 def test_quick_families_write_their_files(tmp_path):
-    assert main(["--out", str(tmp_path), "--quick", "--only", "floor,gemm,decode"]) == 0
-    for fam in ("floor", "gemm", "decode"):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "floor,gemm,decode,decode_attention"]) == 0
+    for fam in ("floor", "gemm", "decode", "decode_attention"):
         doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
         assert doc["kind"] == "ops-" + fam and doc["rows"]
         assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
@@ -23,3 +23,69 @@ def test_unknown_family_is_refused(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "new"), "--only", "floor,nope"]) == 2
     assert "unknown family 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_recipe_families_write_their_rows(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "fp8,moe,attn_backends,eager_ops"]) == 0
+    kinds = {}
+    for fam in ("fp8", "moe", "attn_backends", "eager_ops"):
+        doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
+        assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
+        assert all(r[-1] > 0 for r in doc["rows"])
+        kinds[fam] = {r[0] for r in doc["rows"]}
+    assert {"bf16_mm", "cast_tensorwise", "cast_transpose", "amax"} <= kinds["fp8"]
+    assert {"router_topk", "permute", "unpermute"} <= kinds["moe"]
+    assert kinds["eager_ops"] == {"rmsnorm_eager", "rope_complex"}
+    assert kinds["attn_backends"] == {"unfused"}  # the CPU runs the unfused attention only
+
+
+def test_unfused_attention_matches_sdpa():
+    import torch
+
+    from c3kit.runtime.bench.ops_recipes import _unfused
+
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(_unfused(torch, q, k, v, 8 ** -0.5, True), ref, atol=1e-5)
+
+
+def test_serve_loop_quick_writes_iterations(tmp_path):
+    from c3kit.runtime.bench.serve_loop import COLUMNS
+    from c3kit.runtime.bench.serve_loop import main as serve_main
+
+    assert serve_main(["--out", str(tmp_path), "--quick"]) == 0
+    from c3kit.cost.calib_store import serve_loop_path
+
+    doc = json.loads(serve_loop_path("h200-sxm", tmp_path).read_text())
+    assert doc["columns"] == COLUMNS and doc["kind"] == "serve-loop"
+    phases = {r[COLUMNS.index("phase")] for r in doc["rows"]}
+    assert phases == {"decode", "prefill"}
+    assert all(r[-1] > 0 for r in doc["rows"])
+
+
+def test_train_step_quick_writes_both_parts(tmp_path):
+    from c3kit.cost.calib_store import measured_run_path
+    from c3kit.runtime.bench.train_step import COLUMNS
+    from c3kit.runtime.bench.train_step import main as train_main
+
+    assert train_main(["--out", str(tmp_path), "--quick"]) == 0
+    doc = json.loads(measured_run_path("h200-sxm", "train-step", tmp_path).read_text())
+    assert doc["columns"] == COLUMNS and doc["kind"] == "train-step"
+    parts = {(r[COLUMNS.index("impl")], r[COLUMNS.index("part")]) for r in doc["rows"]}
+    assert parts == {("fused", "fwd_bwd"), ("eager", "fwd_bwd"), ("fused_adamw", "optimizer")}
+
+
+def test_eager_rope_equals_rotate_half_on_paired_layout():
+    import torch
+
+    from c3kit.runtime.bench.train_step import _rope
+
+    # complex RoPE rotates adjacent pairs; rotate-half rotates the two halves: same angles, permuted layout
+    s, hd = 5, 8
+    ang = torch.outer(torch.arange(s, dtype=torch.float32), torch.rand(hd // 2))
+    x = torch.randn(1, s, 1, hd)
+    got = _rope(torch, x, torch.polar(torch.ones_like(ang), ang)[:, None, :], "eager")
+    halves = torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+    emb = torch.cat((ang, ang), dim=-1)
+    ref = _rope(torch, halves, (emb.cos()[:, None, :], emb.sin()[:, None, :]), "fused")
+    assert torch.allclose(torch.cat((got[..., 0::2], got[..., 1::2]), dim=-1), ref, atol=1e-5)

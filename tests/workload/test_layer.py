@@ -75,7 +75,9 @@ def test_decode_shapes():
     assert layer.tokens == 4
     assert shape(layer, "qkv") == GemmShape(4, 1280, 8192)
     assert shape(layer, "attn") == AttnShape(4, 8, 1, 1, 2048, 128, True, False)
-    assert shape(layer, "kv_write") == MemShape(2 * 4 * 1 * 128 * 2, 0, (("copy", 2 * 4 * 1 * 128, 128),))
+    # K and V written by one copy kernel each: read and write 4 tokens x 1 head x 128 each, 2 bytes
+    kv = 4 * 1 * 128
+    assert shape(layer, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("copy", kv, 1), ("copy", kv, 1)))
 
 
 def test_pairs_of_llama_tp8():
@@ -379,3 +381,29 @@ def test_moe_capacity_and_imbalance_token_counts():
         Parallelism(moe_imbalance=0.9)
     with pytest.raises(WorkloadError, match="moe_capacity"):
         Parallelism(moe_capacity=0.5)
+
+
+def test_eager_norm_rope_prices_the_fp32_passes():
+    from c3kit.workload.layer import NORM_ROPE
+    from c3kit.workload.memops import MEMOP_KINDS
+
+    assert NORM_ROPE == ("fused", "eager")
+    fused = describe(L70, Parallelism(tp=8, sp=True), "train", 4096)
+    eager = describe(L70, Parallelism(tp=8, sp=True), "train", 4096, norm_rope="eager")
+    f, e = shape(fused, "attn_norm"), shape(eager, "attn_norm")
+    # residual add + norm over the Tsp x H activation: kinds swapped, bytes grow by the eager passes (18 - 2)
+    assert [k for k, _, _ in f.parts] == ["residual_add", "rmsnorm"]
+    assert [k for k, _, _ in e.parts] == ["residual_add", "rmsnorm_eager"]
+    el = 4096 // 8 * 8192
+    assert e.bytes - f.bytes == (MEMOP_KINDS["rmsnorm_eager"][0] - MEMOP_KINDS["rmsnorm"][0]) * el * 2
+    assert [k for k, _, _ in shape(eager, "rope").parts] == ["rope_complex", "rope_complex"]
+    assert [k for k, _, _ in shape(eager, "final_norm.bwd").parts] == ["rmsnorm_eager.bwd"]
+
+
+def test_unknown_norm_rope_is_refused():
+    import pytest
+
+    from c3kit.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="norm/RoPE"):
+        describe(L70, Parallelism(tp=8), "train", 4096, norm_rope="triton")

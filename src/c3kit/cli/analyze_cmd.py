@@ -58,6 +58,15 @@ def analyze(
                                   "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
+    attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",
+                                          help="Attention kernel: cudnn, flash2, efficient or unfused (separate "
+                                               "GEMMs and softmax, as Megatron-LM ran it before fused attention).",
+                                          show_default="what current PyTorch's SDPA picks on the GPU: cudnn on "
+                                                       "H100, H200, B200; flash2 elsewhere"),
+    norm_rope: str = typer.Option(_D["norm_rope"], "--norm-rope",
+                                  help="How RMSNorm and RoPE run: fused (one kernel per norm: F.rms_norm, Transformer "
+                                       "Engine, compiled code) or eager (written out in fp32 eager PyTorch, as "
+                                       "torchtitan's rmsnorm and the Llama reference code)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -72,7 +81,7 @@ def analyze(
     res = api.analyze(model, hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, dist_opt=dist_opt, pp=pp, vpp=vpp,
                       ep=ep, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase,
                       recompute=recompute, overlap=overlap, policy=policy, trace=trace, cost_model=cost_model,
-                      power=power)
+                      power=power, attention_backend=attention_backend, norm_rope=norm_rope)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
@@ -116,6 +125,8 @@ def _print(res, out: Path) -> None:
     cfg, result = res.config, res.step
     console.print(_describe(cfg) + f"; cost model {res.cost_model}; overlap {res.overlap}")
     console.print("basis per op class: " + ", ".join(f"{k} {v}" for k, v in res.basis().items()))
+    a = res.attention()
+    console.print(f"attention backend: {a['backend']}{' (the GPU default)' if a['default'] else ''}, {a['basis']}")
     if cfg.chosen:
         console.print(f"chosen automatically: {', '.join(cfg.chosen)}")
     if len(cfg.tried) > 1:
@@ -201,6 +212,9 @@ def write_report(out: Path, res) -> None:
         rep.text(_describe(cfg) + ".")
         if cfg.chosen:
             rep.text(f"Chosen automatically: {', '.join(cfg.chosen)}.")
+        a = res.attention()
+        rep.text(f"Attention backend: {a['backend']}" + (" (what current PyTorch's SDPA picks on this GPU)"
+                                                          if a['default'] else "") + f"; basis: {a['basis']}.")
         if len(cfg.tried) > 1:
             rep.table("layouts_tried", pd.DataFrame([{"layout": c.label(), "verdict": c.verdict,
                                                       "seconds_per_sequence": c.seconds_per_sequence}

@@ -45,16 +45,6 @@ def _sustained(op: Gemm, hw: GPU, burst_s: float) -> float:
     return burst_s * sustained_for(hw.name).factor(eff)
 
 
-def _calibrated_attention(op: Attention, hw: GPU) -> float | None:
-    """Attention from the GPU's measured (or transferred) attention class; None where there is none."""
-    cal = calibration_for(hw, "attention")
-    if cal is None or getattr(op, "balanced", False):  # context-parallel chunks were not measured
-        return None
-    t = cal.attention_time(op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
-                           op.backward, dtype_bytes(op.dtype))
-    return None if t is None else float(t)
-
-
 def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
     """A memory-bound op from its measured kind; None where the GPU or the kind has no measurement."""
     cal = calibration_for(hw, "memory")
@@ -108,8 +98,9 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
     if cls is Collective:
         return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
     if cls is Attention:
-        t = _calibrated_attention(op, hw) if m.kind != "roofline" else None
-        return t if t is not None else roofline_time(op, hw, m.attn_eff, m.mem_eff)
+        from c3kit.cost.attention import attention_time
+
+        return attention_time(op, hw, m, time)
     if cls is MemOp:
         t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.parts else None
         return t if t is not None else roofline_time(op, hw, 1.0, m.mem_eff)
@@ -150,6 +141,13 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
     if isinstance(op, Collective):
         t, algo = collective_estimate(op, hw, m.algo, m.comm_eff)
         return Estimate(t, "collective", {"algo": algo})
+    if isinstance(op, Attention):
+        from c3kit.cost.attention import attention_basis, resolve_backend
+
+        backend = resolve_backend(op.backend, hw.name)
+        return Estimate(time(op, hw, m), f"attention-{backend}",
+                        {"backend": backend, "basis": attention_basis(hw.name)[backend], "mem_eff": m.mem_eff,
+                         "attn_eff": m.attn_eff})
     return Estimate(time(op, hw, m), "roofline" if m.kind == "roofline" else "roofline-x-eff",
                     {"mem_eff": m.mem_eff, "attn_eff": m.attn_eff})
 

@@ -49,15 +49,27 @@ def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None, v
     return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-{kind}{'-' + variant if variant else ''}.json"
 
 
-OP_FAMILIES = ("memory", "attention", "floor", "gemm")  # op-level families the cost model fits (cost/opclass.py,
-# cost/gemmclass.py)
+OP_FAMILIES = ("memory", "eager_ops", "attention", "decode_attention", "floor", "gemm")  # op-level families the
+# cost model fits (cost/opclass.py, cost/gemmclass.py)
 
 
 def op_calibration_path(gpu_name: str, family: str, root: str | Path | None = None) -> Path:
     """Where the op-level calibration file of a GPU and op family lives ('<stem>-ops-<family>.json')."""
-    if not re.fullmatch(r"[a-z]+", family):
-        raise CostError(f"op family {family!r} is not a lower-case word (e.g. {', '.join(OP_FAMILIES)})")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", family):
+        raise CostError(f"op family {family!r} is not a lower-case name (e.g. {', '.join(OP_FAMILIES)})")
     return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-ops-{family}.json"
+
+
+def measured_run_path(gpu_name: str, what: str, root: str | Path) -> Path:
+    """Where a GPU's measured whole-run checks (e.g. 'serve-loop', 'train-step') live under root; checks, not fits."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", what):
+        raise CostError(f"measured run {what!r} is not a lower-case name (e.g. serve-loop, train-step)")
+    return Path(root) / f"{calib_stem(gpu_name)}-{what}.json"
+
+
+def serve_loop_path(gpu_name: str, root: str | Path) -> Path:
+    """Where a GPU's measured serving-loop iterations live under root."""
+    return measured_run_path(gpu_name, "serve-loop", root)
 
 
 def transfers_path() -> Path:

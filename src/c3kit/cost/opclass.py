@@ -6,8 +6,11 @@ Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficient
 least squares (each row weighted by 1 / its time); the features say what the time grows with:
 - memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
   latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth).
-- attention forward / backward per head_dim (flash-style, causal): the causal FLOPs, the query rows x
-  head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x head_dim.
+- attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
+  rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
+  head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
+  workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
+  alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
 - decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
@@ -27,6 +30,11 @@ import numpy as np
 
 from c3kit.errors import CostError
 
+# Kinds without rows of their own, priced with the coefficients of a measured kernel of the same access
+# pattern (their own bytes): a row-wise softmax reads and writes each element once around a per-row
+# reduction, like RMSNorm; dropout streams elements like a residual add.
+MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
+                "dropout.bwd": "residual_add"}
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
 
@@ -109,20 +117,24 @@ class OpCalibration:
 
     gpu: str
     memory: dict  # kind -> FeatureCost over memory_features
-    attention: dict  # (pass, head_dim) -> FeatureCost over attention_features; pass in fwd / bwd
+    attention: dict  # (backend, pass, head_dim) -> FeatureCost over attention_features; pass in fwd / bwd
     decode: FeatureCost | None  # over decode_features
     floor_graph_s: float
     floor_eager_s: float
     origin: dict  # family -> file name
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
 
-    def attention_model(self, backward: bool, head_dim: int) -> FeatureCost | None:
-        """The fitted model of this pass at the nearest measured head_dim (None when no pass is measured)."""
+    def attention_model(self, backward: bool, head_dim: int, backend: str = "cudnn") -> FeatureCost | None:
+        """The fitted model of this backend and pass at the nearest measured head_dim (None when not measured)."""
         ps = "bwd" if backward else "fwd"
-        cands = [k for k in self.attention if k[0] == ps]
+        cands = [k for k in self.attention if k[0] == backend and k[1] == ps]
         if not cands:
             return None
-        return self.attention[min(cands, key=lambda k: (abs(k[1] - head_dim), -k[1]))]
+        return self.attention[min(cands, key=lambda k: (abs(k[2] - head_dim), -k[2]))]
+
+    def attention_backends(self) -> tuple[str, ...]:
+        """The fused backends measured here."""
+        return tuple(sorted({k[0] for k in self.attention}))
 
 
 def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
@@ -150,6 +162,13 @@ def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None 
     return out
 
 
+def copy_rows(floor_rows: list[dict]) -> list[dict]:
+    """The floor family's plain-copy ladder (bf16, 1k to 1G elements, CUDA graph) as memory rows of kind copy
+    (width 1: a copy has no row structure)."""
+    return [{"op": "copy", "pass": "fwd", "tokens": r["elements"], "width": 1, "bytes": r["bytes"],
+             "time_s": r["time_s"]} for r in floor_rows if r["case"] == "copy"]
+
+
 def _memory_kind(r: dict) -> str | None:
     """The MEMOP_KINDS name of an ops-memory row ("rmsnorm" + "bwd" -> "rmsnorm.bwd")."""
     op, ps = str(r["op"]), str(r["pass"])
@@ -158,6 +177,17 @@ def _memory_kind(r: dict) -> str | None:
     if ps == "bwd":
         return op + ".bwd"
     return None
+
+
+# What the ops-attention rows' `backend` column names, as workload.attention.BACKENDS: "default" is what
+# SDPA picked with every backend enabled (torch 2.11 on an H200: cuDNN, see cost/data/attention_backends.toml).
+ATTN_BACKEND_OF_ROW = {"default": "cudnn", "flash": "flash2", "efficient": "efficient"}
+HASH_HOLD_OUT_MIN_ROWS = 20  # a backend's pass with fewer rows is fitted on all of them (leave-one-out check)
+
+
+def attention_row_backend(r: dict) -> str | None:
+    """The workload.attention backend of an ops-attention row (None for a column value it does not know)."""
+    return ATTN_BACKEND_OF_ROW.get(str(r.get("backend", "default")))
 
 
 def is_held_out_attention(r: dict) -> bool:
@@ -172,26 +202,77 @@ def _row_features(r: dict):
                               bool(r["causal"]), r["pass"] == "bwd")
 
 
-def fit_attention(rows: list[dict], hold_out: bool = True) -> tuple[dict, FeatureCost | None]:
-    """((pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows of the default backend."""
-    groups: dict = {}
+def hash_held_out_backends(rows: list[dict]) -> set[str]:
+    """Backends whose training rows are many enough (per pass) to hold every third shape out of the fit."""
+    n: dict = {}
     for r in rows:
-        if r["backend"] != "default" or r["time_s"] is None or (hold_out and is_held_out_attention(r)):
+        b = attention_row_backend(r)
+        if b is not None and r["pass"] in ("fwd", "bwd") and r["time_s"] is not None:
+            n[(b, r["pass"])] = n.get((b, r["pass"]), 0) + 1
+    backends = {b for b, _ in n}
+    return {b for b in backends if min(n.get((b, p), 0) for p in ("fwd", "bwd")) >= HASH_HOLD_OUT_MIN_ROWS}
+
+
+SPARSE_FIT = 3  # fewest rows for a FLOPs-only fit (fixed + FLOPs); all three features need 5
+
+
+def _fit_attention_group(pts: list) -> FeatureCost | None:
+    """All three features with enough rows, else FLOPs alone (the other coefficients 0), else None."""
+    X = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    if len(pts) >= X.shape[1] + 2:
+        c = fit_nonneg(X, t)
+        return FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    if len(pts) >= SPARSE_FIT:
+        c = fit_nonneg(X[:, :1], t)
+        return FeatureCost(float(c[0]), (float(c[1]), 0.0, 0.0), len(pts))
+    return None
+
+
+def fit_attention(rows: list[dict], hold_out: bool = True,
+                  leave_out: dict | None = None) -> tuple[dict, FeatureCost | None]:
+    """((backend, pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows.
+
+    hold_out: leave out every third shape (is_held_out_attention) of the backends measured widely enough
+    (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check.
+    Decode rows are those of the default backend (what SDPA runs for q_len 1)."""
+    hashed = hash_held_out_backends(rows) if hold_out else set()
+    groups: dict = {}
+    decode_pts: list = []
+    for r in rows:
+        b = attention_row_backend(r)
+        if b is None or r["time_s"] is None or r is leave_out:
             continue
-        key = "decode" if r["pass"] == "decode" else (r["pass"], int(r["head_dim"]))
-        groups.setdefault(key, []).append((_row_features(r), float(r["time_s"])))
-    att, decode = {}, None
+        if b in hashed and is_held_out_attention(r):
+            continue
+        pt = (_row_features(r), float(r["time_s"]))
+        if r["pass"] == "decode":
+            if b == "cudnn":
+                decode_pts.append(pt)
+            continue
+        groups.setdefault((b, r["pass"], int(r["head_dim"])), []).append(pt)
+    att = {}
     for key, pts in groups.items():
-        X = np.array([p[0] for p in pts])
-        if len(pts) < X.shape[1] + 2:
-            continue
-        c = fit_nonneg(X, np.array([p[1] for p in pts]))
-        cost = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
-        if key == "decode":
-            decode = cost
-        else:
+        cost = _fit_attention_group(pts)
+        if cost is None:  # too few rows at this head dim: FLOPs alone over every head dim of the backend's pass
+            pooled = [p for k, v in groups.items() if k[:2] == key[:2] for p in v]
+            if len(pooled) >= SPARSE_FIT:
+                c = fit_nonneg(np.array([p[0][:1] for p in pooled]), np.array([p[1] for p in pooled]))
+                cost = FeatureCost(float(c[0]), (float(c[1]), 0.0, 0.0), len(pooled))
+        if cost is not None:
             att[key] = cost
+    decode = None
+    if len(decode_pts) >= 4:
+        X = np.array([p[0] for p in decode_pts])
+        c = fit_nonneg(X, np.array([p[1] for p in decode_pts]))
+        decode = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(decode_pts))
     return att, decode
+
+
+def is_bmm_row(r: dict) -> bool:
+    """A bf16 torch.bmm row of an ops-gemm file (the batched GEMMs of unfused attention; benchmarks/validate_ops.py
+    checks the GEMM model against them)."""
+    return r.get("kind") == "bmm" and r.get("dtype") == "bf16" and bool(r.get("time_s"))
 
 
 def fit_floor(rows: list[dict]) -> tuple[float, float]:
@@ -216,7 +297,9 @@ def ops_file(gpu_name: str, family: str):
 def op_calibration(gpu_name: str) -> OpCalibration | None:
     """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
     found = {}
-    for fam in ("memory", "attention", "floor"):
+    from c3kit.cost.calib_store import OP_FAMILIES
+
+    for fam in OP_FAMILIES:
         p = ops_file(gpu_name, fam)
         if p.is_file():
             found[fam] = p
@@ -226,8 +309,13 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
 
     docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
-    mem = fit_memory(_rows(docs["memory"]), l2_bytes=l2) if "memory" in docs else {}
-    att, dec = fit_attention(_rows(docs["attention"])) if "attention" in docs else ({}, None)
+    # eager_ops rows are memory kinds too (eager-written norm, complex RoPE); decode_attention rows extend
+    # the attention family's decode rows to long KV caches
+    mem_rows = [r for fam in ("memory", "eager_ops") if fam in docs for r in _rows(docs[fam])]
+    mem_rows += copy_rows(_rows(docs["floor"])) if "floor" in docs else []
+    att_rows = [r for fam in ("attention", "decode_attention") if fam in docs for r in _rows(docs[fam])]
+    mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
+    att, dec = fit_attention(att_rows) if att_rows else ({}, None)
     fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2)
 
@@ -244,7 +332,7 @@ class ScaledCalibration:
     def kind_time(self, kind: str, elements, width, itemsize: float = 2.0):
         """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
         arrays); None when the kind is not measured here."""
-        m = self.cal.memory.get(kind)
+        m = self.cal.memory.get(kind) or self.cal.memory.get(MEMORY_PROXY.get(kind, ""))
         if m is None:
             return None
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
@@ -261,14 +349,16 @@ class ScaledCalibration:
             total = total + t
         return total
 
-    def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0):
-        """Seconds of SDPA (training: q_len == kv_len; decode: q_len 1), None when not measured here."""
+    def attention_time(self, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize=2.0,
+                       backend: str = "cudnn"):
+        """Seconds of a fused attention backend (training: q_len == kv_len; decode: q_len 1), None when that
+        backend is not measured here."""
         cal = self.cal
         if np.all(np.asarray(q_len) == 1) and cal.decode is not None:
             f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
             c = np.asarray(cal.decode.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
             return cal.decode.fixed_s + f @ c
-        m = cal.attention_model(bool(backward), int(np.max(head_dim)))
+        m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None
         f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)

@@ -295,14 +295,15 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
         t_math = np.where(f != 0, f / (peak * fe), 0.0)
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)
-        if eff and not isinstance(op, Gemm):
-            _calibrated_rows(t[i], sh.ops[op.name].shape, h)
+        if (eff and not isinstance(op, Gemm)) or isinstance(op, Attention):
+            _calibrated_rows(t[i], sh.ops[op.name].shape, h, cm)
     return t, flops, sh
 
 
-def _calibrated_rows(row: np.ndarray, shape, h: dict) -> None:
+def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
     """Overwrite an attention or memory-bound op's roofline times with its measured class (cost/opclass.py)
-    on the scenarios whose GPU has one (own, transferred or projected), as cost.time does per op."""
+    on the scenarios whose GPU has one (own, transferred or projected), and an attention's with its backend's
+    price (cost/attention.py), as cost.time does per op."""
     from c3kit.cost.opclass import calibration_for
     from c3kit.workload.layer import AttnShape, MemShape
 
@@ -311,21 +312,21 @@ def _calibrated_rows(row: np.ndarray, shape, h: dict) -> None:
         return
     idx = h["gpu_index"]
     for gi in np.unique(idx):
+        sel = idx == gi
+        if isinstance(shape, AttnShape):
+            from c3kit.cost import time as op_time
+            from c3kit.cost.attention import attention_rows
+
+            t = attention_rows(shape, h["gpu_objs"][gi], cm, row.shape[0], sel, price=op_time)
+            if t is not None:
+                row[sel] = t
+            continue
         cal = calibration_for(h["gpu_objs"][gi], cls)
         if cal is None:
             continue
-        sel = idx == gi
-        if isinstance(shape, AttnShape):
-            a = {k: np.broadcast_to(np.asarray(getattr(shape, k)), row.shape)[sel]
-                 for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
-            if shape.balanced:
-                continue  # context-parallel chunks: keep the roofline (cost.time does the same)
-            t = cal.attention_time(a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"],
-                                   shape.causal, shape.backward)
-        else:
-            t = cal.parts_time(tuple((k, np.broadcast_to(np.asarray(e, float), row.shape)[sel],
-                                      np.broadcast_to(np.asarray(w, float), row.shape)[sel])
-                                     for k, e, w in shape.parts))
+        t = cal.parts_time(tuple((k, np.broadcast_to(np.asarray(e, float), row.shape)[sel],
+                                  np.broadcast_to(np.asarray(w, float), row.shape)[sel])
+                                 for k, e, w in shape.parts))
         if t is not None:
             row[sel] = t
 

@@ -158,6 +158,65 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
     return np.array(out)
 
 
+BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
+NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
+
+
+def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
+    """A per-run table of studies/data (a run-name glob per row, the value, its source and reason), checked."""
+    label = name.removesuffix(".csv").replace("_", " ")
+    try:
+        if path is None:
+            with resources.files("c3kit.studies").joinpath("data", name).open("r") as f:
+                df = pd.read_csv(f, keep_default_na=False)
+        else:
+            df = pd.read_csv(path, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise StudyError(f"cannot read {label} {path or name}: {e}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise StudyError(f"{label} lack column(s) {', '.join(missing)}")
+    for v in df[columns[2]]:
+        check(str(v))
+    return df
+
+
+def _first_match(run: str, table: pd.DataFrame, column: str, default: str) -> str:
+    """The value of the first table row whose run glob matches the run's name (default when none does)."""
+    from fnmatch import fnmatchcase
+
+    for glob, value in zip(table["runs"], table[column]):
+        if fnmatchcase(str(run), str(glob)):
+            return str(value)
+    return default
+
+
+def attention_backends(path=None) -> pd.DataFrame:
+    """The attention backend of each run (studies/data/attention_backends.csv: a run-name glob, the framework,
+    the backend, its source and the reason), decided from the frameworks' documentation and code."""
+    from c3kit.workload.attention import check_backend
+
+    return _run_table("attention_backends.csv", BACKEND_COLUMNS, check_backend, path)
+
+
+def attention_backend_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The backend of a run: the first row of the table whose glob matches its name ("" = the GPU's default)."""
+    return _first_match(run, attention_backends() if table is None else table, "backend", "")
+
+
+def norm_rope_code(path=None) -> pd.DataFrame:
+    """How each run's RMSNorm and RoPE ran (studies/data/norm_rope.csv: run glob, framework, fused or eager,
+    source, reason), decided from the frameworks' code and configs."""
+    from c3kit.workload.layer import check_norm_rope
+
+    return _run_table("norm_rope.csv", NORM_ROPE_COLUMNS, check_norm_rope, path)
+
+
+def norm_rope_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """fused or eager for a run: the first matching row of the table (fused when none matches)."""
+    return _first_match(run, norm_rope_code() if table is None else table, "norm_rope", "fused")
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -230,7 +289,8 @@ def predict(row, cost_model=None, policy=None) -> dict:
     m, p = run_objects(row)
     gpu = get_gpu(str(row["gpu"]))
     cm = default_cost_model() if cost_model is None else cost_model
-    g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node)
+    g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
+                   attn_backend=attention_backend_of(str(row["run"])), norm_rope=norm_rope_of(str(row["run"])))
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=DEFAULT_OVERHEADS)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time

@@ -112,11 +112,14 @@ def span_of(block: int, gpus_per_node: int) -> str:
 
 
 def build_step(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
-               dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32") -> StepGraph:
-    """The operator graph of one step (phase "train", "prefill" or "decode"; decode: KV cache of length seq)."""
+               dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32",
+               attn_backend: str = "", norm_rope: str = "fused") -> StepGraph:
+    """The operator graph of one step (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
+    attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; norm_rope: how
+    RMSNorm and RoPE run, workload.layer.NORM_ROPE)."""
     if seq is None:
         seq = model.max_seq
-    return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype)
+    return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype, attn_backend, norm_rope)
 
 
 def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
@@ -127,7 +130,7 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
         return Gemm(spec.name, sh.m, sh.n, sh.k, dtype, sh.batch)
     if isinstance(sh, AttnShape):
         return Attention(spec.name, sh.batch, sh.heads, sh.kv_heads, sh.q_len, sh.kv_len, sh.head_dim, dtype,
-                         sh.causal, sh.backward, sh.balanced)
+                         sh.causal, sh.backward, sh.balanced, sh.backend, sh.dropout)
     if isinstance(sh, MemShape):
         return MemOp(spec.name, sh.bytes, sh.flops, tuple((k, float(e), int(w)) for k, e, w in sh.parts))
     return Collective(spec.name, sh.kind, sh.bytes, sh.ranks, sh.group, span_of(sh.block, gpn))
@@ -135,8 +138,8 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
 
 @lru_cache(maxsize=4096)
 def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: str, gpn: int,
-           grad_dtype: str) -> StepGraph:
-    layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype)
+           grad_dtype: str, attn_backend: str = "", norm_rope: str = "fused") -> StepGraph:
+    layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype, attn_backend, norm_rope)
     ids = {spec.name: i for i, spec in enumerate(layer.ops)}
     nodes = tuple(Node(i, _to_op(spec, dtype, gpn), tuple(ids[d] for d in spec.deps), spec.phase, spec.scope,
                        spec.stream, spec.count, spec.role, spec.grad) for i, spec in enumerate(layer.ops))

@@ -86,6 +86,8 @@ class AttnShape:
     causal: bool = True
     backward: bool = False
     balanced: bool = False  # context parallelism: load-balanced causal chunks, half of q_len x kv_len
+    backend: str = ""  # workload.attention.BACKENDS; "" = the default of the GPU it runs on
+    dropout: bool = False  # attention dropout (an extra kernel when the backend is unfused)
 
 
 @dataclass(frozen=True)
@@ -208,10 +210,19 @@ class Structure:
     norm: str = "rmsnorm"  # the model's norm kind (measured kernels differ)
     gated: bool = True  # SwiGLU (gated) or GELU MLP activation
     rope: bool = False  # rotary position embedding on q and k (its own kernels)
+    attn_backend: str = ""  # the attention kernel (workload.attention.BACKENDS); "" = the GPU's default
+    attn_dropout: bool = False  # the model trains with attention dropout
+    norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
 
     @staticmethod
-    def of(model: ModelConfig, par: Parallelism, phase: str = "train") -> "Structure":
-        """The structure of one model x layout x phase."""
+    def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
+           norm_rope: str = "fused") -> "Structure":
+        """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
+        norm_rope: one of NORM_ROPE)."""
+        from c3kit.workload.attention import check_backend
+
+        check_backend(attn_backend)
+        check_norm_rope(norm_rope)
         moe_ep = model.is_moe and par.ep > 1
         factor = float(par.moe_imbalance)
         if par.moe_capacity > 0:
@@ -222,7 +233,31 @@ class Structure:
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
-                         rope=model.position == "rope")
+                         rope=model.position == "rope", attn_backend=attn_backend,
+                         attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope)
+
+    @property
+    def norm_kind(self) -> str:
+        """The memory-op kind of the layer's norm (RMSNorm written out in fp32 when norm_rope is eager)."""
+        return "rmsnorm_eager" if self.norm == "rmsnorm" and self.norm_rope == "eager" else self.norm
+
+    @property
+    def rope_kind(self) -> str:
+        """The memory-op kind of RoPE (a complex multiply in fp32 when norm_rope is eager)."""
+        return "rope_complex" if self.norm_rope == "eager" else "rope"
+
+
+# How RMSNorm and RoPE run: "fused" = one kernel per norm (F.rms_norm, Transformer Engine, compiled code) and
+# rotate-half RoPE; "eager" = written out in fp32 in eager PyTorch, as torchtitan's `rmsnorm` norm_type and the
+# Llama reference code (cast, square, mean, rsqrt, scale, cast back; RoPE as a complex multiply).
+NORM_ROPE = ("fused", "eager")
+
+
+def check_norm_rope(name: str) -> str:
+    """The name itself, or a WorkloadError naming the choices."""
+    if name not in NORM_ROPE:
+        raise WorkloadError(f"unknown norm/RoPE code {name!r}: use one of {', '.join(NORM_ROPE)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -323,8 +358,10 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
-             dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32") -> Layer:
-    """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq)."""
+             dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
+             norm_rope: str = "fused") -> Layer:
+    """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
+    attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -340,7 +377,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
-                    Structure.of(model, par, phase))
+                    Structure.of(model, par, phase, attn_backend, norm_rope))
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -473,15 +510,26 @@ class _Builder(_Ops):
     def norm(self, name: str, dep, ph: str, role: str) -> str:
         """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
         Tsp, H = self.Tsp, self.d.hidden
-        parts = (("residual_add", Tsp * H, H), (self.s.norm, Tsp * H, H))
-        return self.compute(name, MemShape(4 * Tsp * H * self.d.b, 5 * Tsp * H, parts), (dep,), ph, role)
+        parts = (("residual_add", Tsp * H, H), (self.s.norm_kind, Tsp * H, H))
+        return self.compute(name, MemShape(self._norm_bytes(4, Tsp * H), 5 * Tsp * H, parts), (dep,), ph, role)
+
+    def _norm_bytes(self, fused_traffic: float, elements, backward: bool = False):
+        """Bytes of a norm op: fused_traffic x elements x itemsize, plus the extra passes of eager fp32 code."""
+        from c3kit.workload.memops import MEMOP_KINDS
+
+        extra = 0.0
+        if self.s.norm_kind != self.s.norm:
+            sfx = ".bwd" if backward else ""
+            extra = MEMOP_KINDS[self.s.norm_kind + sfx][0] - MEMOP_KINDS[self.s.norm + sfx][0]
+        return (fused_traffic + extra) * elements * self.d.b
 
     def norm_bwd(self, name: str, dep, role: str) -> str:
         """Norm backward and the residual branch's gradient add (dep: an op name or a tuple of them)."""
         Tsp, H = self.Tsp, self.d.hidden
-        parts = ((self.s.norm + ".bwd", Tsp * H, H), ("residual_add", Tsp * H, H))
+        parts = ((self.s.norm_kind + ".bwd", Tsp * H, H), ("residual_add", Tsp * H, H))
         deps = dep if isinstance(dep, tuple) else (dep,)
-        return self.compute(name, MemShape(8 * Tsp * H * self.d.b, 8 * Tsp * H, parts), deps, "bwd", role)
+        return self.compute(name, MemShape(self._norm_bytes(8, Tsp * H, True), 8 * Tsp * H, parts), deps, "bwd",
+                            role)
 
     def act_parts(self, elements, width, backward: bool) -> tuple:
         """The activation's measured kernel: SwiGLU (gated) or GELU, forward or backward."""
@@ -494,10 +542,14 @@ class _Builder(_Ops):
         if not self.s.rope:
             return None
         d = self.d
-        kind = "rope.bwd" if name.endswith(".bwd") else "rope"
+        from c3kit.workload.memops import MEMOP_KINDS
+
+        kind = self.s.rope_kind + (".bwd" if name.endswith(".bwd") else "")
         q_el, k_el = self.T * self.qn * d.head_dim, self.T * self.kvn * d.head_dim
         parts = ((kind, q_el, d.head_dim), (kind, k_el, d.head_dim))
-        return self.compute(name, MemShape(2 * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph, role)
+        traffic = MEMOP_KINDS[kind][0]
+        return self.compute(name, MemShape(traffic * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph,
+                            role)
 
     def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
@@ -560,10 +612,12 @@ class _Builder(_Ops):
         last = self.rope(pre + "rope", last, ph, r + "rope") or last
         if s.phase != "train":
             kv = 2 * T * self.kvn * hd
-            last = self.compute("kv_write", MemShape(kv * d.b, 0, (("copy", kv, hd),)), (last,), ph, "kv_cache")
+            # K and V each written into the cache by its own kernel (index_copy_ / a paged-cache store)
+            last = self.compute("kv_write", MemShape(2 * kv * d.b, 0, (("copy", kv / 2, 1), ("copy", kv / 2, 1))),
+                                (last,), ph, "kv_cache")
         q_len = 1 if s.phase == "decode" else self.seq_local
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
-                                                  s.cp), (last,), ph, r + "attn")
+                                                  s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
         pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
@@ -644,7 +698,8 @@ class _Builder(_Ops):
         T_out = self.T if train else d.micro_batch
         Vl = cdiv(d.vocab, d.tp)
         rows = self.Tsp if train else T_out
-        fn = self.compute("final_norm", MemShape(2 * rows * d.hidden * d.b, 0, ((self.s.norm, rows * d.hidden, d.hidden),)),
+        fn = self.compute("final_norm", MemShape(self._norm_bytes(2, rows * d.hidden), 0,
+                                                 ((self.s.norm_kind, rows * d.hidden, d.hidden),)),
                           (last_fwd,), "fwd", "norm", "micro")
         hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
         return self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
@@ -665,7 +720,8 @@ class _Builder(_Ops):
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
-        fnb = self.compute("final_norm.bwd", MemShape(4 * self.Tsp * H * b, 0, ((self.s.norm + ".bwd", self.Tsp * H, H),)),
+        fnb = self.compute("final_norm.bwd", MemShape(self._norm_bytes(4, self.Tsp * H, True), 0,
+                                                      ((self.s.norm_kind + ".bwd", self.Tsp * H, H),)),
                            (hc or hd_dg,), "bwd", "norm", "micro")
         return hd_wg, fnb
 
@@ -693,9 +749,9 @@ class _Builder(_Ops):
         att_dep = (dg,)
         attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
         if s.recompute == "selective":
-            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp), (dg,), "bwd", "re_attn")
+            re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
             att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
-        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp), att_dep, "bwd", "attn")
+        ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")

@@ -28,6 +28,19 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     "cross_entropy.bwd": (3.0, 2.0),  # read logits and write dlogits (+ the softmax pass)
     "embedding": (2.0, 0.0),  # T x W gathered rows read and written
     "copy": (2.0, 0.0),  # a plain copy (KV cache write, layout change)
+    # unfused attention (workload.attention.unfused_parts), over the q_len x kv_len score matrix:
+    "softmax": (2.0, 5.0),  # fused scale-mask-softmax: read scores, write probabilities
+    "softmax.bwd": (3.0, 4.0),  # read probabilities and their gradient, write the scores' gradient
+    "dropout": (2.5, 1.0),  # read, write, and write a one-byte keep mask (half a 2-byte element)
+    "dropout.bwd": (2.5, 1.0),  # read the gradient and the mask, write
+    # written out in fp32 eager PyTorch (torchtitan's `rmsnorm`, the Llama reference code); traffic in units of
+    # the bf16 operand: forward = cast up (1 + 2), square (2 + 2), mean (2), scale (2 + 2), cast down (2 + 1),
+    # weight (1 + 1) = 18; backward = the autograd of those ops, about 40 (each pass reads and writes fp32)
+    "rmsnorm_eager": (18.0, 6.0),
+    "rmsnorm_eager.bwd": (40.0, 12.0),
+    # RoPE as a complex multiply in fp32: cast up (1 + 2), complex multiply (2 + 2), cast down (2 + 1) = 10
+    "rope_complex": (10.0, 6.0),
+    "rope_complex.bwd": (10.0, 6.0),
 }
 
 

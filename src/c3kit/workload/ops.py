@@ -89,10 +89,15 @@ class Attention:
     causal: bool = True
     backward: bool = False
     balanced: bool = False  # context parallelism: q_len is load-balanced causal chunks of kv_len
+    backend: str = ""  # workload.attention.BACKENDS; "" = the default of the GPU it runs on
+    dropout: bool = False  # attention dropout (its own kernel when unfused)
 
     def __post_init__(self) -> None:
         if min(self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim) <= 0:
             raise WorkloadError(f"attention {self.name}: all sizes must be positive")
+        from c3kit.workload.attention import check_backend
+
+        check_backend(self.backend)
 
     @property
     def flops(self) -> float:

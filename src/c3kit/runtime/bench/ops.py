@@ -9,28 +9,21 @@ Run: python -m c3kit.runtime.bench.ops --out DIR [--only floor,memory,...] [--qu
 from __future__ import annotations
 
 import argparse
-import math
 import random
-import statistics
 import sys
 import time as _time
-from typing import Callable
 
 from c3kit.runtime._torch import require_torch
-from c3kit.runtime.bench.timing import elapsed, sync
+from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
+from c3kit.runtime.bench.ops_recipes import bench_attn_backends, bench_eager_ops, bench_fp8, bench_moe
+from c3kit.runtime.bench.timing import Budget as _Budget
+from c3kit.runtime.bench.timing import eager_time as _eager_time
+from c3kit.runtime.bench.timing import graph_time as _graph_time
+from c3kit.runtime.bench.timing import timed as _timed
 
-FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode")
+FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "moe", "attn_backends",
+            "decode_attention", "eager_ops")
 
-
-class _Budget:
-    """A family's wall-clock budget: loops stop taking new cases once it is spent (the file keeps what ran)."""
-
-    deadline = float("inf")
-
-    @classmethod
-    def spent(cls) -> bool:
-        """True once the running family's budget is used up."""
-        return _time.perf_counter() > cls.deadline
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
 # checks run on these, so no catalog model's layer ever fed a parameter. Shapes from each model's
@@ -43,56 +36,6 @@ LAYER_MODELS = {
     "gemma-2-9b-like": (3584, 16, 8, 256, 14336, 256000),
     "yi-34b": (7168, 56, 8, 128, 20480, 64000),
 }
-
-
-def _graph_time(fn: Callable[[], object], device, calls: int, repeats: int = 5) -> float:
-    """Median seconds of one fn() from replays of a CUDA graph of `calls` calls (no launch gaps)."""
-    torch = require_torch()
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    for _ in range(2):
-        g.replay()
-    torch.cuda.synchronize(device)
-    return statistics.median(elapsed(g.replay, device) / calls for _ in range(repeats))
-
-
-def _eager_time(fn: Callable[[], object], device, target_s: float = 0.01, repeats: int = 5) -> float:
-    """Median seconds of one fn() from loops of about target_s launched eagerly (host gaps included)."""
-    fn()
-    sync(device)
-    t0 = _time.perf_counter()
-    fn()
-    sync(device)
-    est = max(_time.perf_counter() - t0, 1e-6)
-    iters = int(min(2000, max(2, target_s / est)))
-
-    def loop():
-        for _ in range(iters):
-            fn()
-
-    loop()
-    sync(device)
-    return statistics.median(elapsed(loop, device) / iters for _ in range(repeats))
-
-
-def _timed(fn, device, cuda: bool, graph: bool = True) -> float:
-    """Graph-replay time on CUDA (falls back to eager when capture fails), host-clock loop on the CPU."""
-    if cuda and graph:
-        try:
-            t = _eager_time(fn, device, target_s=0.003, repeats=1)
-            calls = int(max(3, min(100, 0.01 / max(t, 1e-7))))
-            return _graph_time(fn, device, calls)
-        except Exception:  # noqa: BLE001 - not capturable (CPU sync inside): time it eagerly
-            require_torch().cuda.synchronize(device)
-    return _eager_time(fn, device)
 
 
 # ---------------------------------------------------------------- floor
@@ -228,16 +171,8 @@ def bench_memory(device, quick: bool) -> tuple[list[str], list[list]]:
 
 
 # ---------------------------------------------------------------- attention
-def _backend_ctx(name: str):
-    torch = require_torch()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                        "cudnn": SDPBackend.CUDNN_ATTENTION}[name]) if name != "default" else torch.enable_grad()
-
-
 def bench_attention(device, quick: bool) -> tuple[list[str], list[list]]:
-    """SDPA forward and backward (causal, GQA, head dims 64/128) and decode attention (q_len 1, KV cache)."""
+    """SDPA forward and backward (causal, GQA, head dims 64/128); decode attention is its own family."""
     torch = require_torch()
     F = torch.nn.functional
     cuda = device.type == "cuda"
@@ -280,23 +215,38 @@ def bench_attention(device, quick: bool) -> tuple[list[str], list[list]]:
             except Exception as ex:  # noqa: BLE001 - backend cannot run this shape: skip it
                 print(f"attention {backend} {(b, hq, hk, s, hd)}: {type(ex).__name__}", file=sys.stderr)
             del q, k, v
-    # decode: one new token per sequence over a KV cache (what a serving engine's step runs)
-    for kv in ([512, 2048, 4096, 8192, 16384, 32768, 65536, 131072] if not quick else [64]):
-        for b in ([1, 4, 16, 64, 256] if not quick else [2]):
-            for hd, hq, hk in ((128, 8, 1), (128, 32, 8), (128, 4, 1), (64, 16, 16), (128, 64, 8)):
-                if _Budget.spent():
-                    break
-                if b * hk * kv * hd * 2 * 2 > 16e9:
-                    continue
-                q = torch.randn(b, hq, 1, hd, device=device, dtype=bf)
-                k = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-                v = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-                try:
-                    t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk), device, cuda)
-                    rows.append(["default", "decode", b, hq, hk, 1, kv, hd, 0, t])
-                except Exception as ex:  # noqa: BLE001
-                    print(f"decode attention {(b, hq, hk, kv, hd)}: {type(ex).__name__}", file=sys.stderr)
-                del q, k, v
+    return cols, rows
+
+
+def bench_decode_attention(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Decode attention (q_len 1 over a KV cache, SDPA's own choice of kernel), KV 512 to 128k, shuffled so that
+    a budget cut keeps every KV length."""
+    torch = require_torch()
+    F = torch.nn.functional
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["backend", "pass", "batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "time_s"]
+    rows = []
+    cases = [(kv, b, hd, hq, hk) for kv in (512, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+             for b in (1, 4, 16, 64, 256)
+             for hd, hq, hk in ((128, 8, 1), (128, 32, 8), (128, 4, 1), (64, 16, 16), (128, 64, 8), (256, 16, 8),
+                                (64, 32, 8), (128, 40, 8))
+             if b * hk * kv * hd * 2 * 2 <= 16e9]
+    random.Random(31).shuffle(cases)
+    if quick:
+        cases = [(64, 2, 32, 4, 2)]
+    for (kv, b, hd, hq, hk) in cases:
+        if _Budget.spent():
+            break
+        q = torch.randn(b, hq, 1, hd, device=device, dtype=bf)
+        k = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+        v = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+        try:
+            t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk), device, cuda)
+            rows.append(["default", "decode", b, hq, hk, 1, kv, hd, 0, t])
+        except Exception as ex:  # noqa: BLE001 - this shape cannot run here: say so, keep going
+            print(f"decode attention {(b, hq, hk, kv, hd)}: {type(ex).__name__}", file=sys.stderr)
+        del q, k, v
     return cols, rows
 
 
@@ -491,7 +441,9 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
 
 
 BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_attention, "gemm": bench_gemm,
-           "layers": bench_layers, "decode": bench_decode}
+           "layers": bench_layers, "decode": bench_decode, "fp8": bench_fp8, "moe": bench_moe,
+           "attn_backends": bench_attn_backends,
+           "decode_attention": bench_decode_attention, "eager_ops": bench_eager_ops}
 
 
 def main(argv: list[str] | None = None) -> int:

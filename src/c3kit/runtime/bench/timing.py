@@ -130,3 +130,64 @@ def sm_clock_hz(device, cycles: int = 50_000) -> float:
     # first interval would otherwise include launch latency
     torch.cuda._sleep(cycles)
     return probe_clock_hz(enqueue_clock_probe(cycles))
+
+
+class Budget:
+    """A family's wall-clock budget: loops stop taking new cases once it is spent (the file keeps what ran)."""
+
+    deadline = float("inf")
+
+    @classmethod
+    def spent(cls) -> bool:
+        """True once the running family's budget is used up."""
+        return _time.perf_counter() > cls.deadline
+
+
+def graph_time(fn: Callable[[], object], device, calls: int, repeats: int = 5) -> float:
+    """Median seconds of one fn() from replays of a CUDA graph of `calls` calls (no launch gaps)."""
+    torch = require_torch()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    for _ in range(2):
+        g.replay()
+    torch.cuda.synchronize(device)
+    return statistics.median(elapsed(g.replay, device) / calls for _ in range(repeats))
+
+
+def eager_time(fn: Callable[[], object], device, target_s: float = 0.01, repeats: int = 5) -> float:
+    """Median seconds of one fn() from loops of about target_s launched eagerly (host gaps included)."""
+    fn()
+    sync(device)
+    t0 = _time.perf_counter()
+    fn()
+    sync(device)
+    est = max(_time.perf_counter() - t0, 1e-6)
+    iters = int(min(2000, max(2, target_s / est)))
+
+    def loop():
+        for _ in range(iters):
+            fn()
+
+    loop()
+    sync(device)
+    return statistics.median(elapsed(loop, device) / iters for _ in range(repeats))
+
+
+def timed(fn, device, cuda: bool, graph: bool = True) -> float:
+    """Graph-replay time on CUDA (falls back to eager when capture fails), host-clock loop on the CPU."""
+    if cuda and graph:
+        try:
+            t = eager_time(fn, device, target_s=0.003, repeats=1)
+            calls = int(max(3, min(100, 0.01 / max(t, 1e-7))))
+            return graph_time(fn, device, calls)
+        except Exception:  # noqa: BLE001 - not capturable (CPU sync inside): time it eagerly
+            require_torch().cuda.synchronize(device)
+    return eager_time(fn, device)

@@ -1,0 +1,124 @@
+"""Whole single-GPU training steps on the H200: measured forward + backward of a whole model and the fused
+AdamW step against what `c3kit analyze` projects for the same step (one GPU, no communication).
+
+The measured rows come from `python -m c3kit.runtime.bench.train_step` (benchmarks/run_train_step_h200.sh);
+none of the models is in the catalog and no row feeds any parameter. Two ways of writing the block are
+measured: `fused` (F.rms_norm, rotate-half RoPE, as the op classes were measured) and `eager` (RMSNorm and
+complex RoPE written out in fp32, as early torchtitan / Llama reference code); each is priced with the
+matching `norm_rope` of the layer description (the eager kernels' classes come from call 18's eager_ops rows,
+never from these steps).
+
+Prints per case measured, predicted and signed error, then median / p90 / bias per part.
+Usage: python benchmarks/validate_train_step.py [--dir DIR] [--verbose] [--plot PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = ROOT / "benchmarks" / "ops_h200"
+
+
+def _model(r: dict):
+    """The ModelConfig of a measured row (untied embeddings, RMSNorm, RoPE, SwiGLU)."""
+    from c3kit.workload.model import ModelConfig
+
+    return ModelConfig(name=str(r["model"]), hidden=int(r["hidden"]), layers=int(r["layers"]), heads=int(r["heads"]),
+                       kv_heads=int(r["kv_heads"]), head_dim=int(r["head_dim"]), ffn_hidden=int(r["ffn"]),
+                       vocab=int(r["vocab"]), gated_mlp=True, norm="rmsnorm", position="rope",
+                       tied_embeddings=False, max_seq=1 << 17)
+
+
+def predict(r: dict, cost_model) -> dict:
+    """{'fwd_bwd': s, 'optimizer': s} of c3kit's projected step for the row's model and micro-batch."""
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.step import project
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.parallel import Parallelism
+
+    b = max(1, int(r["batch"]))
+    seq = int(r["seq"]) or 2048
+    par = Parallelism(tp=1, dp=1, pp=1, micro_batch=b, global_batch=b, recompute="none")
+    code = "eager" if r["impl"] == "eager" else "fused"
+    g = build_step(_model(r), par, "train", seq, "bf16", 8, norm_rope=code)
+    res = project(g, get_gpu("H200-SXM"), cost_model=cost_model, overheads=DEFAULT_OVERHEADS)
+    fb = sum(x.compute_s for x in res.rows if x.phase in ("fwd", "bwd") or x.role == "overhead.launch_gaps")
+    opt = sum(x.compute_s for x in res.rows if x.role == "optimizer")
+    return {"fwd_bwd": fb, "optimizer": opt}
+
+
+def evaluate(directory: Path, cost_model) -> dict:
+    """{set: [(case, measured_s, predicted_s), ...]} with sets fused, eager and optimizer."""
+    from c3kit.cost.opclass import _rows as rows_of
+
+    out: dict = {"fused": [], "eager": [], "optimizer": []}
+    for path in sorted(directory.glob("*-train-step.json")):
+        for r in rows_of(json.loads(path.read_text())):
+            p = predict(r, cost_model)
+            if r["part"] == "optimizer":
+                out["optimizer"].append((f"{r['model']} {r['params'] / 1e9:.2f}B params", r["time_s"], p["optimizer"]))
+            else:
+                out[r["impl"]].append((f"{r['model']} b{r['batch']} s{r['seq']}", r["time_s"], p["fwd_bwd"]))
+    return out
+
+
+def summary(rows) -> dict:
+    """median |error|, p90 |error|, mean signed error (bias) and the worst, in percent."""
+    e = np.array([p / m - 1.0 for _, m, p in rows]) * 100.0
+    return {"n": len(e), "median": float(np.median(np.abs(e))), "p90": float(np.percentile(np.abs(e), 90)),
+            "bias": float(np.mean(e)), "worst": float(e[np.argmax(np.abs(e))])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print predicted against measured per case and the summary per set."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--plot", type=Path)
+    a = ap.parse_args(argv)
+    from c3kit.studies.validation import default_cost_model
+
+    res = evaluate(a.dir, default_cost_model())
+    if not any(res.values()):
+        print(f"error: no *-train-step.json under {a.dir}", file=sys.stderr)
+        return 2
+    for name, rows in res.items():
+        if not rows:
+            continue
+        if a.verbose:
+            for case, m, p in rows:
+                print(f"  {name:9s} {case:32s} measured {m * 1e3:9.2f} ms  predicted {p * 1e3:9.2f} ms  "
+                      f"{(p / m - 1) * 100:+6.1f}%")
+        s = summary(rows)
+        print(f"{name:9s} n={s['n']:3d}  median {s['median']:5.2f}%  p90 {s['p90']:5.2f}%  bias {s['bias']:+6.2f}%  "
+              f"worst {s['worst']:+6.1f}%")
+    if a.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        for name, rows in res.items():
+            if rows:
+                ax.scatter([m * 1e3 for _, m, _ in rows], [(p / m - 1) * 100 for _, m, p in rows], s=14, label=name)
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("measured time (ms)")
+        ax.set_ylabel("predicted / measured - 1 (%)")
+        ax.set_title("H200 single-GPU training steps: c3kit vs measured (never fitted)")
+        ax.legend(loc="best")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Attention priced by the backend that runs it (workload.attention.BACKENDS).
+
+- Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
+  own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
+  and mem_eff ("datasheet").
+- unfused: the sum of its kernels (workload.attention.unfused_parts): the batched GEMMs by the cost
+  model's GEMM pricing (on the H200 the GEMM calibration; its prediction of the measured torch.bmm rows,
+  none of which it was fitted on, is printed by benchmarks/validate_ops.py), the softmax and dropout
+  kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes at HBM
+  bandwidth x mem_eff.
+- An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
+  (cost/data/attention_backends.toml).
+- Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries
+  against the whole kv_len): ring attention, one call of the backend per ring step, as torch's context
+  parallelism runs it: the own chunk causally (q_len x q_len), then cp - 1 steps in which half of the
+  queries attend to a whole received chunk (q_len / 2 x q_len, not causal). Their FLOPs sum to the
+  balanced count; each call pays the class's fixed cost. The measured rows are causal: the non-causal
+  steps take the class's FLOP rate as measured on causal shapes (not yet measured).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from c3kit.workload.attention import BACKENDS, check_backend, unfused_parts
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> tuple[dict, str]:
+    text = resources.files("c3kit.cost").joinpath("data", "attention_backends.toml").read_text(encoding="utf-8")
+    doc = tomllib.loads(text)
+    table = {name: (str(v["backend"]), str(v["source"])) for name, v in doc.get("default", {}).items()}
+    for b, _ in table.values():
+        check_backend(b)
+    return table, check_backend(str(doc["other"]))
+
+
+def default_backend(gpu_name: str) -> str:
+    """The backend current PyTorch's SDPA picks on this GPU (cost/data/attention_backends.toml)."""
+    from c3kit.cost.basis import catalog_name
+
+    table, other = _defaults()
+    hit = table.get(catalog_name(gpu_name))
+    return hit[0] if hit else other
+
+
+def default_source(gpu_name: str) -> str:
+    """Where default_backend's answer for this GPU comes from."""
+    from c3kit.cost.basis import catalog_name
+
+    table, _ = _defaults()
+    hit = table.get(catalog_name(gpu_name))
+    return hit[1] if hit else "PyTorch SDPA priority order (flash first) for GPUs without a listed default"
+
+
+def resolve_backend(backend: str, gpu_name: str) -> str:
+    """backend itself, or the GPU's default for ""."""
+    return check_backend(backend) or default_backend(gpu_name)
+
+
+def attention_basis(gpu_name: str) -> dict[str, str]:
+    """backend -> "measured" | "transferred from X" | ... | "datasheet" on this GPU, for every backend.
+
+    Fused backends: the basis of the attention class where that backend has rows, else datasheet;
+    unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
+    from c3kit.cost.basis import basis, source_gpu
+    from c3kit.cost.opclass import op_calibration
+
+    b = basis(gpu_name)
+    src = source_gpu(gpu_name, "attention")
+    cal = op_calibration(src) if src else None
+    measured = set(cal.attention_backends()) if cal else set()
+    out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
+    out["unfused"] = f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}"
+    return out
+
+
+def _cal(hw, op_class: str):
+    from c3kit.cost.opclass import calibration_for
+
+    return calibration_for(hw, op_class)
+
+
+def unfused_breakdown(batch, heads, q_len, kv_len, head_dim, backward: bool, dropout: bool, hw, model,
+                      dtype: str = "bf16", *, price) -> list[tuple[str, float]]:
+    """(kernel, seconds) of every kernel of one unfused attention on hw under the cost model; price is
+    c3kit.cost.time (passed in: this module sits below the package that dispatches to it)."""
+    from c3kit.hw.model import dtype_bytes
+    from c3kit.workload.memops import memop_traffic
+    from c3kit.workload.ops import Gemm, MemOp
+
+    eb = dtype_bytes(dtype)
+    gemms, mems = unfused_parts(batch, heads, q_len, kv_len, head_dim, backward, dropout)
+    mem = _cal(hw, "memory") if model.kind != "roofline" else None
+    out = []
+    for g, m, n, k in gemms:
+        t = price(Gemm("unfused.bmm", int(m), int(n), int(k), dtype, int(g)), hw, model)
+        out.append((f"bmm {m}x{n}x{k} x{g}", float(t)))
+    for kind, elements, width in mems:
+        t = mem.kind_time(kind, elements, width, eb) if mem is not None else None
+        if t is None:
+            nbytes, flops = memop_traffic(kind, float(elements), eb)
+            t = price(MemOp("unfused." + kind, nbytes, flops), hw, model)
+        out.append((kind, float(t)))
+    return out
+
+
+def attention_time(op, hw, model, price) -> float:
+    """Seconds of one workload.ops.Attention on hw under the cost model, by its backend (price: c3kit.cost.time,
+    for the kernels of unfused attention)."""
+    from c3kit.cost.roofline import roofline_time
+    from c3kit.hw.model import dtype_bytes
+
+    backend = resolve_backend(op.backend, hw.name)
+    if backend == "unfused":
+        return sum(t for _, t in unfused_breakdown(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward,
+                                                   op.dropout, hw, model, op.dtype, price=price))
+    if model.kind != "roofline":
+        cal = _cal(hw, "attention")
+        if cal is not None:
+            t = _fused(cal, op.batch, op.heads, op.kv_heads, op.q_len, op.kv_len, op.head_dim, op.causal,
+                       op.backward, op.balanced, backend, dtype_bytes(op.dtype))
+            if t is not None:
+                return float(t)
+    return roofline_time(op, hw, model.attn_eff, model.mem_eff)
+
+
+def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, balanced, backend, itemsize):
+    """A measured fused backend's time (scalars or arrays); ring steps for balanced (context-parallel) chunks."""
+    if not balanced:
+        return cal.attention_time(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, itemsize,
+                                  backend)
+    own = cal.attention_time(batch, heads, kv_heads, q_len, q_len, head_dim, True, backward, itemsize, backend)
+    if own is None:
+        return None
+    steps = np.asarray(kv_len) // np.asarray(q_len) - 1
+    other = cal.attention_time(batch, heads, kv_heads, np.asarray(q_len) // 2, q_len, head_dim, False, backward,
+                               itemsize, backend)
+    return own + steps * other
+
+
+def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray | None:
+    """attention_time over the scenarios of a layer-description AttnShape (arrays) on one GPU; None where
+    the fused roofline the caller already has stands (fused backend without a measured class)."""
+    def arr(v):
+        a = np.broadcast_to(np.asarray(v), (n,))
+        return a if sel is None else a[sel]
+
+    a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
+    backend = resolve_backend(shape.backend, hw.name)
+    if backend == "unfused":  # the same kernels as attention_time, one scenario at a time
+        return np.array([sum(t for _, t in unfused_breakdown(int(b), int(h), int(q), int(kv), int(d), shape.backward,
+                                                             shape.dropout, hw, model, price=price))
+                         for b, h, q, kv, d in zip(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"])])
+    if model.kind == "roofline":
+        return None
+    cal = _cal(hw, "attention")
+    if cal is None:
+        return None
+    return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
+                  shape.backward, shape.balanced, backend, 2.0)

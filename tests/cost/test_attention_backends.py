@@ -1,0 +1,174 @@
+"""Attention priced per backend (cost/attention.py): unfused as the sum of its kernels, the measured classes per
+backend, the default per GPU, and the workload feature that carries the backend."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from c3kit.cost import explain, time
+from c3kit.cost.attention import (attention_basis, default_backend, resolve_backend, unfused_breakdown)
+from c3kit.cost.model import as_model
+from c3kit.errors import C3kitError, WorkloadError
+from c3kit.hw import get_gpu
+from c3kit.workload.attention import BACKENDS, unfused_parts
+from c3kit.workload.ops import Attention
+
+EFF = as_model("efficiency")
+
+
+def _att(backend, s=4096, backward=False, dropout=False, batch=1, heads=32, kv_heads=8, hd=128):
+    return Attention("a", batch, heads, kv_heads, s, s, hd, "bf16", True, backward, False, backend, dropout)
+
+
+def test_unfused_forward_is_the_sum_of_its_kernels_by_hand():
+    """A100 roofline: two batched GEMMs (max of FLOPs at peak and bytes at HBM bandwidth), softmax and dropout
+    (bytes at HBM bandwidth), over the full 1024 x 1024 score matrix of 2 heads, head dim 64."""
+    hw, roof = get_gpu("A100-SXM-80G"), as_model("roofline")
+    peak, bw = hw.peak_flops("bf16"), hw.hbm_bw
+    gemm_flops = 2 * 2 * 1024 * 1024 * 64  # per GEMM: 2 heads x 1024 x 1024 x 64 multiply-adds
+    gemm_bytes = 2 * (1024 * 64 + 64 * 1024 + 1024 * 1024) * 2  # Q, K (or P, V) read, S (or O) written, bf16
+    scores = 2 * 1024 * 1024
+    want = 2 * max(gemm_flops / peak, gemm_bytes / bw) + 2 * scores * 2 / bw + 2.5 * scores * 2 / bw
+    op = Attention("a", 1, 2, 2, 1024, 1024, 64, "bf16", True, False, False, "unfused", True)
+    assert time(op, hw, roof) == pytest.approx(want, rel=1e-12)
+    parts = unfused_breakdown(1, 2, 1024, 1024, 64, False, True, hw, roof, price=time)
+    assert [k for k, _ in parts] == ["bmm 1024x1024x64 x2", "bmm 1024x64x1024 x2", "softmax", "dropout"]
+    assert sum(t for _, t in parts) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu", ["H200-SXM", "H100-SXM", "A100-SXM-80G"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_unfused_time_is_the_sum_of_its_parts_under_the_calibrated_model(gpu, backward):
+    hw = get_gpu(gpu)
+    parts = unfused_breakdown(2, 16, 2048, 2048, 128, backward, True, hw, EFF, price=time)
+    gemms, mems = unfused_parts(2, 16, 2048, 2048, 128, backward, True)
+    assert len(parts) == len(gemms) + len(mems) == (6 if backward else 4)
+    assert time(_att("unfused", 2048, backward, True, batch=2, heads=16), hw, EFF) == pytest.approx(
+        sum(t for _, t in parts), rel=1e-12)
+
+
+def test_unfused_backward_has_four_gemms_of_the_forward_size():
+    gemms, mems = unfused_parts(1, 4, 512, 512, 64, True, False)
+    assert len(gemms) == 4 and all(2 * g * m * n * k == 2 * 4 * 512 * 512 * 64 for g, m, n, k in gemms)
+    assert [k for k, _, _ in mems] == ["softmax.bwd"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(BACKENDS), st.sampled_from(["H200-SXM", "H100-SXM", "A100-SXM-80G"]), st.booleans(),
+       st.integers(9, 15))
+def test_every_backend_is_monotonic_in_sequence_length(backend, gpu, backward, log2s):
+    hw = get_gpu(gpu)
+    s = 2 ** log2s
+    assert time(_att(backend, 2 * s, backward), hw, EFF) > time(_att(backend, s, backward), hw, EFF) > 0
+
+
+def test_measured_backends_differ_on_the_h200_as_measured():
+    """cuDNN is the fastest measured kernel on the H200, flash2 next, efficient slowest (the rows' rates)."""
+    hw = get_gpu("H200-SXM")
+    t = {b: time(_att(b, 8192), hw, EFF) for b in ("cudnn", "flash2", "efficient")}
+    assert t["cudnn"] < t["flash2"] < t["efficient"]
+    assert time(_att("", 8192), hw, EFF) == t["cudnn"]  # the H200's default
+
+
+def test_h100_takes_the_h200_classes_per_backend():
+    for b in ("cudnn", "flash2", "efficient"):
+        assert time(_att(b), get_gpu("H100-SXM"), EFF) == pytest.approx(time(_att(b), get_gpu("H200-SXM"), EFF))
+
+
+def test_default_backend_per_gpu():
+    assert default_backend("H200-SXM") == default_backend("H100-SXM") == default_backend("B200") == "cudnn"
+    assert default_backend("A100-SXM-80G") == "flash2"
+    assert default_backend("MI250X") == "flash2"  # not listed: PyTorch's priority order puts flash first
+    assert resolve_backend("", "H200-SXM") == "cudnn" and resolve_backend("unfused", "H200-SXM") == "unfused"
+
+
+def test_basis_per_backend():
+    assert attention_basis("H200-SXM") == {"cudnn": "measured", "flash2": "measured", "efficient": "measured",
+                                           "unfused": "batched GEMMs: measured; softmax/dropout: measured"}
+    h100 = attention_basis("H100-SXM")
+    assert h100["flash2"] == "transferred from H200-SXM"
+    a100 = attention_basis("A100-SXM-80G")
+    assert a100["cudnn"] == a100["flash2"] == a100["efficient"] == "datasheet"
+    assert a100["unfused"] == "batched GEMMs: datasheet; softmax/dropout: datasheet"
+    e = explain(_att("flash2"), get_gpu("H100-SXM"), EFF)
+    assert e.method == "attention-flash2" and e.detail["basis"] == "transferred from H200-SXM"
+
+
+def test_bad_backend_is_refused_everywhere():
+    with pytest.raises(WorkloadError, match="unknown attention backend 'flash3'"):
+        _att("flash3")
+    from c3kit.workload.layer import Structure
+    from c3kit.workload.model import get_model
+    from c3kit.workload.parallel import Parallelism
+
+    with pytest.raises(C3kitError):
+        Structure.of(get_model("llama-3-8b"), Parallelism(), "train", "sdpa")
+
+
+def test_the_layer_description_carries_the_backend():
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.model import get_model
+    from c3kit.workload.parallel import Parallelism
+
+    m, p = get_model("llama-3-8b"), Parallelism(tp=2, micro_batch=1, global_batch=4, dp=1)
+    g = build_step(m, p, "train", 4096, attn_backend="unfused")
+    atts = [n.op for n in g.nodes if isinstance(n.op, Attention)]
+    assert atts and all(a.backend == "unfused" for a in atts)
+    assert all(a.backend == "" for a in (n.op for n in build_step(m, p, "train", 4096).nodes)
+               if isinstance(a, Attention))
+
+
+def test_memory_proxy_prices_softmax_with_rmsnorm_coefficients_and_its_own_bytes():
+    from c3kit.cost.opclass import FeatureCost, OpCalibration, ScaledCalibration
+
+    norm = FeatureCost(2e-6, (1 / 3e12, 1e-9, 0.0))
+    cal = ScaledCalibration(OpCalibration("X", {"rmsnorm": norm}, {}, None, 1e-6, 7e-6, {}, 1e18), 1.0, 1.0, 1e18)
+    n, w = 1 << 20, 2048
+    assert cal.kind_time("softmax", n, w) == pytest.approx(2e-6 + 2 * n * 2 / 3e12 + w * 1e-9)
+    assert cal.kind_time("dropout", n, w) is None  # its proxy (residual_add) is not in this calibration
+
+
+def test_fit_attention_per_backend_and_sparse_flops_only():
+    from c3kit.cost.opclass import attention_flops, fit_attention
+
+    rows = []
+    for s in (512, 1024, 2048, 8192, 32768, 65536):
+        w = attention_flops(1, 8, s, s, 128, True, False)
+        rows.append({"backend": "flash", "pass": "fwd", "batch": 1, "heads": 8, "kv_heads": 8, "q_len": s,
+                     "kv_len": s, "head_dim": 128, "causal": 1, "time_s": 2e-5 + w / 3e14})
+    for s in (1024, 4096, 16384):
+        w = attention_flops(2, 8, s, s, 64, True, True)
+        rows.append({"backend": "efficient", "pass": "bwd", "batch": 2, "heads": 8, "kv_heads": 8, "q_len": s,
+                     "kv_len": s, "head_dim": 64, "causal": 1, "time_s": 5e-5 + w / 1e14})
+    att, _ = fit_attention(rows, hold_out=False)
+    assert att[("flash2", "fwd", 128)].rate == pytest.approx(3e14, rel=1e-6)
+    eff = att[("efficient", "bwd", 64)]
+    assert eff.coefs[1:] == (0.0, 0.0) and eff.rate == pytest.approx(1e14, rel=1e-6)
+    assert eff.fixed_s == pytest.approx(5e-5, rel=1e-6)
+
+
+def test_fused_datasheet_roofline_on_the_a100():
+    from c3kit.cost.roofline import roofline_time
+
+    op, hw = _att("flash2"), get_gpu("A100-SXM-80G")
+    assert time(op, hw, EFF) == roofline_time(op, hw, EFF.attn_eff, EFF.mem_eff)
+    assert np.isfinite(time(_att("unfused", dropout=True), hw, EFF))
+
+
+def test_context_parallel_chunks_are_ring_steps_of_the_backend():
+    """cp ring steps: the own chunk causally, then cp - 1 half-query steps over a whole chunk; the work of
+    one rank is 1 / cp of the whole sequence's, so cp x the chunk time stays near the unsplit time."""
+    from c3kit.cost.opclass import calibration_for
+
+    hw, S = get_gpu("H200-SXM"), 65536
+    cal = calibration_for(hw, "attention")
+    whole = time(Attention("a", 1, 32, 8, S, S, 128, "bf16", True, False, False, "flash2"), hw, EFF)
+    for cp in (2, 4, 8):
+        q = S // cp
+        op = Attention("a", 1, 32, 8, q, S, 128, "bf16", True, True, True, "flash2")
+        want = (cal.attention_time(1, 32, 8, q, q, 128, True, True, 2.0, "flash2")
+                + (cp - 1) * cal.attention_time(1, 32, 8, q // 2, q, 128, False, True, 2.0, "flash2"))
+        assert time(op, hw, EFF) == pytest.approx(float(want), rel=1e-12)
+        fwd = time(Attention("a", 1, 32, 8, q, S, 128, "bf16", True, False, True, "flash2"), hw, EFF)
+        assert cp * fwd == pytest.approx(whole, rel=0.05)
