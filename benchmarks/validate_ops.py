@@ -175,6 +175,43 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
     return {k: np.array(v, dtype=float) for k, v in out.items()}
 
 
+def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
+    """The MoE op rows of the ops-moe file (none used by any fit) priced as the layer description prices them:
+    balanced grouped GEMMs by the grouped class; router softmax / top-k, permute and unpermute by their
+    memory-class stand-ins (workload/layer.py moe_router, moe_permute)."""
+    from c3kit.cost import gemmclass as gc
+    from c3kit.cost.opclass import _rows, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    try:
+        rows = _rows(_doc(directory, "moe"))
+    except (StopIteration, FileNotFoundError):
+        return {}
+    gpu = get_gpu("H200-SXM")
+    grouped = gc.fit_grouped(_rows(_doc(directory, "gemm")), hold_out=False)
+    mem = calibration_for(gpu, "memory")
+    out: dict[str, list] = {}
+    for r in rows:
+        T, H, E, k, t = r["tokens"], r["hidden"], r["experts"], r["top_k"], r["time_s"]
+        if r["kind"] == "grouped_mm_balanced":
+            p = grouped(T * k // E, r["n"], H, E)
+        elif r["kind"] == "router_topk":
+            p = mem.parts_time((("cross_entropy", T * E, E),))
+        elif r["kind"] in ("permute", "unpermute"):
+            p = mem.parts_time((("embedding", T * k * H, H),))
+        else:
+            continue
+        if p is not None and t:
+            out.setdefault(f"moe {r['kind']}", []).append(float(p) / t - 1)
+    bal = {(r["tokens"], r["hidden"], r["experts"], r["top_k"], r["n"]): r["time_s"] for r in rows
+           if r["kind"] == "grouped_mm_balanced"}
+    for r in rows:  # routed (random logits) over balanced: the measured cost of imbalance at op level
+        key = (r["tokens"], r["hidden"], r["experts"], r["top_k"], r["n"])
+        if r["kind"] == "grouped_mm_routed" and key in bal:
+            out.setdefault("moe grouped routed / balanced - 1 (measured)", []).append(r["time_s"] / bal[key] - 1)
+    return {k: np.array(v, dtype=float) for k, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the held-out error per op class and the verdict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -201,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
             ok &= good
         verdict = ("PASS" if good else "FAIL") if "[before" not in name else "(reference)"
         print(f"{name:44s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  bias {bias:+5.1f}%  -> {verdict}")
+    print("MoE ops of the ops-moe file, none used by a fit, priced as the layer description prices them:")
+    for name, e in moe_out_of_sample_errors(a.dir).items():
+        bias = float(np.mean(e)) * 100
+        e = np.abs(e) * 100
+        print(f"{name:44s} n={len(e):3d}  median {float(np.median(e)):5.1f}%  p90 {float(np.percentile(e, 90)):5.1f}%"
+              f"  bias {bias:+6.1f}%")
     return 0 if ok else 1
 
 

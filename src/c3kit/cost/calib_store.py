@@ -49,9 +49,8 @@ def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None, v
     return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-{kind}{'-' + variant if variant else ''}.json"
 
 
-OP_FAMILIES = ("memory", "eager_ops", "optimizer", "attention", "attn_backends", "decode_attention", "floor",
-               "gemm")  # the op-level
-# families the cost model fits (cost/opclass.py, cost/gemmclass.py)
+# the op-level families the cost model fits (cost/opclass.py, cost/gemmclass.py)
+OP_FAMILIES = ("memory", "eager_ops", "optimizer", "attention", "attn_backends", "decode_attention", "floor", "gemm")
 
 
 def op_calibration_path(gpu_name: str, family: str, root: str | Path | None = None) -> Path:
