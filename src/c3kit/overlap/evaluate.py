@@ -123,8 +123,17 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
 
     t_sm = comm_time("sm")
     t_dma = comm_time("dma") if g.dma.engines > 0 else None
-    eng = "dma" if t_dma is not None and t_dma < t_sm else "sm"
+    eng = "dma" if t_dma is not None and t_dma < t_sm and not _sm_measured(problem, g) else "sm"
     return Baseline(t_comp, t_dma if eng == "dma" else t_sm, eng, t_sm, t_dma)
+
+
+def _sm_measured(problem: OverlapProblem, gpu: GPU) -> bool:
+    """True when every collective of the problem is priced from the GPU's measured table (the library's default
+    SM path, cost.collectives.measured_time): the serial baseline then keeps that measured path rather than a
+    whole-collective copy-engine estimate that rests on assumed engine parameters (hw catalog dma sources)."""
+    from c3kit.cost.collectives import measured_time
+
+    return all(measured_time(kind, problem.gpus, nbytes, gpu.name) is not None for kind, nbytes in comm_of(problem))
 
 
 def check_fits(problem: OverlapProblem, gpu: GPU) -> None:

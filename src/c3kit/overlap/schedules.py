@@ -241,12 +241,14 @@ class Ctx:
         ring_hops = 1 if self.topo == "mesh" else n - 1
         if kind in ("all_gather", "all_to_all"):
             hops = 1 if kind == "all_to_all" or engine == "dma" else ring_hops
-            return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)]
+            t = self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)
+            return [self._measured(t, kind, nbytes) if engine == "sm" else t]
         if kind in ("reduce_scatter", "all_reduce"):
             ar = kind == "all_reduce"
             if engine == "sm":
-                return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n * (2 if ar else 1), w, "sm", reduce=True,
-                                  hops=ring_hops * (2 if ar else 1), deps=deps)]
+                t = self.comm(f"{prefix}{kind}", stream, nbytes * w / n * (2 if ar else 1), w, "sm", reduce=True,
+                              hops=ring_hops * (2 if ar else 1), deps=deps)
+                return [self._measured(t, kind, nbytes)]
             # DMA cannot reduce: copy the peers' pieces, reduce them with a small kernel, (all-reduce:) copy
             # the reduced shard back out; pipelined over n row chunks as a copy-engine library would
             out: list[Task] = []
@@ -260,6 +262,21 @@ class Ctx:
                     out.append(self.comm(f"{prefix}ag-copy-{c}", "comm2", piece, w, "dma", deps=(red.name,)))
             return out
         raise OverlapError(f"unknown collective {kind!r}")
+
+
+    def _measured(self, task: Task, kind: str, nbytes: float) -> Task:
+        """A library (NCCL) collective on SM kernels at the rate its GPU's measured table gives
+        (cost.collectives.measured_time), where there is one: alone it then takes the measured time, and
+        under contention it shares links, SMs and HBM like any transfer."""
+        from c3kit.cost.collectives import measured_time
+
+        t_meas = measured_time(kind, self.n, nbytes, self.gpu.name)
+        if t_meas is None or task.work <= 0:
+            return task
+        busy = t_meas - task.pre - task.post
+        if busy <= 0:
+            return task._replace(pre=t_meas - task.post if t_meas > task.post else 0.0, bw=math.inf)
+        return task._replace(bw=task.work / busy)
 
 
 def comm_of(prob: OverlapProblem) -> list[tuple[str, float]]:
