@@ -101,7 +101,17 @@ def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, Cont
 
 @functools.lru_cache(maxsize=256)
 def default_params(gpu_name: str) -> ContentionParams:
-    """The GPU's shipped contention calibration (read once per process), else ContentionParams()."""
+    """The GPU's shipped contention calibration (read once per process); for a catalog GPU without one that
+    takes its GEMM calibration from another GPU (cost/data/transfers.toml, e.g. H100-SXM from H200-SXM: the
+    same GH100 die), that GPU's contention calibration, which measures how GEMMs and copies share the same
+    SMs, L2 and memory pipeline; else ContentionParams()."""
+    from c3kit.cost.basis import catalog_name, source_gpu
+    from c3kit.sim.params import calibration_path
+
+    if calibration_path(gpu_name) is None and catalog_name(gpu_name) == gpu_name:
+        src = source_gpu(gpu_name, "gemm")
+        if src is not None and src != gpu_name and calibration_path(src) is not None:
+            return ContentionParams.from_calibration(src)
     return ContentionParams.from_calibration(gpu_name)
 
 

@@ -14,6 +14,8 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
+    GEMM x GEMM:         (two streams of one schedule) each at half speed; GEMM x memory-bound kernel:
+                         its memory-bound share by the kernel's share of HBM.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
@@ -123,7 +125,11 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            return 0.0
+            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs and
+            # HBM: as if each ran at half speed; a memory-bound kernel beside it takes its share of HBM
+            if u.category == "comp":
+                return 1.0
+            return (1.0 - t.phi) * u_hbm / H
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
