@@ -120,7 +120,7 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
-    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
@@ -181,7 +181,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []

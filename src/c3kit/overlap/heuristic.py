@@ -180,7 +180,7 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     check_fits(problem, g)
     p = params if params is not None else default_params(g.name)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     whole = ctx.gemm("gemm", "compute", problem.m, grouped=problem.pattern == "moe").work
     engine = _serial_engine(ctx)
     out = []
@@ -202,11 +202,50 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
     return out
 
 
+def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
+         power: str = "burst") -> str:
+    """select()'s choice among every applicable schedule, found with fewer estimates (branch and bound).
+
+    A candidate's estimate is never below its critical path at the tasks' alone times (the walks only stretch
+    tasks), so candidates are estimated in order of that bound and those whose bound exceeds the best estimate
+    so far are skipped: the same choice as select(), ties included (a skipped bound is strictly larger).
+    """
+    from c3kit.overlap.evaluate import check_fits, default_params
+
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    check_fits(problem, g)
+    p = params if params is not None else default_params(g.name)
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+    engine = _serial_engine(ctx)
+    cands = []
+    for order, (name, spec) in enumerate(SCHEDULES.items()):
+        if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
+            continue
+        tasks, streams = build(spec, ctx, engine)
+        index = {t.name: i for i, t in enumerate(tasks)}
+        _, end = _walk(tasks, [alone_time(t, ctx.res) for t in tasks], index)
+        cands.append((max(end, default=0.0), order, name, spec, tasks, streams))
+    if not cands:
+        return "serial"
+    cands.sort(key=lambda c: (c[0], c[1]))
+    best = None
+    for free, order, name, spec, tasks, streams in cands:
+        if best is not None and free > best[0]:
+            break
+        t, _ = estimate_time(tasks, streams, ctx.res, p)
+        key = (t, not spec.prio, order)
+        if best is None or key < best:
+            best = key + (name,)
+    return best[3]
+
+
 def _serial_engine(ctx: Ctx) -> str:
     """The faster engine for the whole collective(s), by the alone times of their tasks."""
     from c3kit.overlap.schedules import comm_of
 
-    if ctx.gpu.dma.engines == 0:
+    from c3kit.overlap.evaluate import _sm_measured
+
+    if ctx.gpu.dma.engines == 0 or _sm_measured(ctx.p, ctx.gpu):
         return "sm"
     tot = {}
     for eng in ("sm", "dma"):
