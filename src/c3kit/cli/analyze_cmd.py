@@ -54,8 +54,8 @@ def analyze(
                                      "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
                                      "fused) or a schedule name.", show_default="simple"),
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
-    trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of one layer's forward and "
-                                  "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
+    trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of the whole step: a process "
+                                  "per pipeline stage (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
