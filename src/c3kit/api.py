@@ -138,7 +138,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
-    (engine modes search under simple overlap, then project under the mode).
+    (auto, families and schedules included: each candidate layout is priced under that mode).
     """
     from c3kit.step import project
     from c3kit.step.config import resolve
@@ -155,7 +155,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         overheads = DEFAULT_OVERHEADS
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
-    search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
+    search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cost_model=cm, policy=search)
