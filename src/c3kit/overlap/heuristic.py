@@ -218,12 +218,20 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     engine = _serial_engine(ctx)
     cands = []
+    alone: dict[int, float] = {}  # by task object: schedules share the Ctx's cached tasks
+
+    def alone_of(t: Task) -> float:
+        v = alone.get(id(t))
+        if v is None:
+            v = alone[id(t)] = alone_time(t, ctx.res)
+        return v
+
     for order, (name, spec) in enumerate(SCHEDULES.items()):
         if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
             continue
         tasks, streams = build(spec, ctx, engine)
         index = {t.name: i for i, t in enumerate(tasks)}
-        _, end = _walk(tasks, [alone_time(t, ctx.res) for t in tasks], index)
+        _, end = _walk(tasks, [alone_of(t) for t in tasks], index)
         cands.append((max(end, default=0.0), order, name, spec, tasks, streams))
     if not cands:
         return "serial"
