@@ -14,8 +14,9 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
-    GEMM x GEMM:         (two streams of one schedule) each at half speed; GEMM x memory-bound kernel:
-                         its memory-bound share by the kernel's share of HBM.
+    GEMM x GEMM:         (two streams of one schedule) by how far their output tiles together exceed the
+                         SMs (both filling the GPU: half speed each), at least the other's HBM share of
+                         the memory-bound part; GEMM x memory-bound kernel: that HBM share only.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
@@ -125,11 +126,14 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs and
-            # HBM: as if each ran at half speed; a memory-bound kernel beside it takes its share of HBM
-            if u.category == "comp":
-                return 1.0
-            return (1.0 - t.phi) * u_hbm / H
+            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs as far as
+            # their output tiles together exceed them (both filling the GPU: each at half speed), and HBM by the
+            # other's share of it for the memory-bound part; a memory-bound kernel beside it: HBM only
+            hbm = (1.0 - t.phi) * u_hbm / H
+            if u.category != "comp":
+                return hbm
+            used = min(t.tiles or S, S) + min(u.tiles or S, S)
+            return max(hbm, min(1.0, max(0.0, used / S - 1.0)))
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share

@@ -382,7 +382,7 @@ def _input_side(spec: ScheduleSpec, ctx: Ctx, cap: float, step: str, grouped: bo
 
 
 def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
-    if spec.family == "ring" and spec.engine == "dma":
+    if spec.name == "ring-dma":
         return _symm_mem_ag(ctx, cap)
     return _input_side(spec, ctx, cap, "ag", grouped=False)
 
@@ -478,7 +478,7 @@ def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     ring_hops = 1 if ctx.topo == "mesh" else n - 1
     out: list[Task] = []
     tail: list[str] = []
-    if spec.family == "ring" and eng == "dma" and not ar:
+    if spec.name == "ring-dma" and not ar:
         return _symm_mem_rs(ctx, cap)
     if spec.family == "ring" and not ar:
         # chunk j holds peer j's rows; it is sent as soon as it is computed; own rows last
