@@ -151,7 +151,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
-    policy is its old name (serial = none). trace: a path to write one layer's Perfetto trace to.
+    policy is its old name (serial = none). trace: a path to write the whole step's Perfetto trace to.
     compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
@@ -165,7 +165,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     norm_rope: how RMSNorm and RoPE run: "fused" (one kernel per norm, rotate-half RoPE) or "eager" (written out
     in fp32 eager PyTorch, as torchtitan's `rmsnorm` and the Llama reference code); workload.layer.NORM_ROPE.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
-    (engine modes search under simple overlap, then project under the mode).
+    (auto, families and schedules included: each candidate layout is priced under that mode).
     """
     from c3kit.step import project
     from c3kit.step.config import resolve
@@ -192,7 +192,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             overheads = replace(overheads, fsdp_impl=fsdp_impl)  # an unknown name is a one-line C3kitError
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
-    search = policy_for(mode if mode in ("none", "simple") else "simple", pw)
+    search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,

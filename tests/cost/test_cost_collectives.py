@@ -184,3 +184,33 @@ def test_small_collectives_pay_the_library_base_latency_once():
         t, algo = collective_estimate(ar(8, s=1024, kind=kind), H200)
         t0, algo0 = collective_estimate(ar(8, s=1024, kind=kind), zero)
         assert algo == algo0 and t == pytest.approx(t0 + L_NV)
+
+
+# --- measured collective tables (cost/data/collectives/<gpu>.csv) ---------------------------------------
+
+def test_measured_time_hits_the_published_points():
+    from c3kit.cost.collectives import measured_time
+
+    # XLA sm_90 table: all-gather of S = 8 MiB at 134432820512 B/s, reduce-scatter of 16 MiB at 204560280920 B/s
+    assert measured_time("all_gather", 8, 8 * 2**20, "H100-SXM") == pytest.approx(8 * 2**20 / 134432820512, rel=1e-6)
+    assert measured_time("reduce_scatter", 8, 16 * 2**20, "H100") == pytest.approx(16 * 2**20 / 204560280920, rel=1e-6)
+
+
+def test_measured_time_interpolates_between_points_and_floors_below():
+    from c3kit.cost.collectives import measured_time
+
+    lo, hi = measured_time("all_gather", 8, 8 * 2**20, "H100-SXM"), measured_time("all_gather", 8, 16 * 2**20, "H100-SXM")
+    mid = measured_time("all_gather", 8, 12 * 2**20, "H100-SXM")
+    assert lo < mid < hi
+    assert measured_time("all_gather", 8, 1024, "H100-SXM") == measured_time("all_gather", 8, 2**20, "H100-SXM")
+    top = measured_time("all_gather", 8, 2**31, "H100-SXM")
+    assert measured_time("all_gather", 8, 2**32, "H100-SXM") == pytest.approx(2 * top)
+
+
+def test_measured_time_none_where_nothing_was_measured():
+    from c3kit.cost.collectives import measured_time
+
+    assert measured_time("all_gather", 4, 2**24, "H100-SXM") is None  # only 8-rank groups were measured
+    assert measured_time("all_to_all", 8, 2**24, "H100-SXM") is None
+    assert measured_time("all_gather", 8, 2**24, "MI300X") is None
+    assert measured_time("all_gather", 8, 0, "H100-SXM") is None

@@ -181,3 +181,51 @@ def test_partition_overhead_slows_only_partitioned_schedules():
             assert slow[name] > t * (1 + 1e-6), name
         else:
             assert slow[name] == pytest.approx(t, rel=1e-12), name
+
+
+# --- PyTorch async TP decomposition (ring-dma) and the transferred contention calibration -------------------
+
+def _ring_dma_tasks(pattern, m=1024, n=4096, k=4096):
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.overlap.costs import CostCache
+    from c3kit.overlap.evaluate import default_params
+    from c3kit.overlap.problem import OverlapProblem
+    from c3kit.overlap.schedules import SCHEDULES, Ctx, build
+
+    g = get_gpu("H100-SXM")
+    p = default_params(g.name)
+    ctx = Ctx(OverlapProblem(pattern, m, n, k, "bf16", 8), g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    tasks, _ = build(SCHEDULES["ring-dma"], ctx, "sm")
+    return tasks
+
+
+def test_ring_dma_all_gather_is_pytorch_symm_mem_decomposition():
+    tasks = _ring_dma_tasks("ag_gemm")
+    barriers = [t for t in tasks if t.name.startswith("barrier")]
+    copies = [t for t in tasks if t.name.startswith("ag-") and t.kind == "comm"]
+    gemms = [t for t in tasks if t.name.startswith("gemm")]
+    assert len(barriers) == 3 and all(t.work == 0 and t.pre > 0 for t in barriers)
+    assert len(copies) == 7 and all(t.engines == 1 and t.work == 128 * 4096 * 2 for t in copies)
+    assert len(gemms) == 8
+    # remote steps alternate between the backend stream and the current one, each copy before its GEMM
+    assert [t.stream for t in gemms[1:]] == ["comm", "compute"] * 3 + ["comm"]
+    for j in range(1, 8):
+        names = [t.name for t in tasks if t.stream == tasks[[x.name for x in tasks].index(f"gemm-{j}")].stream]
+        assert names.index(f"ag-{j}") < names.index(f"gemm-{j}")
+    assert {"mv", "ag-out"} <= {t.name for t in tasks}
+
+
+def test_ring_dma_reduce_scatter_has_two_barriers_per_step_and_a_sum():
+    tasks = _ring_dma_tasks("gemm_rs")
+    barriers = [t for t in tasks if t.name.startswith("barrier")]
+    assert len(barriers) == 2 * 7 + 2
+    assert tasks[-1].name == "rs-sum" and tasks[-1].deps == ("barrier-end",)
+    assert sum(1 for t in tasks if t.name.startswith("rs-") and t.kind == "comm") == 7
+
+
+def test_h100_takes_the_h200_contention_calibration():
+    from c3kit.overlap.evaluate import default_params
+
+    assert default_params("H100-SXM") == default_params("H200-SXM")
+    assert default_params("H100-SXM") != ContentionParams()
+    assert default_params("A100-SXM") == ContentionParams()  # no calibration and no transfer: the defaults

@@ -1,6 +1,8 @@
 """The selector: its estimate is exact where nothing overlaps, and its picks are close to the simulated optimum."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from c3kit.overlap import OverlapProblem, best, evaluate, select
 from c3kit.overlap.heuristic import estimates
@@ -35,3 +37,14 @@ def test_serial_estimate_is_exact_and_picks_are_near_optimal(hw, pattern, m, n, 
     assert name == min(est.values(), key=lambda x: x.time).schedule
     assert sim[name].speedup >= 0.95 * best(res).speedup
     assert any(name in r for r in reasons)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(["ag_gemm", "gemm_rs", "gemm_ar", "moe"]), m=st.sampled_from([512, 2048, 8192, 32768]),
+       n=st.sampled_from([1024, 4096, 16384]), k=st.sampled_from([1024, 4096, 16384]),
+       hw=st.sampled_from(["H200-SXM", "H100-SXM", "MI300X"]))
+def test_pick_is_select_with_fewer_estimates(pattern, m, n, k, hw):
+    from c3kit.overlap.heuristic import pick
+
+    prob = OverlapProblem(pattern, m, n, k, "bf16", 8, experts=64 if pattern == "moe" else 0)
+    assert pick(prob, hw) == select(prob, hw)[0]

@@ -154,3 +154,20 @@ def test_forced_bulk_prices_fsdp_pairs_inside_a_node_only():
     across = build_step(m, Parallelism(tp=8, dp=2, fsdp=True, global_batch=2), "train", 4096)
     b2 = EngineOverlap("bulk").bind(across, H200)
     assert all(np.isnan(v) for v in b2.dp_saved.values())  # a DP group across nodes: the engine cannot take it
+
+
+def test_layout_search_prices_under_the_overlap_mode_asked_for(monkeypatch):
+    import c3kit.step.config as config
+    from c3kit.api import analyze
+
+    seen = []
+    real = config.resolve
+
+    def spy(**kw):
+        seen.append(getattr(kw["policy"], "name", None))
+        return real(**kw)
+
+    monkeypatch.setattr(config, "resolve", spy)
+    for mode in ("auto", "simple", "none"):
+        analyze("Llama-3-8B", "H200-SXM", gpus=8, tp=8, seq=2048, overlap=mode, compare_overlap=False)
+    assert seen == ["auto", "simple", "none"]

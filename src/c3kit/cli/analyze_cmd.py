@@ -60,8 +60,8 @@ def analyze(
                                      "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
                                      "fused) or a schedule name.", show_default="simple"),
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
-    trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of one layer's forward and "
-                                  "backward (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
+    trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of the whole step: a process "
+                                  "per pipeline stage (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
     fsdp_impl: str = typer.Option(_D["fsdp_impl"], "--fsdp-impl",
                                   help="FSDP implementation: fsdp2 (PyTorch fully_shard; its all-gather copy-out is "
                                        "priced) or flat (FSDP1 FlatParameter, Megatron FSDP: no copy-out)."),

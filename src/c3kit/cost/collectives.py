@@ -239,3 +239,65 @@ def valid_algos(c: Collective, gpu: GPU) -> list[str]:
     """Algorithms that can run collective c on gpu."""
     fn = _intra if c.span == "intra" else _inter
     return [a for a in ALGOS if fn(c, gpu, a, 1.0) < _INF]
+
+
+# ------------------------------------------------------------------------------------- measured tables
+# A GPU with a published table of measured collective times (cost/data/collectives/<gpu>.csv, source in
+# the file's header) is priced from it where the table covers the collective (kind and rank count):
+# log-log interpolation in S between measured sizes, the smallest size's time below it (a latency floor),
+# the largest size's bandwidth above it. Everything else keeps the alpha-beta model above.
+
+def _table_file(gpu_name: str):
+    from importlib import resources
+    from pathlib import Path
+
+    from c3kit.hw.catalog import get_gpu
+
+    try:
+        name = get_gpu(gpu_name).name
+    except Exception:  # an uncatalogued GPU has no table
+        return None
+    p = Path(str(resources.files("c3kit.cost").joinpath("data", "collectives", f"{name.lower()}.csv")))
+    return p if p.is_file() else None
+
+
+_TABLES: dict[str, dict] = {}
+
+
+def measured_table(gpu_name: str) -> dict:
+    """{(kind, ranks): (sizes ascending, times)} of a GPU's measured collective table ({} when none)."""
+    hit = _TABLES.get(gpu_name)
+    if hit is not None:
+        return hit
+    out: dict = {}
+    p = _table_file(gpu_name)
+    if p is not None:
+        import csv
+
+        rows: dict = {}
+        with open(p, newline="") as f:
+            for r in csv.DictReader(line for line in f if not line.startswith("#")):
+                rows.setdefault((r["kind"], int(r["ranks"])), []).append((float(r["bytes"]), float(r["time_s"])))
+        for key, pts in rows.items():
+            pts.sort()
+            out[key] = (tuple(s for s, _ in pts), tuple(t for _, t in pts))
+    _TABLES[gpu_name] = out
+    return out
+
+
+def measured_time(kind: str, ranks: int, nbytes: float, gpu_name: str) -> float | None:
+    """Seconds of one collective of S = nbytes on `ranks` GPUs of one node from the GPU's measured table, or None."""
+    tab = measured_table(gpu_name).get((kind, int(ranks)))
+    if tab is None or nbytes <= 0:
+        return None
+    sizes, times = tab
+    if nbytes <= sizes[0]:
+        return times[0]
+    if nbytes >= sizes[-1]:
+        return times[-1] * nbytes / sizes[-1]
+    import bisect
+
+    i = bisect.bisect_right(sizes, nbytes)
+    s0, s1, t0, t1 = sizes[i - 1], sizes[i], times[i - 1], times[i]
+    w = math.log(nbytes / s0) / math.log(s1 / s0)
+    return math.exp(math.log(t0) + w * math.log(t1 / t0))

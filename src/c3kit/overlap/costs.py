@@ -52,6 +52,9 @@ class GemmCost:
     tiles: int  # output tiles (wave quantization when SMs are taken away)
 
 
+_SHARED: dict = {}
+
+
 class CostCache:
     """Per-evaluation cache of op costs by shape (the same sub-GEMM shapes recur across schedules)."""
 
@@ -66,6 +69,24 @@ class CostCache:
         self._mem: dict[float, float] = {}
         self._speed: dict[tuple, float] = {}
         self._fewer: dict[int, GPU] = {}
+
+    @classmethod
+    def shared(cls, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL,
+               power: str = "burst") -> "CostCache":
+        """One cache per (GPU, tile, traffic, cost model, power) for the process: the values are pure functions
+        of those and the shape, so every evaluation and selection on that GPU can share them (the sweep prices
+        thousands of pair shapes whose sub-GEMMs recur)."""
+        try:
+            key = (gpu, tile_m, tile_n, traffic, model, power)
+            hash(key)
+        except TypeError:  # an unhashable cost model object: a private cache
+            return cls(gpu, tile_m, tile_n, traffic, model, power)
+        hit = _SHARED.get(key)
+        if hit is None:
+            if len(_SHARED) >= 64:
+                _SHARED.clear()
+            hit = _SHARED[key] = cls(gpu, tile_m, tile_n, traffic, model, power)
+        return hit
 
     def gemm(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> GemmCost:
         """Cost of `batch` GEMMs m x n x k run as one kernel, alone on the GPU."""

@@ -101,7 +101,17 @@ def _resolve(gpu: GPU | str, params: ContentionParams | None) -> tuple[GPU, Cont
 
 @functools.lru_cache(maxsize=256)
 def default_params(gpu_name: str) -> ContentionParams:
-    """The GPU's shipped contention calibration (read once per process), else ContentionParams()."""
+    """The GPU's shipped contention calibration (read once per process); for a catalog GPU without one that
+    takes its GEMM calibration from another GPU (cost/data/transfers.toml, e.g. H100-SXM from H200-SXM: the
+    same GH100 die), that GPU's contention calibration, which measures how GEMMs and copies share the same
+    SMs, L2 and memory pipeline; else ContentionParams()."""
+    from c3kit.cost.basis import catalog_name, source_gpu
+    from c3kit.sim.params import calibration_path
+
+    if calibration_path(gpu_name) is None and catalog_name(gpu_name) == gpu_name:
+        src = source_gpu(gpu_name, "gemm")
+        if src is not None and src != gpu_name and calibration_path(src) is not None:
+            return ContentionParams.from_calibration(src)
     return ContentionParams.from_calibration(gpu_name)
 
 
@@ -110,7 +120,7 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
     """Isolated T_comp and T_comm (the faster of SM and DMA engines for the whole collective)."""
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
-    ctx = _ctx or Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     t_comp = alone_time(whole_gemm(ctx), ctx.res)
 
     def comm_time(engine: str) -> float:
@@ -123,8 +133,17 @@ def baseline(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams |
 
     t_sm = comm_time("sm")
     t_dma = comm_time("dma") if g.dma.engines > 0 else None
-    eng = "dma" if t_dma is not None and t_dma < t_sm else "sm"
+    eng = "dma" if t_dma is not None and t_dma < t_sm and not _sm_measured(problem, g) else "sm"
     return Baseline(t_comp, t_dma if eng == "dma" else t_sm, eng, t_sm, t_dma)
+
+
+def _sm_measured(problem: OverlapProblem, gpu: GPU) -> bool:
+    """True when every collective of the problem is priced from the GPU's measured table (the library's default
+    SM path, cost.collectives.measured_time): the serial baseline then keeps that measured path rather than a
+    whole-collective copy-engine estimate that rests on assumed engine parameters (hw catalog dma sources)."""
+    from c3kit.cost.collectives import measured_time
+
+    return all(measured_time(kind, problem.gpus, nbytes, gpu.name) is not None for kind, nbytes in comm_of(problem))
 
 
 def check_fits(problem: OverlapProblem, gpu: GPU) -> None:
@@ -162,7 +181,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []

@@ -14,6 +14,9 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
+    GEMM x GEMM:         (two streams of one schedule) by how far their output tiles together exceed the
+                         SMs (both filling the GPU: half speed each), at least the other's HBM share of
+                         the memory-bound part; GEMM x memory-bound kernel: that HBM share only.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
@@ -123,7 +126,14 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            return 0.0
+            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs as far as
+            # their output tiles together exceed them (both filling the GPU: each at half speed), and HBM by the
+            # other's share of it for the memory-bound part; a memory-bound kernel beside it: HBM only
+            hbm = (1.0 - t.phi) * u_hbm / H
+            if u.category != "comp":
+                return hbm
+            used = min(t.tiles or S, S) + min(u.tiles or S, S)
+            return max(hbm, min(1.0, max(0.0, used / S - 1.0)))
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
@@ -174,7 +184,7 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     check_fits(problem, g)
     p = params if params is not None else default_params(g.name)
-    ctx = Ctx(problem, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     whole = ctx.gemm("gemm", "compute", problem.m, grouped=problem.pattern == "moe").work
     engine = _serial_engine(ctx)
     out = []
@@ -196,11 +206,58 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
     return out
 
 
+def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
+         power: str = "burst") -> str:
+    """select()'s choice among every applicable schedule, found with fewer estimates (branch and bound).
+
+    A candidate's estimate is never below its critical path at the tasks' alone times (the walks only stretch
+    tasks), so candidates are estimated in order of that bound and those whose bound exceeds the best estimate
+    so far are skipped: the same choice as select(), ties included (a skipped bound is strictly larger).
+    """
+    from c3kit.overlap.evaluate import check_fits, default_params
+
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    check_fits(problem, g)
+    p = params if params is not None else default_params(g.name)
+    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+    engine = _serial_engine(ctx)
+    cands = []
+    alone: dict[int, float] = {}  # by task object: schedules share the Ctx's cached tasks
+
+    def alone_of(t: Task) -> float:
+        v = alone.get(id(t))
+        if v is None:
+            v = alone[id(t)] = alone_time(t, ctx.res)
+        return v
+
+    for order, (name, spec) in enumerate(SCHEDULES.items()):
+        if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
+            continue
+        tasks, streams = build(spec, ctx, engine)
+        index = {t.name: i for i, t in enumerate(tasks)}
+        _, end = _walk(tasks, [alone_of(t) for t in tasks], index)
+        cands.append((max(end, default=0.0), order, name, spec, tasks, streams))
+    if not cands:
+        return "serial"
+    cands.sort(key=lambda c: (c[0], c[1]))
+    best = None
+    for free, order, name, spec, tasks, streams in cands:
+        if best is not None and free > best[0]:
+            break
+        t, _ = estimate_time(tasks, streams, ctx.res, p)
+        key = (t, not spec.prio, order)
+        if best is None or key < best:
+            best = key + (name,)
+    return best[3]
+
+
 def _serial_engine(ctx: Ctx) -> str:
     """The faster engine for the whole collective(s), by the alone times of their tasks."""
     from c3kit.overlap.schedules import comm_of
 
-    if ctx.gpu.dma.engines == 0:
+    from c3kit.overlap.evaluate import _sm_measured
+
+    if ctx.gpu.dma.engines == 0 or _sm_measured(ctx.p, ctx.gpu):
         return "sm"
     tot = {}
     for eng in ("sm", "dma"):

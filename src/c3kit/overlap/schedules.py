@@ -241,12 +241,14 @@ class Ctx:
         ring_hops = 1 if self.topo == "mesh" else n - 1
         if kind in ("all_gather", "all_to_all"):
             hops = 1 if kind == "all_to_all" or engine == "dma" else ring_hops
-            return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)]
+            t = self.comm(f"{prefix}{kind}", stream, nbytes * w / n, w, engine, hops=hops, deps=deps)
+            return [self._measured(t, kind, nbytes) if engine == "sm" else t]
         if kind in ("reduce_scatter", "all_reduce"):
             ar = kind == "all_reduce"
             if engine == "sm":
-                return [self.comm(f"{prefix}{kind}", stream, nbytes * w / n * (2 if ar else 1), w, "sm", reduce=True,
-                                  hops=ring_hops * (2 if ar else 1), deps=deps)]
+                t = self.comm(f"{prefix}{kind}", stream, nbytes * w / n * (2 if ar else 1), w, "sm", reduce=True,
+                              hops=ring_hops * (2 if ar else 1), deps=deps)
+                return [self._measured(t, kind, nbytes)]
             # DMA cannot reduce: copy the peers' pieces, reduce them with a small kernel, (all-reduce:) copy
             # the reduced shard back out; pipelined over n row chunks as a copy-engine library would
             out: list[Task] = []
@@ -260,6 +262,21 @@ class Ctx:
                     out.append(self.comm(f"{prefix}ag-copy-{c}", "comm2", piece, w, "dma", deps=(red.name,)))
             return out
         raise OverlapError(f"unknown collective {kind!r}")
+
+
+    def _measured(self, task: Task, kind: str, nbytes: float) -> Task:
+        """A library (NCCL) collective on SM kernels at the rate its GPU's measured table gives
+        (cost.collectives.measured_time), where there is one: alone it then takes the measured time, and
+        under contention it shares links, SMs and HBM like any transfer."""
+        from c3kit.cost.collectives import measured_time
+
+        t_meas = measured_time(kind, self.n, nbytes, self.gpu.name)
+        if t_meas is None or task.work <= 0:
+            return task
+        busy = t_meas - task.pre - task.post
+        if busy <= 0:
+            return task._replace(pre=t_meas - task.post if t_meas > task.post else 0.0, bw=math.inf)
+        return task._replace(bw=task.work / busy)
 
 
 def comm_of(prob: OverlapProblem) -> list[tuple[str, float]]:
@@ -365,7 +382,88 @@ def _input_side(spec: ScheduleSpec, ctx: Ctx, cap: float, step: str, grouped: bo
 
 
 def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
+    if spec.name == "ring-dma":
+        return _symm_mem_ag(ctx, cap)
     return _input_side(spec, ctx, cap, "ag", grouped=False)
+
+
+# --- PyTorch async TP (torch.distributed._symmetric_memory), ring-dma ---------------------------------------
+# The decomposition as PyTorch implements it (_pipelined_all_gather_and_consume and
+# _pipelined_produce_and_all2all behind fused_all_gather_matmul / fused_matmul_reduce_scatter): symmetric-memory
+# barriers (one small SM kernel that signals every peer and waits for their flags), copies as contiguous
+# `Tensor.copy_` calls (cudaMemcpyAsync: copy engines) that pull one peer's chunk per step, and the per-step
+# work issued on two streams in turn (the current one and a backend stream) so that the sub-GEMMs of
+# neighbouring steps may also overlap each other.
+SYMM_STREAMS = ("compute", "comm")
+
+
+def _barrier(ctx: Ctx, name: str, stream: str, deps: tuple[str, ...] = ()) -> Task:
+    """A symmetric-memory barrier: a kernel start, one flag exchange over the fabric, the poll that sees it."""
+    pr = ctx.params
+    return Task(name, stream, 0.0, kind="comm", category="comm", deps=deps, pre=pr.sm_launch + ctx.lat,
+                post=pr.sm_sync)
+
+
+def _local_copy(ctx: Ctx, name: str, stream: str, nbytes: float, deps: tuple[str, ...] = ()) -> Task:
+    """A device-local copy of nbytes (read and write in HBM)."""
+    t = ctx.cache.mem(2.0 * nbytes)
+    return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=2.0 * nbytes / t, phi=0.0, sms=1.0)
+
+
+def _symm_mem_ag(ctx: Ctx, cap: float) -> list[Task]:
+    """fused_all_gather_matmul: barrier, local shard into the symmetric buffer, barrier, local GEMM; then for
+    each of the n-1 remote shards (streams in turn) pull it with a copy engine and run its GEMM; copy the
+    local shard into the all-gather output; both streams joined by a last barrier."""
+    n, m, k, b = ctx.n, ctx.p.m, ctx.p.k, ctx.b
+    rows = m // n
+    shard = rows * k * b
+    cur, back = SYMM_STREAMS
+    out: list[Task] = [_barrier(ctx, "barrier-0", cur), _local_copy(ctx, "mv", cur, shard),
+                       _barrier(ctx, "barrier-1", cur), ctx.gemm("gemm-local", cur, rows, cap=cap)]
+    first_back = True
+    last = {cur: "gemm-local", back: ""}
+    for j in range(1, n):
+        st = back if j % 2 else cur
+        # the backend stream waits for the current stream once, after the second barrier
+        deps = ("barrier-1",) if st == back and first_back else ()
+        first_back = first_back and st != back
+        cp = ctx.comm(f"ag-{j}", st, shard, 1, "dma", deps=deps, peer=j - 1)
+        g = ctx.gemm(f"gemm-{j}", st, rows, cap=cap)
+        out += [cp, g]
+        last[st] = g.name
+    st = cur if n % 2 == 0 else back
+    out.append(_local_copy(ctx, "ag-out", st, shard))
+    last[st] = "ag-out"
+    out.append(_barrier(ctx, "barrier-end", cur, deps=tuple(x for x in last.values() if x)))
+    return out
+
+
+def _symm_mem_rs(ctx: Ctx, cap: float) -> list[Task]:
+    """fused_matmul_reduce_scatter: for each of the n-1 peers (streams in turn) compute the peer's row chunk
+    into this GPU's symmetric buffer, barrier, pull this GPU's chunk from that peer with a copy engine,
+    barrier; then the local chunk, a last barrier and the sum of the n stacked partial chunks."""
+    n, m, nn, b = ctx.n, ctx.p.m, ctx.p.n, ctx.b
+    rows = m // n
+    chunk = rows * nn * b
+    cur, back = SYMM_STREAMS
+    out: list[Task] = [_barrier(ctx, "barrier-0", cur)]
+    last = {cur: "barrier-0", back: ""}
+    for j in range(1, n):
+        st = back if j % 2 else cur
+        deps = ("barrier-0",) if st == back and not last[back] else ()
+        g = ctx.gemm(f"gemm-{j}", st, rows, cap=cap, deps=deps)
+        b1 = _barrier(ctx, f"barrier-{j}a", st)
+        cp = ctx.comm(f"rs-{j}", st, chunk, 1, "dma", peer=j - 1)
+        b2 = _barrier(ctx, f"barrier-{j}b", st)
+        out += [g, b1, cp, b2]
+        last[st] = b2.name
+    out.append(ctx.gemm("gemm-local", cur, rows, cap=cap))
+    last[cur] = "gemm-local"
+    out.append(_barrier(ctx, "barrier-end", cur, deps=tuple(x for x in last.values() if x)))
+    red = ctx.cache.mem(m * nn * b + chunk)
+    out.append(Task("rs-sum", cur, red, kind="compute", category="comm", deps=("barrier-end",),
+                    hbm=(m * nn * b + chunk) / red, phi=0.0))
+    return out
 
 
 def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
@@ -380,6 +478,8 @@ def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
     ring_hops = 1 if ctx.topo == "mesh" else n - 1
     out: list[Task] = []
     tail: list[str] = []
+    if spec.name == "ring-dma" and not ar:
+        return _symm_mem_rs(ctx, cap)
     if spec.family == "ring" and not ar:
         # chunk j holds peer j's rows; it is sent as soon as it is computed; own rows last
         rows = m // n

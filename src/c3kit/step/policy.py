@@ -111,14 +111,13 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
     """
     from c3kit.errors import C3kitError
     from c3kit.overlap.evaluate import applicable, evaluate
-    from c3kit.overlap.heuristic import select
+    from c3kit.overlap.heuristic import pick
     from c3kit.overlap.schedules import SCHEDULES
 
     try:
         names = applicable(problem, gpu)
         if mode == "auto":
-            pick, _ = select(problem, gpu, power=power)
-            cands = list(dict.fromkeys([pick, "serial"]))
+            cands = list(dict.fromkeys([pick(problem, gpu, power=power), "serial"]))
         elif mode in FAMILIES:
             cands = [n for n in names if SCHEDULES[n].family == mode and SCHEDULES[n].realizable(problem.pattern)]
         else:
