@@ -397,7 +397,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "Runs whose layout needs a feature the model lacks are listed as 'not modelled' and excluded from the "
              "statistics.",
              "Framework facts taken from each framework's documentation or code, never from these runs: how layers "
-             "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES) and "
+             "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES), "
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
-             "llm-foundry's FSDP1 and Megatron FSDP)."]
+             "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv) "
+             "and whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv)."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)
