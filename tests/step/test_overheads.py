@@ -197,3 +197,21 @@ def test_validation_prices_each_frameworks_fsdp():
     assert fsdp_impl_of("torchtitan (FSDP2)") == "fsdp2"
     assert fsdp_impl_of("llm-foundry (Composer, PyTorch FSDP)") == "flat"
     assert fsdp_impl_of("Megatron-Bridge (Megatron-Core, Transformer Engine) with Megatron FSDP") == "flat"
+
+
+def test_fp8_inference_casts_activations_only():
+    from c3kit.hw import get_gpu
+    from c3kit.step import project
+    from c3kit.step.overheads import DEFAULT_OVERHEADS
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.model import get_model
+    from c3kit.workload.parallel import Parallelism
+
+    m, gpu = get_model("Llama-3-8B"), get_gpu("H200-SXM")
+    g = build_step(m, Parallelism(tp=1, micro_batch=64), "decode", 2048, "fp8")
+    casts = [r for r in project(g, gpu, overheads=DEFAULT_OVERHEADS).rows if r.role == "overhead.fp8_casts"]
+    from c3kit.workload.ops import Gemm
+
+    fp8_gemm_runs = sum(m.layers for n in g.nodes if isinstance(n.op, Gemm) and n.op.dtype == "fp8")
+    # one cast per FP8 GEMM input (delayed scaling: one kernel each); the offline-quantized weights are not cast
+    assert len(casts) == 1 and casts[0].runs == fp8_gemm_runs == 4 * m.layers

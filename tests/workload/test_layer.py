@@ -407,3 +407,13 @@ def test_unknown_norm_rope_is_refused():
 
     with pytest.raises(WorkloadError, match="norm/RoPE"):
         describe(L70, Parallelism(tp=8), "train", 4096, norm_rope="triton")
+
+
+def test_fp8_inference_reads_an_fp8_kv_cache_and_trains_attention_in_bf16():
+    from c3kit.workload.ops import Attention
+
+    par = Parallelism(tp=8, micro_batch=4)
+    dec = build_step(L70, par, "decode", 2048, "fp8")
+    trn = build_step(L70, Parallelism(tp=8, sp=True), "train", 4096, "fp8")
+    assert {n.op.dtype for n in dec.nodes if isinstance(n.op, Attention)} == {"fp8"}
+    assert {n.op.dtype for n in trn.nodes if isinstance(n.op, Attention)} == {"bf16"}

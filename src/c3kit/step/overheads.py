@@ -39,7 +39,7 @@ SOURCES = {
                  "recorded on the fly, scale from the amax history), TE Float8CurrentScaling (an amax pass, then "
                  "cast_transpose), torchao Float8Linear tensorwise dynamic scaling under torch.compile (an amax "
                  "reduction, then a fused scale + cast); TE caches the FP8 weights across the micro-batches of a "
-                 "step (is_first_microbatch), torchao casts them in every forward. Priced from the measured "
+                 "step (is_first_microbatch), torchao casts them in every forward; inference engines (TensorRT-LLM, vLLM FP8 checkpoints) load weights quantized offline, so prefill and decode cast activations only. Priced from the measured "
                  "unfused amax + scale + cast kernels of runtime/bench/ops.py (cost/gemmclass.py): its time per "
                  "byte moved and per kernel, applied to the recipe's bytes and kernels; the fused TE and compiled "
                  "torchao kernels themselves were not measured. A GPU without the measurement: bytes on the "
@@ -168,6 +168,8 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
         cache: dict = {}
         for i, nd in enumerate(nodes):
             act, wt = fp8_cast_elements(nd)
+            if graph.phase != "train":  # inference engines load weights quantized to FP8 offline: no weight casts
+                wt = 0.0
             if nd.stream != "compute" or not act + wt:
                 continue
             per = pf if nd.scope != "step" else 1.0

@@ -122,10 +122,10 @@ def build_step(model: ModelConfig, par: Parallelism, phase: str = "train", seq: 
     return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype, attn_backend, norm_rope)
 
 
-def _to_op(spec: OpSpec, dtype: str, gpn: int) -> Op:
+def _to_op(spec: OpSpec, dtype: str, gpn: int, phase: str = "train") -> Op:
     """The workload op of one description entry (ints), in the dtype it runs in (layer.op_dtype)."""
     sh = spec.shape
-    dtype = op_dtype(spec, dtype)
+    dtype = op_dtype(spec, dtype, phase)
     if isinstance(sh, GemmShape):
         return Gemm(spec.name, sh.m, sh.n, sh.k, dtype, sh.batch)
     if isinstance(sh, AttnShape):
@@ -141,6 +141,6 @@ def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: st
            grad_dtype: str, attn_backend: str = "", norm_rope: str = "fused") -> StepGraph:
     layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype, attn_backend, norm_rope)
     ids = {spec.name: i for i, spec in enumerate(layer.ops)}
-    nodes = tuple(Node(i, _to_op(spec, dtype, gpn), tuple(ids[d] for d in spec.deps), spec.phase, spec.scope,
-                       spec.stream, spec.count, spec.role, spec.grad) for i, spec in enumerate(layer.ops))
+    nodes = tuple(Node(i, _to_op(spec, dtype, gpn, phase), tuple(ids[d] for d in spec.deps), spec.phase,
+                       spec.scope, spec.stream, spec.count, spec.role, spec.grad) for i, spec in enumerate(layer.ops))
     return StepGraph(model, par, phase, seq, nodes, layer.stage_layers, par.grad_accum, layer.tokens, dtype, gpn)

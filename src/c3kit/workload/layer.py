@@ -346,10 +346,14 @@ def flops_bytes(op: OpSpec, elem_bytes: Num) -> tuple[Num, Num]:
     raise WorkloadError(f"{op.name} is a collective: it has bytes, not FLOPs")
 
 
-def op_dtype(op: "OpSpec", dtype: str) -> str:
-    """The dtype an op runs in under a step dtype: under "fp8", GEMMs of FP8_GEMM_ROLES in FP8, the rest BF16."""
+def op_dtype(op: "OpSpec", dtype: str, phase: str = "train") -> str:
+    """The dtype an op runs in under a step dtype: under "fp8", GEMMs of FP8_GEMM_ROLES in FP8, the rest BF16;
+    in inference also the attention, which reads an FP8 KV cache (assumed for FP8 serving: the cache is kept in
+    the activation dtype, activation_dtype)."""
     if dtype != "fp8":
         return dtype
+    if op.kind == "attn" and phase != "train":
+        return "fp8"
     return "fp8" if op.kind == "gemm" and op.role.removeprefix("re_") in FP8_GEMM_ROLES else "bf16"
 
 
