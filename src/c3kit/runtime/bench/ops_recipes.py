@@ -283,3 +283,35 @@ def bench_optimizer(device, quick: bool) -> tuple[list[str], list[list]]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return cols, rows
+
+
+def bench_gemm_cold(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Small-M GEMMs (M 1-512) with the weight read from HBM on every call, as in a decode step where the other
+    layers' weights evict it from L2: each timed call uses the next of enough weight copies to exceed 3 x L2
+    (kind small_m_cold, the gemm family's columns)."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    cols = ["kind", "m", "n", "k", "groups", "dtype", "time_s"]
+    rows: list[list] = []
+    nk = [(4096, 4096), (1280, 5120), (5120, 1792), (14336, 4096), (4096, 14336), (8192, 3584), (1024, 8192),
+          (6144, 4096), (3072, 2048), (2048, 8192), (16384, 2048), (28672, 8192)]
+    ms = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    if quick:
+        nk, ms = [(64, 64)], [1, 8]
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 60 << 20) if cuda else 1 << 20
+    for (n, k) in nk:
+        copies = max(2, int(3 * l2 // (n * k * 2)) + 1)
+        ws = [torch.randn(k, n, device=device, dtype=bf) for _ in range(copies)]
+        for m in ms:
+            if Budget.spent():
+                break
+            a = torch.randn(m, k, device=device, dtype=bf)
+            state = {"i": 0}
+
+            def call(a=a):
+                state["i"] = (state["i"] + 1) % copies
+                return a @ ws[state["i"]]
+            rows.append(["small_m_cold", m, n, k, 1, "bf16", timed(call, device, cuda)])
+        del ws
+    return cols, rows
