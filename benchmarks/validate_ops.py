@@ -133,11 +133,13 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
 
     gpu = get_gpu("H200-SXM")
     rows = _rows(_doc(directory, "gemm"))
+    cold = _doc(directory, "gemm_cold", missing_ok=True)
+    rows += _rows(cold) if cold else []
     curve = bf16_curve_for(gpu)[0]
     out: dict[str, list] = {}
-    small = gc.fit_small_m(rows)
+    small, kind = gc.fit_small_m(rows), gc.small_m_kind(rows)
     for r in rows:
-        if r["kind"] == "small_m" and gc.is_held_out_small_m(r):
+        if r["kind"] == kind and gc.is_held_out_small_m(r):
             out.setdefault("gemm small-M", []).append(small(r["m"], r["n"], r["k"]) / r["time_s"] - 1)
             out.setdefault("gemm small-M [before: big-GEMM curve]", []).append(
                 curve.gemm_time(r["m"], r["n"], r["k"], "bf16", gpu) / r["time_s"] - 1)

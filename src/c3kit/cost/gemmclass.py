@@ -123,8 +123,9 @@ def held_out_every_third(rows: list[dict]) -> list[bool]:
 
 
 def fit_small_m(rows: list[dict], hold_out: bool = True) -> StreamingGemm | None:
-    """The small-M class from 'small_m' rows (held-out shapes left out unless hold_out is False)."""
-    pts = [r for r in rows if r["kind"] == "small_m" and r["time_s"] and not (hold_out and is_held_out_small_m(r))]
+    """The small-M class from the small_m_kind rows (held-out shapes left out unless hold_out is False)."""
+    kind = small_m_kind(rows)
+    pts = [r for r in rows if r["kind"] == kind and r["time_s"] and not (hold_out and is_held_out_small_m(r))]
     if len(pts) < 8:
         return None
     return fit_streaming(*([r[c] for r in pts] for c in ("m", "n", "k", "groups", "time_s")))
@@ -202,16 +203,26 @@ class GemmCalibration:
 
 
 def gemm_rows(gpu_name: str) -> list[dict] | None:
-    """Rows of the shipped ops-gemm calibration file of a GPU, or None when it has none."""
+    """Rows of the shipped ops-gemm calibration file of a GPU (and of its ops-gemm_cold file: small-M GEMMs with
+    the weight read from HBM), or None when it has no ops-gemm file."""
     from c3kit.cost.calib_store import op_calibration_path
 
-    p = op_calibration_path(gpu_name, "gemm")
-    if not p.is_file():
-        return None
-    try:
-        return _rows(json.loads(p.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CostError(f"{p}: not a readable ops-gemm calibration file ({e})") from None
+    out = None
+    for fam in ("gemm", "gemm_cold"):
+        p = op_calibration_path(gpu_name, fam)
+        if not p.is_file():
+            continue
+        try:
+            out = (out or []) + _rows(json.loads(p.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CostError(f"{p}: not a readable ops-{fam} calibration file ({e})") from None
+    return out
+
+
+def small_m_kind(rows: list[dict]) -> str:
+    """The rows the small-M class is fitted on: 'small_m_cold' (weight read from HBM on every call, as in a decode
+    step where the other layers' weights evict it from L2) where measured, else 'small_m' (weight reused)."""
+    return "small_m_cold" if sum(r["kind"] == "small_m_cold" for r in rows) >= 8 else "small_m"
 
 
 @lru_cache(maxsize=16)
