@@ -37,7 +37,8 @@ def test_covers_is_a_factor_two_below_the_measured_rows():
 def test_h200_classes_are_fitted_from_its_rows():
     cal = gc.gemm_calibration("H200-SXM")
     assert cal is not None and cal.origin == "h200-sxm-ops-gemm.json"
-    assert cal.small_m.n_rows == 70  # 10 (N, K) shapes x 10 M, 3 shapes held out
+    # fitted on the cold-weight rows: 12 (N, K) shapes x 10 M, the 3 held-out shapes left out
+    assert gc.small_m_kind(gc.gemm_rows("H200-SXM")) == "small_m_cold" and cal.small_m.n_rows == 90
     rows = gc.gemm_rows("H200-SXM")
     held = sum(gc.is_held_out_grouped(r) for r in rows if r["kind"] == "grouped_mm")
     assert cal.grouped.n_rows == sum(r["kind"] == "grouped_mm" for r in rows) - held and held > 0
@@ -49,7 +50,7 @@ def test_h200_classes_are_fitted_from_its_rows():
 def test_fits_leave_held_out_rows_out():
     rows = gc.gemm_rows("H200-SXM")
     a, b = gc.fit_small_m(rows), gc.fit_small_m(rows, hold_out=False)
-    assert a.n_rows == 70 and b.n_rows == 100
+    assert a.n_rows == 90 and b.n_rows == 120
     assert gc.fit_cast(rows, hold_out=False).n_rows == 12
 
 
@@ -124,3 +125,8 @@ def test_held_out_checks_run():
     errs = mod.gemm_held_out_errors()
     assert len(errs["gemm small-M"]) == 30 and len(errs["gemm fp8 (_scaled_mm)"]) == 4
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))
+
+
+def test_small_m_falls_back_to_warm_rows_without_cold_ones():
+    rows = [r for r in gc.gemm_rows("H200-SXM") if r["kind"] != "small_m_cold"]
+    assert gc.small_m_kind(rows) == "small_m" and gc.fit_small_m(rows).n_rows == 70
