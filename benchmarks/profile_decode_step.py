@@ -9,7 +9,6 @@ Writes DIR/<gpu>-decode-profile.json: {"meta", "kind", "columns", "rows"}; rows 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from c3kit.cost.calib_store import measured_run_path
     from c3kit.runtime._torch import require_torch
-    from c3kit.runtime.calib import _plain, machine_meta
+    from c3kit.runtime.calib import write_measurement
 
     torch = require_torch()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,11 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = profile(device, a.quick)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = measured_run_path(a.gpu, "decode-profile", out)
-    meta = machine_meta(" ".join(["python benchmarks/profile_decode_step.py"] + (argv or sys.argv[1:])),
-                        "benchmarks/profile_decode_step.py")
-    path.write_text(json.dumps({"meta": meta, "kind": "decode-profile", "columns": COLUMNS,
-                                "rows": [[_plain(v) for v in r] for r in rows]}) + "\n")
+    path = write_measurement(measured_run_path(a.gpu, "decode-profile", out), "decode-profile", COLUMNS, rows,
+                             " ".join(["python benchmarks/profile_decode_step.py"] + (argv or sys.argv[1:])),
+                             "benchmarks/profile_decode_step.py")
     print(f"decode-profile: {len(rows)} rows -> {path}")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -61,6 +62,17 @@ def _plain(o: Any) -> Any:
     if isinstance(o, float) and not math.isfinite(o):
         return None
     return o
+
+
+def write_measurement(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                      command: str, script: str) -> Path:
+    """Write one measurement file of the op benchmarks ({"meta", "kind", "columns", "rows"}; meta from
+    machine_meta(command, script)): the ops-<family> files and the measured whole-run checks."""
+    doc = {"meta": machine_meta(command, script), "kind": kind, "columns": list(columns),
+           "rows": [[_plain(v) for v in r] for r in rows]}
+    path = Path(path)
+    path.write_text(json.dumps(doc) + "\n")
+    return path
 
 
 def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],

@@ -461,10 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     torch = require_torch()
     from pathlib import Path
 
-    import json
-
     from c3kit.cost.calib_store import op_calibration_path
-    from c3kit.runtime.calib import _plain, machine_meta
+    from c3kit.runtime.calib import write_measurement
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     fams = [f for f in a.only.split(",") if f]
@@ -480,9 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         _Budget.deadline = t0 + a.budget_s
         cols, rows = BENCHES[fam](device, a.quick)
         path = op_calibration_path(a.gpu, fam, out)
-        meta = machine_meta(" ".join(["python -m c3kit.runtime.bench.ops"] + (argv or sys.argv[1:])), a.script)
-        doc = {"meta": meta, "kind": "ops-" + fam, "columns": cols, "rows": [[_plain(v) for v in r] for r in rows]}
-        path.write_text(json.dumps(doc) + "\n")
+        write_measurement(path, "ops-" + fam, cols, rows,
+                          " ".join(["python -m c3kit.runtime.bench.ops"] + (argv or sys.argv[1:])), a.script)
         print(f"{fam}: {len(rows)} rows in {_time.perf_counter() - t0:.1f} s -> {path}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()

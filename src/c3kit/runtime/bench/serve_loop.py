@@ -9,7 +9,6 @@ Writes <gpu>-serve-loop.json: {"meta", "kind", "columns", "rows"}; one row per m
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time as _time
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch = require_torch()
     from c3kit.cost.calib_store import serve_loop_path
-    from c3kit.runtime.calib import _plain, machine_meta
+    from c3kit.runtime.calib import write_measurement
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(a.out)
@@ -151,10 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = _time.perf_counter()
     Budget.deadline = t0 + a.budget_s
     rows = measure(device, a.quick)
-    meta = machine_meta(" ".join(["python -m c3kit.runtime.bench.serve_loop"] + (argv or sys.argv[1:])), a.script)
-    path = serve_loop_path(a.gpu, out)
-    doc = {"meta": meta, "kind": "serve-loop", "columns": COLUMNS, "rows": [[_plain(v) for v in r] for r in rows]}
-    path.write_text(json.dumps(doc) + "\n")
+    path = write_measurement(serve_loop_path(a.gpu, out), "serve-loop", COLUMNS, rows,
+                             " ".join(["python -m c3kit.runtime.bench.serve_loop"] + (argv or sys.argv[1:])), a.script)
     print(f"serve-loop: {len(rows)} rows in {_time.perf_counter() - t0:.1f} s -> {path}", flush=True)
     return 0
 
