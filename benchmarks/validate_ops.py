@@ -45,13 +45,8 @@ def _family_rows(directory: Path | None, *fams: str) -> list[dict]:
     decode_attention)."""
     from c3kit.cost import opclass as oc
 
-    rows = []
-    for fam in fams:
-        try:
-            rows += oc._rows(_doc(directory, fam))
-        except (StopIteration, FileNotFoundError):
-            continue
-    return rows
+    docs = (_doc(directory, fam, missing_ok=True) for fam in fams)
+    return [r for doc in docs if doc for r in oc._rows(doc)]
 
 
 def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:

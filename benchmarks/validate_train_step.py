@@ -19,8 +19,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "benchmarks" / "ops_h200"
 
@@ -69,13 +67,6 @@ def evaluate(directory: Path, cost_model) -> dict:
     return out
 
 
-def summary(rows) -> dict:
-    """median |error|, p90 |error|, mean signed error (bias) and the worst, in percent."""
-    e = np.array([p / m - 1.0 for _, m, p in rows]) * 100.0
-    return {"n": len(e), "median": float(np.median(np.abs(e))), "p90": float(np.percentile(np.abs(e), 90)),
-            "bias": float(np.mean(e)), "worst": float(e[np.argmax(np.abs(e))])}
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print predicted against measured per case and the summary per set."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
     from c3kit.studies.validation import default_cost_model
+    from validate_layers import summary  # the same statistics as the block checks (this script's folder)
 
     res = evaluate(a.dir, default_cost_model())
     if not any(res.values()):
