@@ -98,16 +98,20 @@ def error_stats(err: pd.Series) -> dict:
             "worst": float(e[np.argmax(np.abs(e))]), "bias": float(e.mean())}
 
 
-def load_runs(path=None) -> pd.DataFrame:
-    """The shipped runs (or a CSV with the same columns), with measured seconds per step filled in."""
+def read_data_csv(name: str, label: str, path=None) -> pd.DataFrame:
+    """A CSV of studies/data (or the file at path instead), empty cells kept as ""; StudyError when unreadable."""
     try:
         if path is None:
-            with resources.files("c3kit.studies").joinpath("data", "validation_runs.csv").open("r") as f:
-                df = pd.read_csv(f, keep_default_na=False)
-        else:
-            df = pd.read_csv(path, keep_default_na=False)
+            with resources.files("c3kit.studies").joinpath("data", name).open("r") as f:
+                return pd.read_csv(f, keep_default_na=False)
+        return pd.read_csv(path, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise StudyError(f"cannot read validation runs {path or 'validation_runs.csv'}: {e}") from None
+        raise StudyError(f"cannot read {label} {path or name}: {e}") from None
+
+
+def load_runs(path=None) -> pd.DataFrame:
+    """The shipped runs (or a CSV with the same columns), with measured seconds per step filled in."""
+    df = read_data_csv("validation_runs.csv", "validation runs", path)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise StudyError(f"validation runs lack column(s) {', '.join(missing)}: see studies/data/README.md")
@@ -178,14 +182,7 @@ NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
     """A per-run table of studies/data (a run-name glob per row, the value, its source and reason), checked."""
     label = name.removesuffix(".csv").replace("_", " ")
-    try:
-        if path is None:
-            with resources.files("c3kit.studies").joinpath("data", name).open("r") as f:
-                df = pd.read_csv(f, keep_default_na=False)
-        else:
-            df = pd.read_csv(path, keep_default_na=False)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise StudyError(f"cannot read {label} {path or name}: {e}") from None
+    df = read_data_csv(name, label, path)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise StudyError(f"{label} lack column(s) {', '.join(missing)}")
@@ -259,8 +256,7 @@ def unmodelled(row) -> list[str]:
 def pipeline_splits() -> dict[str, str]:
     """run -> pp_split of the runs whose framework splits layers unevenly (studies/data/pipeline_splits.csv,
     each with the framework source it follows); runs not listed use Parallelism's default ("even")."""
-    with resources.files("c3kit.studies").joinpath("data", "pipeline_splits.csv").open("r") as f:
-        df = pd.read_csv(f, keep_default_na=False)
+    df = read_data_csv("pipeline_splits.csv", "pipeline splits")
     return dict(zip(df["run"].astype(str), df["pp_split"].astype(str)))
 
 
