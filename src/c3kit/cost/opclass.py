@@ -321,16 +321,11 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
     return per_kernel("graph"), per_kernel("eager")
 
 
-def attention_rows(gpu_name: str) -> list[dict]:
-    """The training and decode attention rows of a GPU: its ops-attention file (SDPA's default backend, flash,
-    efficient, decode), its ops-attn_backends file (one backend forced) and its ops-decode_attention file
-    (decode over long KV caches), when shipped."""
-    out = []
-    for fam in ("attention", "attn_backends", "decode_attention"):
-        p = ops_file(gpu_name, fam)
-        if p.is_file():
-            out += _rows(json.loads(p.read_text()))
-    return out
+# the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
+# the forced-backend file and the long-KV decode file; memory kinds from the memory and eager_ops files, copies
+# from the floor family's copy ladder, AdamW from the memory and optimizer files (the gemm family: gemmclass)
+ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
+MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "floor")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -343,28 +338,20 @@ def ops_file(gpu_name: str, family: str):
 @lru_cache(maxsize=16)
 def op_calibration(gpu_name: str) -> OpCalibration | None:
     """The fitted op classes of a catalog GPU from its shipped ops-* files, or None when none is shipped."""
-    found = {}
-    from c3kit.cost.calib_store import OP_FAMILIES
-
-    for fam in OP_FAMILIES:
-        p = ops_file(gpu_name, fam)
-        if p.is_file():
-            found[fam] = p
+    found = {fam: p for fam in MEMORY_FAMILIES + ATTENTION_FAMILIES if (p := ops_file(gpu_name, fam)).is_file()}
     if not found:
         return None
     from c3kit.hw.catalog import get_gpu
 
-    docs = {fam: json.loads(p.read_text()) for fam, p in found.items()}
+    docs = {fam: _rows(json.loads(p.read_text())) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
-    # eager_ops rows are memory kinds too (eager-written norm, complex RoPE); copies from the floor family's
-    # copy ladder; AdamW from the memory and optimizer families
-    mem_rows = [r for fam in ("memory", "eager_ops") if fam in docs for r in _rows(docs[fam])]
-    mem_rows += copy_rows(_rows(docs["floor"])) if "floor" in docs else []
-    mem_rows += adamw_rows([r for fam in ("memory", "optimizer") if fam in docs for r in _rows(docs[fam])])
+    mem_rows = [r for fam in ("memory", "eager_ops") for r in docs.get(fam, ())]
+    mem_rows += copy_rows(docs.get("floor", []))
+    mem_rows += adamw_rows([r for fam in ("memory", "optimizer") for r in docs.get(fam, ())])
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
-    arows = attention_rows(gpu_name) if "attention" in docs else []
+    arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows) if arows else ({}, None)
-    fg, fe = fit_floor(_rows(docs["floor"])) if "floor" in docs else (float("nan"), float("nan"))
+    fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2,
                          fit_unfused(arows))
 
