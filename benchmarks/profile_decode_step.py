@@ -1,9 +1,11 @@
-"""Where a real decode iteration's GPU time goes, kernel by kernel: torch.profiler over eager replays of the
-serving loop's decode step (c3kit.runtime.bench.serve_loop), per-kernel device time per iteration, so that
-each kernel can be set beside c3kit's per-op rows of the same decode step.
+"""Where a real decode iteration's GPU time goes, kernel by kernel: torch.profiler over eager runs (or, with
+--graph, CUDA-graph replays) of the serving loop's decode step (c3kit.runtime.bench.serve_loop), per-kernel
+device time per iteration, so that each kernel can be set beside c3kit's per-op rows of the same decode step.
+With --graph each case also gets a row "(iteration wall)": the replay's time measured without the profiler,
+so that wall minus the kernel sum is the time between kernels inside the graph.
 
-Usage (on a GPU): python benchmarks/profile_decode_step.py --out DIR [--quick]
-Writes DIR/<gpu>-decode-profile.json: {"meta", "kind", "columns", "rows"}; rows per (case, kernel).
+Usage (on a GPU): python benchmarks/profile_decode_step.py --out DIR [--graph] [--quick]
+Writes DIR/<gpu>-decode-profile[-graph].json: {"meta", "kind", "columns", "rows"}; rows per (case, kernel).
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ CASES = [("llama-3.2-1b", 16, 8192), ("llama-3.2-1b", 1, 2048), ("llama-3.1-8b-4
 COLUMNS = ["model", "batch", "kv_len", "kernel", "calls", "device_s_per_step"]
 
 
-def profile(device, quick: bool, steps: int = 5) -> list[list]:
-    """Per-kernel device seconds per decode iteration for every case."""
+WALL = "(iteration wall)"
+
+
+def profile(device, quick: bool, steps: int = 5, graph: bool = False) -> list[list]:
+    """Per-kernel device seconds per decode iteration for every case (eager, or CUDA-graph replays)."""
     from c3kit.runtime._torch import require_torch
     from c3kit.runtime.bench import serve_loop as sl
 
@@ -44,10 +49,25 @@ def profile(device, quick: bool, steps: int = 5) -> list[list]:
                 return sl._forward(torch, W, tokens, caches, pos, cos, sin, shape, False)
             for _ in range(3):
                 step()
+            run = step
+            if graph and device.type == "cuda":
+                from c3kit.runtime.bench.timing import graph_time
+
+                rows.append([name, b, kv, WALL, 1, graph_time(step, device, calls=1, repeats=9)])
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    step()
+                torch.cuda.current_stream(device).wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    step()
+                g.replay()
+                run = g.replay
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
             with tprofile(activities=acts) as prof:
                 for _ in range(steps):
-                    step()
+                    run()
                 if device.type == "cuda":
                     torch.cuda.synchronize()
         for ev in prof.key_averages():
@@ -71,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--gpu", default="h200-sxm")
+    ap.add_argument("--graph", action="store_true", help="profile CUDA-graph replays (and time them unprofiled)")
     a = ap.parse_args(argv)
     from c3kit.cost.calib_store import measured_run_path
     from c3kit.runtime._torch import require_torch
@@ -79,13 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     torch = require_torch()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    rows = profile(device, a.quick)
+    rows = profile(device, a.quick, graph=a.graph)
+    kind = "decode-profile-graph" if a.graph else "decode-profile"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = write_measurement(measured_run_path(a.gpu, "decode-profile", out), "decode-profile", COLUMNS, rows,
+    path = write_measurement(measured_run_path(a.gpu, kind, out), kind, COLUMNS, rows,
                              " ".join(["python benchmarks/profile_decode_step.py"] + (argv or sys.argv[1:])),
                              "benchmarks/profile_decode_step.py")
-    print(f"decode-profile: {len(rows)} rows -> {path}")
+    print(f"{kind}: {len(rows)} rows -> {path}")
     return 0
 
 

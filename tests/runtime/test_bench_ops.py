@@ -90,3 +90,15 @@ def test_eager_rope_equals_rotate_half_on_paired_layout():
     emb = torch.cat((ang, ang), dim=-1)
     ref = _rope(torch, halves, (emb.cos()[:, None, :], emb.sin()[:, None, :]), "fused")
     assert torch.allclose(torch.cat((got[..., 0::2], got[..., 1::2]), dim=-1), ref, atol=1e-5)
+
+
+def test_decode_kernel_and_optimizer_mix_families_write_their_rows(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "decode_kernels,optimizer_mix"]) == 0
+    dec = json.loads(op_calibration_path("h200-sxm", "decode_kernels", tmp_path).read_text())
+    assert {r[0] for r in dec["rows"]} == {"kv_write", "argmax", "embedding", "seq_mix", "seq_sum"}
+    assert all(len(r) == len(dec["columns"]) and r[-1] > 0 for r in dec["rows"])
+    opt = json.loads(op_calibration_path("h200-sxm", "optimizer_mix", tmp_path).read_text())
+    labels = {r[1] for r in opt["rows"]}
+    assert {"mix", "one"} <= labels and any(lbl.startswith("model:") for lbl in labels)
+    # the same parameter count in every variant of one model
+    assert len({r[3] for r in opt["rows"]}) == 1

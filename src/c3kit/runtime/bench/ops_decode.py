@@ -1,0 +1,165 @@
+"""Microbenchmarks of the small kernels around a decode step and of the optimizer step's tensor mix: KV-cache
+writes (index_copy into [batch, kv_heads, max_len, head_dim] caches), the greedy argmax over the vocabulary,
+the token embedding gather, and sequences of different kernels in one CUDA graph against the sum of their
+back-to-back prices (does a kernel that follows a different kernel cost more than one that repeats?).
+Fused AdamW over the parameter tensors of whole models against the same parameter count in a random mix.
+
+Families of `python -m c3kit.runtime.bench.ops --only decode_kernels,optimizer_mix`.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from c3kit.runtime._torch import require_torch
+from c3kit.runtime.bench.timing import Budget, eager_time, graph_time, timed
+
+DECODE_COLUMNS = ["kind", "batch", "heads", "kv_len", "width", "dtype", "bytes", "time_s"]
+
+
+def _kv_write_rows(torch, device, cuda: bool, quick: bool) -> list[list]:
+    """index_copy_ of one new token's K (a transposed view, as attention code writes it) into a bf16 cache."""
+    bf = torch.bfloat16
+    rows = []
+    cases = [(b, hk, hd, L) for b in (1, 4, 16, 64, 256) for hk in (1, 2, 8) for hd in (64, 128)
+             for L in (4096, 32768)]
+    if quick:
+        cases = [(2, 2, 32, 64)]
+    for (b, hk, hd, L) in cases:
+        if Budget.spent() or b * hk * L * hd * 2 > 8e9:
+            continue
+        K = torch.zeros(b, hk, L, hd, device=device, dtype=bf)
+        k = torch.randn(b, 1, hk, hd, device=device, dtype=bf).transpose(1, 2)
+        pos = torch.tensor([L - 1], device=device)
+        rows.append(["kv_write", b, hk, L, hd, "bf16", 2.0 * b * hk * hd * 2,
+                     timed(lambda K=K, k=k, pos=pos: K.index_copy_(2, pos, k), device, cuda)])
+        del K, k
+    return rows
+
+
+def _argmax_rows(torch, device, cuda: bool, quick: bool) -> list[list]:
+    """Greedy sampling: argmax over [batch, vocab] logits in bf16 (the lm_head's output) and fp32."""
+    rows = []
+    vocabs = (32000, 128256, 152064, 256000) if not quick else (1000,)
+    for V in vocabs:
+        for b in ((1, 4, 16, 64, 256) if not quick else (2,)):
+            for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                if Budget.spent():
+                    return rows
+                x = torch.randn(b, V, device=device, dtype=dt)
+                rows.append(["argmax", b, 1, 0, V, name, float(x.numel() * x.element_size()),
+                             timed(lambda x=x: x.argmax(dim=-1), device, cuda)])
+                del x
+    return rows
+
+
+def _embedding_rows(torch, device, cuda: bool, quick: bool) -> list[list]:
+    """The token embedding gather of a decode step: b rows of a [vocab, hidden] bf16 table."""
+    rows = []
+    V = 128256 if not quick else 1000
+    for H in ((2048, 4096, 8192) if not quick else (64,)):
+        emb = torch.randn(V, H, device=device, dtype=torch.bfloat16)
+        for b in ((1, 16, 256) if not quick else (2,)):
+            tok = torch.randint(0, V, (b, 1), device=device)
+            rows.append(["embedding", b, 1, 0, H, "bf16", 2.0 * b * H * 2,
+                         timed(lambda emb=emb, tok=tok: torch.nn.functional.embedding(tok, emb), device, cuda)])
+        del emb
+    return rows
+
+
+def _sequence_rows(torch, device, cuda: bool, quick: bool) -> list[list]:
+    """A decode-like mix of different small kernels (norm, GEMV, copy, add, SiLU-mul) repeated in one CUDA graph:
+    kind seq_mix is the graph's time per kernel, seq_sum the mean of the same kernels each timed back-to-back."""
+    F = torch.nn.functional
+    bf = torch.bfloat16
+    rows = []
+    for (b, H) in (((1, 2048), (1, 4096), (16, 4096), (64, 4096)) if not quick else ((2, 64),)):
+        x = torch.randn(b, H, device=device, dtype=bf)
+        w = torch.ones(H, device=device, dtype=bf)
+        W = torch.randn(H, H, device=device, dtype=bf) * 0.02
+        y = torch.empty_like(x)
+        kern = [lambda: F.rms_norm(x, (H,), w, 1e-5), lambda: x @ W, lambda: y.copy_(x),
+                lambda: torch.add(x, y, out=y), lambda: F.silu(x) * y]
+        per = [timed(k, device, cuda) for k in kern]
+        n_rep = 20 if not quick else 2
+
+        def mix():
+            for _ in range(n_rep):
+                for k in kern:
+                    k()
+        if cuda:
+            t_mix = graph_time(mix, device, calls=1) / (n_rep * len(kern))
+        else:
+            t_mix = eager_time(mix, device) / (n_rep * len(kern))
+        rows.append(["seq_mix", b, 1, 0, H, "bf16", 0.0, t_mix])
+        rows.append(["seq_sum", b, 1, 0, H, "bf16", 0.0, sum(per) / len(per)])
+        del x, w, W, y
+    return rows
+
+
+def bench_decode_kernels(device, quick: bool) -> tuple[list[str], list[list]]:
+    """KV-cache writes, argmax over the vocabulary, embedding gathers and mixed-kernel graph sequences."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    rows: list[list] = []
+    with torch.no_grad():
+        for part in (_kv_write_rows, _argmax_rows, _embedding_rows, _sequence_rows):
+            if Budget.spent():
+                break
+            rows += part(torch, device, cuda, quick)
+            if cuda:
+                torch.cuda.empty_cache()
+    return DECODE_COLUMNS, rows
+
+
+def _model_shapes(name: str, quick: bool) -> list[int]:
+    """Element counts of every parameter tensor of a training-step model (train_step's own parameter list)."""
+    torch = require_torch()
+    from c3kit.runtime.bench.train_step import TRAIN_MODELS, _flat, _params
+
+    shape = TRAIN_MODELS[name] if not quick else (2, 128, 4, 2, 32, 256, 1000)
+    return [t.numel() for t in _flat(_params(torch, *shape, torch.device("meta")))]
+
+
+def bench_optimizer_mix(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Fused AdamW over whole models' parameter tensors and over the same count in a random mix of large tensors,
+    in the memory family's columns (op adamw_fused, pass model:<name> or mix, tokens = tensors, width = params)."""
+    torch = require_torch()
+    from c3kit.runtime.bench.train_step import TRAIN_MODELS
+
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    rng = random.Random(43)
+    for name in (list(TRAIN_MODELS) if not quick else [next(iter(TRAIN_MODELS))]):
+        try:
+            shapes = _model_shapes(name, quick)
+        except Exception as ex:  # noqa: BLE001 - the meta device is missing on this build: say so, go on
+            print(f"optimizer_mix {name}: {type(ex).__name__}: {ex}", file=sys.stderr)
+            continue
+        n_params = sum(shapes)
+        mix, left = [], n_params
+        while left > 0:
+            s = min(left, rng.choice([4096 * 4096, 4096 * 1024, 4096 * 14336 // 2, 2048 * 8192]))
+            mix.append(s)
+            left -= s
+        for label, sizes in ((f"model:{name}", shapes), ("mix", mix), ("one", [n_params])):
+            if Budget.spent():
+                return cols, rows
+            try:
+                ps = [torch.zeros(s, device=device, requires_grad=True) for s in sizes]
+                for p in ps:
+                    p.grad = torch.randn_like(p)
+                opt = torch.optim.AdamW(ps, lr=1e-4, fused=device.type == "cuda")
+                opt.step()
+                rows.append(["adamw_fused", label, len(ps), n_params, 28.0 * n_params,
+                             eager_time(opt.step, device, target_s=0.05, repeats=3)])
+                rows.append(["zero_grad", label, len(ps), n_params, 4.0 * n_params,
+                             eager_time(lambda ps=ps: torch._foreach_zero_([p.grad for p in ps]), device,
+                                        target_s=0.02, repeats=3)])
+            except Exception as ex:  # noqa: BLE001 - out of memory at this size: say so, keep going
+                print(f"optimizer_mix {label}: {type(ex).__name__}", file=sys.stderr)
+            ps = opt = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return cols, rows
