@@ -68,6 +68,15 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             continue
         p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
+    dec_rows = oc.decode_kernel_rows(_family_rows(directory, "decode_kernels"))
+    for r in dec_rows:  # the decode kernels: each row against a fit of its kind without it (leave-one-out)
+        kind = r["op"]
+        fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, held_out_width=None)
+        m = oc.memory_model(fit, kind, r["width"])
+        if m is not None:
+            elements = float(r["tokens"]) * float(r["width"])
+            name = f"memory {kind} (decode kernels, leave-one-out)"
+            out.setdefault(name, []).append(m(oc.memory_features(kind, elements, r["width"], l2)) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)

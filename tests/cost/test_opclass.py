@@ -131,3 +131,48 @@ def test_parts_are_priced_kernel_by_kernel():
     # half the bandwidth doubles the bandwidth terms only
     slow = ScaledCalibration(cal.cal, 1.0, 0.5, 1e18).parts_time((("rmsnorm", elements, w),))
     assert slow == pytest.approx(2e-6 + 2 * 2 * elements * 2 / 3e12 + w * 1e-9)
+
+
+def test_decode_kernel_rows_map_to_memory_kinds():
+    from c3kit.cost.opclass import decode_kernel_rows
+
+    rows = [{"kind": "kv_write", "batch": 4, "heads": 8, "kv_len": 4096, "width": 128, "dtype": "bf16",
+             "bytes": 16384.0, "time_s": 2.3e-6},
+            {"kind": "argmax", "batch": 16, "heads": 1, "kv_len": 0, "width": 128256, "dtype": "bf16",
+             "bytes": 4104192.0, "time_s": 2.7e-5},
+            {"kind": "argmax", "batch": 16, "heads": 1, "kv_len": 0, "width": 128256, "dtype": "fp32",
+             "bytes": 8208384.0, "time_s": 2.7e-5},
+            {"kind": "seq_mix", "batch": 1, "heads": 1, "kv_len": 0, "width": 2048, "dtype": "bf16",
+             "bytes": 0.0, "time_s": 2.6e-6}]
+    got = decode_kernel_rows(rows)
+    assert [(r["op"], r["tokens"], r["width"]) for r in got] == [("index_copy", 4, 1024), ("argmax", 16, 128256)]
+    # the kind's own byte accounting reproduces the benchmark's bytes column
+    assert memop_traffic("index_copy", 4 * 1024, 2)[0] == 16384.0
+    assert memop_traffic("argmax", 16 * 128256, 2)[0] == 4104192.0
+
+
+def test_argmax_is_fitted_per_vocabulary_and_priced_at_the_nearest():
+    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, memory_model
+
+    rows = [{"op": "argmax", "pass": "fwd", "tokens": b, "width": V, "time_s": fixed + b * V * 2 / bw}
+            for V, fixed, bw in ((32000, 8e-6, 3e12), (128256, 26e-6, 3e12)) for b in (1, 4, 16, 64, 256)]
+    fit = fit_memory(rows, l2_bytes=1e18)
+    assert set(fit) == {"argmax@32000", "argmax@128256"}
+    one = fit["argmax@128256"](memory_features("argmax", 128256, 128256, 1e18))
+    assert one == pytest.approx(26e-6 + 128256 * 2 / 3e12, rel=1e-6)
+    assert memory_model(fit, "argmax", 131072) is fit["argmax@128256"]
+    assert memory_model(fit, "argmax", 50000) is fit["argmax@32000"]
+    assert memory_model(fit, "gelu", 4096) is None
+    cal = ScaledCalibration(OpCalibration("X", fit, {}, None, 1e-6, 7e-6, {}, 1e18), 1.0, 1.0, 1e18)
+    t = cal.parts_time((("argmax", 2 * 128256, 128256),))
+    assert t == pytest.approx(26e-6 + 2 * 128256 * 2 / 3e12, rel=1e-6)
+
+
+def test_shipped_h200_prices_the_decode_kernels_from_their_rows():
+    from c3kit.cost.opclass import op_calibration
+
+    cal = op_calibration("H200-SXM")
+    assert "index_copy" in cal.memory and "argmax@128256" in cal.memory and "argmax@152064" in cal.memory
+    # one token's K of 8 KV heads x 128 into the cache: measured 2.3-2.5 us in a CUDA graph at batch 1-64
+    t = cal.memory["index_copy"](memory_features("index_copy", 16 * 1024, 1024, cal.l2_bytes))
+    assert 1.8e-6 < t < 3.0e-6

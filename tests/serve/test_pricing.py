@@ -29,8 +29,11 @@ def test_dense_part_is_the_projection_without_attention_and_head(pricer):
     full = project(g, HW, cost_model="roofline").totals.step_time
     attn = next(n.op for n in g.nodes if isinstance(n.op, Attention))
     head = next(n.op for n in g.nodes if n.role == "lm_head")
-    expect = full - M.layers * cost.time(attn, HW) - cost.time(head, HW)
+    sample = next(n.op for n in g.nodes if n.role == "sample")
+    expect = full - M.layers * cost.time(attn, HW) - cost.time(head, HW) - cost.time(sample, HW)
     assert pricer.dense_time(40) == pytest.approx(expect, rel=1e-9)
+    # the head part: LM head and sampling of the one prompt's last position
+    assert pricer.head_time(1) == pytest.approx(cost.time(head, HW) + cost.time(sample, HW), rel=1e-12)
     # one 40-token prompt from scratch prices as the prefill step of 40 tokens
     assert pricer([(40, 0)], 0, 0) == pytest.approx(full, rel=1e-9)
 

@@ -75,9 +75,21 @@ def test_decode_shapes():
     assert layer.tokens == 4
     assert shape(layer, "qkv") == GemmShape(4, 1280, 8192)
     assert shape(layer, "attn") == AttnShape(4, 8, 1, 1, 2048, 128, True, False)
-    # K and V written by one copy kernel each: read and write 4 tokens x 1 head x 128 each, 2 bytes
+    # K and V written by one index_copy kernel each: read and write 4 tokens x 1 head x 128 each, 2 bytes; the
+    # rows are 1 KV head x 128 wide
     kv = 4 * 1 * 128
-    assert shape(layer, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("copy", kv, 1), ("copy", kv, 1)))
+    assert shape(layer, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("index_copy", kv, 128), ("index_copy", kv, 128)))
+    # greedy sampling: one argmax over the 4 sequences' logits, the whole vocabulary (128256), 2-byte logits
+    assert shape(layer, "sample") == MemShape(4 * 128256 * 2, 4 * 128256, (("argmax", 4 * 128256, 128256),))
+
+
+def test_prefill_writes_kv_as_copies_and_training_samples_nothing():
+    pre = describe(L70, Parallelism(tp=8, micro_batch=1), "prefill", 1024)
+    kv = 1024 * 1 * 128
+    assert shape(pre, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("copy", kv, 1), ("copy", kv, 1)))
+    assert shape(pre, "sample").parts == (("argmax", 128256, 128256),)  # the last position of one sequence
+    train = describe(L70, Parallelism(tp=8), "train", 1024)
+    assert "sample" not in train.by_name() and "kv_write" not in train.by_name()
 
 
 def test_pairs_of_llama_tp8():

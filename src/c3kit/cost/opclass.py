@@ -37,6 +37,9 @@ from c3kit.errors import CostError
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
                 "dropout.bwd": "residual_add"}
+# Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
+# vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
+PER_WIDTH_KINDS = ("argmax",)
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
 
@@ -161,8 +164,9 @@ def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None 
         elements = float(r["tokens"]) * float(r["width"])
         if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
             continue
-        groups.setdefault(kind, []).append((memory_features(kind, elements, r["width"], l2_bytes),
-                                            float(r["time_s"])))
+        key = f"{kind}@{int(r['width'])}" if kind in PER_WIDTH_KINDS else kind
+        groups.setdefault(key, []).append((memory_features(kind, elements, r["width"], l2_bytes),
+                                           float(r["time_s"])))
     out = {}
     for kind, pts in groups.items():
         if len(pts) >= 4:
@@ -184,6 +188,33 @@ def adamw_rows(memory_rows: list[dict]) -> list[dict]:
     parameter (width 1)."""
     return [{"op": "adamw", "pass": "fwd", "tokens": r["width"], "width": 1, "bytes": r["bytes"],
              "time_s": r["time_s"]} for r in memory_rows if r["op"] == "adamw_fused"]
+
+
+def decode_kernel_rows(rows: list[dict]) -> list[dict]:
+    """The decode_kernels family's rows as memory rows: KV-cache writes (kind index_copy, width = kv_heads x
+    head_dim), argmax over bf16 logits (kind argmax, width = vocabulary) and embedding gathers (width = hidden);
+    tokens = the batch."""
+    kinds = {"kv_write": "index_copy", "argmax": "argmax", "embedding": "embedding"}
+    out = []
+    for r in rows:
+        kind = kinds.get(str(r["kind"]))
+        if kind is None or str(r["dtype"]) != "bf16":
+            continue
+        width = int(r["heads"]) * int(r["width"]) if kind == "index_copy" else int(r["width"])
+        out.append({"op": kind, "pass": "fwd", "tokens": r["batch"], "width": width, "bytes": r["bytes"],
+                    "time_s": r["time_s"]})
+    return out
+
+
+def memory_model(memory: dict, kind: str, width) -> FeatureCost | None:
+    """The fitted class of a kind (a per-width kind at its nearest measured width), or None."""
+    if kind not in PER_WIDTH_KINDS:
+        return memory.get(kind)
+    widths = [int(k.split("@")[1]) for k in memory if k.startswith(kind + "@")]
+    if not widths:
+        return None
+    w = float(np.max(width))
+    return memory[f"{kind}@{min(widths, key=lambda v: (abs(np.log(v / w)), v))}"]
 
 
 def _memory_kind(r: dict) -> str | None:
@@ -323,9 +354,10 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
 # the forced-backend file and the long-KV decode file; memory kinds from the memory and eager_ops files, copies
-# from the floor family's copy ladder, AdamW from the memory and optimizer files (the gemm family: gemmclass)
+# from the floor family's copy ladder, AdamW from the memory and optimizer files, KV-cache writes, argmax and small
+# embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
-MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "floor")
+MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "floor", "decode_kernels")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -347,6 +379,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     l2 = get_gpu(gpu_name).l2_bytes
     mem_rows = [r for fam in ("memory", "eager_ops") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
+    mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer") for r in docs.get(fam, ())])
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
@@ -368,7 +401,7 @@ class ScaledCalibration:
     def kind_time(self, kind: str, elements, width, itemsize: float = 2.0):
         """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
         arrays); None when the kind is not measured here."""
-        m = self.cal.memory.get(kind) or self.cal.memory.get(MEMORY_PROXY.get(kind, ""))
+        m = memory_model(self.cal.memory, kind, width) or self.cal.memory.get(MEMORY_PROXY.get(kind, ""))
         if m is None:
             return None
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from c3kit.errors import C3kitError
+from c3kit.hw.model import dtype_bytes
+from c3kit.workload.layer import sample_shape
 from c3kit.workload.ops import Attention
 
 EXACT_BELOW = 64
@@ -95,7 +97,10 @@ class StepPricer:
         self._attn_runs = model.layers  # one per layer, every pipeline stage in turn
         heads = [nd.op for nd in g.nodes if nd.role == "lm_head"]
         self._head = heads[0] if heads else None
-        self._zero_names = {self._attn.name} | ({self._head.name} if self._head is not None else set())
+        samples = [nd.op for nd in g.nodes if nd.role == "sample"]
+        self._sample = samples[0] if samples else None
+        self._elem_bytes = dtype_bytes(dtype)  # the layer description's activation element size (Dims.b)
+        self._zero_names = {op.name for op in (self._attn, self._head, self._sample) if op is not None}
         self.engine = get_engine(engine)
         # kernels of one iteration: one per node run of the step graph (every layer, every stage in turn)
         self.kernels = int(round(float(make_plan(g).multiplicity.sum()) * pp))
@@ -201,10 +206,13 @@ class StepPricer:
         return v
 
     def head_time(self, rows: int) -> float:
-        """Seconds of the LM head for `rows` sampled positions."""
+        """Seconds of the LM head and the sampling of `rows` positions."""
         v = self._heads.get(rows)
         if v is None:
             v = 0.0 if self._head is None or rows <= 0 else self.timer(replace(self._head, m=rows), self.hw)
+            if self._sample is not None and rows > 0:
+                s = sample_shape(rows, self.model.vocab, self._elem_bytes)
+                v += self.timer(replace(self._sample, bytes=s.bytes, flops=s.flops, parts=s.parts), self.hw)
             self._heads[rows] = v
         return v
 

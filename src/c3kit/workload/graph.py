@@ -25,6 +25,7 @@ SCOPES = ("layer", "step", "micro")
 STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 # Roles (Node.role). Recomputed forward nodes (recompute="full"/"selective") carry "re_" + role.
 ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "permute", "experts", "lm_head",
+         "sample",
          "loss", "kv_cache", "optimizer", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
          "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 

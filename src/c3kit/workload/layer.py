@@ -324,6 +324,12 @@ def weights(d: Dims, s: Structure) -> Weights:
     return Weights(attn_w, dense_w, expert_w, dense_w + expert_w, emb_w, emb_w * d.emb_mult, edp)
 
 
+def sample_shape(rows: Num, vocab: Num, elem_bytes: Num) -> MemShape:
+    """Greedy sampling of the next token of `rows` sequences: one argmax over their logits (the whole vocabulary,
+    gathered on one rank as vLLM's sampler does)."""
+    return MemShape(rows * vocab * elem_bytes, rows * vocab, (("argmax", rows * vocab, vocab),))
+
+
 def attention_flops(a: AttnShape) -> Num:
     """FLOPs of an attention shape (ops.attention_flops)."""
     return ops.attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal, a.backward, a.balanced)
@@ -620,8 +626,10 @@ class _Builder(_Ops):
         last = self.rope(pre + "rope", last, ph, r + "rope") or last
         if s.phase != "train":
             kv = 2 * T * self.kvn * hd
-            # K and V each written into the cache by its own kernel (index_copy_ / a paged-cache store)
-            last = self.compute("kv_write", MemShape(2 * kv * d.b, 0, (("copy", kv / 2, 1), ("copy", kv / 2, 1))),
+            # K and V each written into the cache by its own kernel (index_copy_ / a paged-cache store); one token
+            # per sequence (decode) is the measured index_copy kind, a prompt's rows stream like a plain copy
+            kind, w = ("index_copy", self.kvn * hd) if s.phase == "decode" else ("copy", 1)
+            last = self.compute("kv_write", MemShape(2 * kv * d.b, 0, ((kind, kv / 2, w), (kind, kv / 2, w))),
                                 (last,), ph, "kv_cache")
         q_len = 1 if s.phase == "decode" else self.seq_local
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
@@ -710,7 +718,10 @@ class _Builder(_Ops):
                                                  ((self.s.norm_kind, rows * d.hidden, d.hidden),)),
                           (last_fwd,), "fwd", "norm", "micro")
         hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
-        return self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
+        lm = self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")
+        if not train:
+            self.compute("sample", sample_shape(T_out, d.vocab, d.b), (lm,), "fwd", "sample", "micro")
+        return lm
 
     # ---- backward ----
 

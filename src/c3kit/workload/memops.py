@@ -27,7 +27,9 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     "cross_entropy": (1.0, 5.0),  # over T x V logits: read once (fp32 upcast counted in the kernel's time)
     "cross_entropy.bwd": (3.0, 2.0),  # read logits and write dlogits (+ the softmax pass)
     "embedding": (2.0, 0.0),  # T x W gathered rows read and written
-    "copy": (2.0, 0.0),  # a plain copy (KV cache write, layout change)
+    "copy": (2.0, 0.0),  # a plain copy (layout change)
+    "index_copy": (2.0, 0.0),  # one token's K or V rows scattered into the KV cache (index_copy_): read, write
+    "argmax": (1.0, 1.0),  # greedy sampling over rows x vocab logits: read once (one index per row written)
     # unfused attention (workload.attention.unfused_parts), over the q_len x kv_len score matrix:
     "softmax": (2.0, 5.0),  # fused scale-mask-softmax: read scores, write probabilities
     "softmax.bwd": (3.0, 4.0),  # read probabilities and their gradient, write the scores' gradient
