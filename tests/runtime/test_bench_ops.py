@@ -102,3 +102,14 @@ def test_decode_kernel_and_optimizer_mix_families_write_their_rows(tmp_path):
     assert {"mix", "one"} <= labels and any(lbl.startswith("model:") for lbl in labels)
     # the same parameter count in every variant of one model
     assert len({r[3] for r in opt["rows"]}) == 1
+
+
+def test_moe_train_family_times_both_expert_gemms_forward_and_backward(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch build has no grouped GEMM")
+    assert main(["--out", str(tmp_path), "--quick", "--only", "moe_train"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "moe_train", tmp_path).read_text())
+    got = {(r[0], r[8]) for r in doc["rows"]}
+    assert got == {(k, p) for k in ("gate_up", "down") for p in ("fwd", "fwd_bwd")}
+    assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])

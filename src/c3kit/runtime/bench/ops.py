@@ -14,7 +14,7 @@ import sys
 import time as _time
 
 from c3kit.runtime._torch import require_torch
-from c3kit.runtime.bench.ops_decode import bench_decode_kernels, bench_optimizer_mix
+from c3kit.runtime.bench.ops_decode import bench_decode_kernels, bench_moe_train, bench_optimizer_mix
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
 from c3kit.runtime.bench.ops_recipes import (bench_attn_backends, bench_eager_ops, bench_fp8, bench_gemm_cold,
                                              bench_moe, bench_optimizer)
@@ -24,7 +24,8 @@ from c3kit.runtime.bench.timing import graph_time as _graph_time
 from c3kit.runtime.bench.timing import timed as _timed
 
 FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "moe", "attn_backends",
-            "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix")
+            "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix",
+            "moe_train")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -447,7 +448,8 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "attn_backends": bench_attn_backends,
            "decode_attention": bench_decode_attention, "eager_ops": bench_eager_ops,
            "optimizer": bench_optimizer, "gemm_cold": bench_gemm_cold,
-           "decode_kernels": bench_decode_kernels, "optimizer_mix": bench_optimizer_mix}
+           "decode_kernels": bench_decode_kernels, "optimizer_mix": bench_optimizer_mix,
+           "moe_train": bench_moe_train}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -163,3 +163,63 @@ def bench_optimizer_mix(device, quick: bool) -> tuple[list[str], list[list]]:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return cols, rows
+
+
+# MoE expert layers of published models (Hugging Face config.json): hidden, expert FFN width, experts, top-k
+MOE_LAYERS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "olmoe-1b-7b": (2048, 1024, 64, 8),
+              "qwen3-235b-a22b": (4096, 1536, 128, 8), "mixtral-8x7b": (4096, 14336, 8, 2),
+              "deepseek-v3": (7168, 2048, 256, 8)}
+MOE_TRAIN_COLUMNS = ["kind", "model", "tokens", "hidden", "ffn", "experts", "top_k", "ep", "pass", "time_s"]
+
+
+def bench_moe_train(device, quick: bool) -> tuple[list[str], list[list]]:
+    """The expert GEMMs of MoE training with torch._grouped_mm at a random router's counts: gate+up (N = 2 x ffn)
+    and down (N = hidden) forward, and forward + backward (dgrad and wgrad by autograd), for each model's local
+    experts at expert parallelism 1 and 8 (E / ep experts receive the rank's tokens x top-k rows)."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    rows: list[list] = []
+    grouped = getattr(torch, "_grouped_mm", None)
+    if grouped is None:
+        return MOE_TRAIN_COLUMNS, rows  # this build has no grouped GEMM
+    gen = torch.Generator(device=device).manual_seed(1)
+    layers = MOE_LAYERS if not quick else {"tiny": (32, 24, 8, 2)}
+    for name, (H, F, E, k) in layers.items():
+        for ep in ((1, 8) if not quick else (1,)):
+            if E % ep:
+                continue
+            el = E // ep
+            for T in ((4096, 16384) if not quick else (16,)):
+                if Budget.spent():
+                    return MOE_TRAIN_COLUMNS, rows
+                rows_n = T * k
+                if el * H * 2 * F * 2 * 3 > 20e9 or rows_n * max(H, 2 * F) * 2 * 4 > 20e9:
+                    continue
+                # the router's top-k over all E experts; this rank keeps the rows of its first el experts, scaled
+                # to T x k rows in all as balanced EP dispatch gives each rank on average
+                ids = torch.randint(0, E, (rows_n,), device=device, generator=gen)
+                counts = torch.bincount(ids % el, minlength=el)
+                offs = torch.cumsum(counts, 0).to(torch.int32)
+                try:
+                    x = torch.randn(rows_n, H, device=device, dtype=bf, requires_grad=True)
+                    w1 = (torch.randn(el, 2 * F, H, device=device, dtype=bf) * 0.02).transpose(-2, -1).requires_grad_()
+                    h = torch.randn(rows_n, F, device=device, dtype=bf, requires_grad=True)
+                    w2 = (torch.randn(el, H, F, device=device, dtype=bf) * 0.02).transpose(-2, -1).requires_grad_()
+                    for kind, a, w in (("gate_up", x, w1), ("down", h, w2)):
+                        with torch.no_grad():
+                            tf = timed(lambda a=a, w=w: grouped(a, w, offs=offs), device, cuda)
+                        g = torch.randn(rows_n, w.shape[-1], device=device, dtype=bf)
+
+                        def fb(a=a, w=w, g=g):
+                            y = grouped(a, w, offs=offs)
+                            torch.autograd.backward(y, g)
+                        tfb = eager_time(fb, device, target_s=0.03, repeats=3)
+                        rows.append([kind, name, T, H, F, el, k, ep, "fwd", tf])
+                        rows.append([kind, name, T, H, F, el, k, ep, "fwd_bwd", tfb])
+                except Exception as ex:  # noqa: BLE001 - not supported / out of memory here: say so, keep going
+                    print(f"moe_train {name} ep{ep} T{T}: {type(ex).__name__}: {ex}", file=sys.stderr)
+                x = w1 = h = w2 = None
+                if cuda:
+                    torch.cuda.empty_cache()
+    return MOE_TRAIN_COLUMNS, rows
