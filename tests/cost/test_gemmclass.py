@@ -40,8 +40,13 @@ def test_h200_classes_are_fitted_from_its_rows():
     # fitted on the cold-weight rows: 12 (N, K) shapes x 10 M, the 3 held-out shapes left out
     assert gc.small_m_kind(gc.gemm_rows("H200-SXM")) == "small_m_cold" and cal.small_m.n_rows == 90
     rows = gc.gemm_rows("H200-SXM")
-    held = sum(gc.is_held_out_grouped(r) for r in rows if r["kind"] == "grouped_mm")
-    assert cal.grouped.n_rows == sum(r["kind"] == "grouped_mm" for r in rows) - held and held > 0
+    # the grouped class: the gemm family's grouped_mm rows and the MoE layers' forwards (moe_train), held out alike
+    pairs = gc.moe_train_pairs(gc.gemm_rows("H200-SXM", ("moe_train",)))
+    grouped_rows = [r for r in rows if r["kind"] == "grouped_mm"] + [f for f, _ in pairs]
+    held = sum(gc.is_held_out_grouped(r) for r in grouped_rows)
+    assert len(pairs) == 36 and cal.grouped.n_rows == len(grouped_rows) - held and held > 0
+    wg = gc.wgrad_rows(pairs, cal.grouped)
+    assert cal.grouped_wgrad.n_rows == sum(not gc.is_held_out_grouped(r) for r in wg) >= 8
     assert 0.5 < fp8_fraction("H200-SXM") < 1.0 and fp8_fraction("B200") is None
     assert cal.cast.n_rows == 8 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
     assert gc.gemm_calibration("B200") is None
@@ -130,3 +135,34 @@ def test_held_out_checks_run():
 def test_small_m_falls_back_to_warm_rows_without_cold_ones():
     rows = [r for r in gc.gemm_rows("H200-SXM") if r["kind"] != "small_m_cold"]
     assert gc.small_m_kind(rows) == "small_m" and gc.fit_small_m(rows).n_rows == 70
+
+
+def test_moe_train_pairs_and_wgrad_rows_hand_checked():
+    rows = [{"kind": "gate_up", "model": "m", "tokens": 4096, "hidden": 2048, "ffn": 768, "experts": 16, "top_k": 8,
+             "ep": 8, "pass": p, "time_s": t} for p, t in (("fwd", 3e-4), ("fwd_bwd", 1.2e-3))]
+    rows += [{**rows[0], "kind": "down", "time_s": None}]  # a row without a time pairs with nothing
+    pairs = gc.moe_train_pairs(rows)
+    assert len(pairs) == 1
+    f, fb = pairs[0]
+    # 4096 tokens x top-8 over 16 local experts: 2048 rows each; gate+up: N = 2 x 768, K = 2048
+    assert (f["m"], f["n"], f["k"], f["groups"]) == (2048, 1536, 2048, 16) and fb["time_s"] == 1.2e-3
+    flat = gc.StreamingGemm(1e-4, 1e18, 0.0, 1e18, 1.0, 1.0)  # prices every GEMM at 100 us
+    (w,) = gc.wgrad_rows(pairs, flat)
+    assert (w["m"], w["n"], w["k"], w["groups"]) == (2048, 1536, 2048, 16)
+    assert w["time_s"] == pytest.approx(1.2e-3 - 3e-4 - 1e-4, rel=1e-3)
+    slow = gc.StreamingGemm(1e-3, 1e18, 0.0, 1e18, 1.0, 1.0)  # a dgrad priced above the remainder: no wgrad row
+    assert gc.wgrad_rows(pairs, slow) == []
+
+
+def test_expert_wgrad_takes_the_wgrad_class():
+    from c3kit import cost
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.workload.ops import Gemm
+
+    hw = get_gpu("H200-SXM")
+    cls = gc.gemm_classes_for(hw)
+    wg = Gemm("expert_fc1.wgrad", 2048, 1536, 256, "bf16", 128)
+    assert cost.time(wg, hw, "efficiency") == pytest.approx(cls.grouped_wgrad(2048, 1536, 256, 128), rel=1e-12)
+    dg = Gemm("expert_fc1.dgrad", 256, 2048, 1536, "bf16", 128)
+    assert cost.time(dg, hw, "efficiency") == pytest.approx(cls.grouped(256, 2048, 1536, 128), rel=1e-12)
+

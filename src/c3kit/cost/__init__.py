@@ -66,6 +66,13 @@ def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
     from c3kit.workload.attention import UNFUSED_GEMM
 
     grouped = op.batch > 1 and op.name != UNFUSED_GEMM
+    wgrad = cls.grouped_wgrad if grouped and op.name.endswith(".wgrad") else None
+    if wgrad is not None and wgrad.covers(op.n, op.m):  # a K x N output per group, reduced over M = op.k rows
+        t = wgrad(op.m, op.n, op.k, op.batch)
+        if op.dtype == "fp8":
+            rows = op.k * op.batch
+            t *= curve.gemm_time(op.m, op.n, rows, "fp8", hw) / curve.gemm_time(op.m, op.n, rows, "bf16", hw)
+        return t, "gemm_grouped"
     if grouped and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
         t = cls.grouped(op.m, op.n, op.k, op.batch)
         if op.dtype == "fp8":

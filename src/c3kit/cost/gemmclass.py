@@ -8,6 +8,11 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
       t_math = 2 ceil(M / tm) tm N K / peak
 - grouped GEMM (MoE experts, torch._grouped_mm: `groups` GEMMs of M x N x K in one launch): the same
   form over all groups (bytes and padded FLOPs summed over the groups).
+- grouped wgrad (the weight gradient of MoE experts: per group a K x N output reduced over the group's M rows):
+  the same form, fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward
+  and forward + backward by autograd) as t_wgrad = t(forward + backward) - t(forward) - the grouped class's
+  dgrad at (M, K, N): a composition with the grouped class, held out by the same rule on the wgrad shape.
+  Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
   held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
@@ -191,6 +196,49 @@ def fit_cast(rows: list[dict], hold_out: bool = True) -> FeatureCost | None:
     return FeatureCost(float(c[0]), (float(c[1]),), len(keep))
 
 
+def moe_train_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(forward row, forward + backward row) of each moe_train shape, as grouped shapes: m = mean rows per local
+    expert, n, k of the forward GEMM (gate+up: 2 x ffn, hidden; down: hidden, ffn), groups = local experts."""
+    fwd = {}
+    for r in rows:
+        if r["time_s"] and r["pass"] == "fwd":
+            fwd[(r["kind"], r["model"], r["tokens"], r["ep"])] = r
+    out = []
+    for r in rows:
+        f = fwd.get((r["kind"], r["model"], r["tokens"], r["ep"]))
+        if r["pass"] != "fwd_bwd" or not r["time_s"] or f is None:
+            continue
+        H, F, el = int(r["hidden"]), int(r["ffn"]), int(r["experts"])
+        n, k = (2 * F, H) if r["kind"] == "gate_up" else (H, F)
+        shape = {"m": -(-int(r["tokens"]) * int(r["top_k"]) // el), "n": n, "k": k, "groups": el}
+        out.append(({**shape, "kind": "grouped_mm", "time_s": float(f["time_s"])},
+                    {**shape, "kind": "grouped_fwd_bwd", "time_s": float(r["time_s"])}))
+    return out
+
+
+def wgrad_rows(pairs: list[tuple[dict, dict]], grouped: StreamingGemm) -> list[dict]:
+    """The wgrad of each pair as a grouped row (m = K, n = N, k = rows per expert): forward + backward - forward -
+    the grouped class's dgrad; pairs whose remainder is not positive are left out."""
+    out = []
+    for f, fb in pairs:
+        t = fb["time_s"] - f["time_s"] - grouped(f["m"], f["k"], f["n"], f["groups"])
+        if t > 0:
+            out.append({"kind": "grouped_wgrad", "m": f["k"], "n": f["n"], "k": f["m"], "groups": f["groups"],
+                        "time_s": t})
+    return out
+
+
+def fit_grouped_wgrad(pairs: list[tuple[dict, dict]], grouped: StreamingGemm | None,
+                      hold_out: bool = True) -> StreamingGemm | None:
+    """The grouped-wgrad class from moe_train pairs (held-out wgrad shapes left out unless hold_out is False)."""
+    if grouped is None:
+        return None
+    rows = [r for r in wgrad_rows(pairs, grouped) if not (hold_out and is_held_out_grouped(r))]
+    if len(rows) < 8:
+        return None
+    return fit_streaming(*([r[c] for r in rows] for c in ("m", "n", "k", "groups", "time_s")))
+
+
 @dataclass(frozen=True)
 class GemmCalibration:
     """The fitted GEMM classes of one GPU (None where a class was not measured) and their file."""
@@ -200,15 +248,16 @@ class GemmCalibration:
     grouped: StreamingGemm | None
     cast: FeatureCost | None
     origin: str
+    grouped_wgrad: StreamingGemm | None = None
 
 
-def gemm_rows(gpu_name: str) -> list[dict] | None:
+def gemm_rows(gpu_name: str, families: tuple[str, ...] = ("gemm", "gemm_cold")) -> list[dict] | None:
     """Rows of the shipped ops-gemm calibration file of a GPU (and of its ops-gemm_cold file: small-M GEMMs with
-    the weight read from HBM), or None when it has no ops-gemm file."""
+    the weight read from HBM), or None when it has no ops-gemm file; other families by name."""
     from c3kit.cost.calib_store import op_calibration_path
 
     out = None
-    for fam in ("gemm", "gemm_cold"):
+    for fam in families:
         p = op_calibration_path(gpu_name, fam)
         if not p.is_file():
             continue
@@ -233,8 +282,10 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
         return None
     from c3kit.cost.calib_store import op_calibration_path
 
-    return GemmCalibration(gpu_name, fit_small_m(rows), fit_grouped(rows), fit_cast(rows),
-                           op_calibration_path(gpu_name, "gemm").name)
+    pairs = moe_train_pairs(gemm_rows(gpu_name, ("moe_train",)) or [])
+    grouped = fit_grouped(rows + [f for f, _ in pairs])
+    return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
+                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(pairs, grouped))
 
 
 @dataclass(frozen=True)
@@ -245,6 +296,7 @@ class ScaledGemmClasses:
     grouped: StreamingGemm | None
     cast_fixed_s: float | None
     cast_s_per_element: float | None
+    grouped_wgrad: StreamingGemm | None = None
 
     def cast_time(self, elements):
         """Seconds of one measured amax + scale + cast of a BF16 tensor of `elements` elements, or None."""
@@ -271,10 +323,11 @@ def gemm_classes_for(gpu) -> ScaledGemmClasses:
     small = sm.small_m.scaled(fr, br) if sm is not None and sm.small_m is not None else None
     gr, fr, br = part("gemm_grouped")
     grouped = gr.grouped.scaled(fr, br) if gr is not None and gr.grouped is not None else None
+    wgrad = gr.grouped_wgrad.scaled(fr, br) if gr is not None and gr.grouped_wgrad is not None else None
     ca, _, br = part("fp8_cast")
     cast = ca.cast if ca is not None else None
     return ScaledGemmClasses(small, grouped, cast.fixed_s if cast is not None else None,
-                             cast.coefs[0] / br if cast is not None else None)
+                             cast.coefs[0] / br if cast is not None else None, wgrad)
 
 
 def load_rows_file(path) -> list[dict]:
