@@ -102,6 +102,17 @@ def test_uneven_interleaved_405b_runs_are_scored(result):
         assert row["status"] == "scored" and row["predicted_s"] > 0 and row["bubble_s"] > 0, run
 
 
+def test_llama3_runs_use_the_papers_pipeline_schedule(runs, result):
+    # Llama 3 Sec. 3.3.2: interleaved chunks of one slot (vpp 8 on pp 16), one layer fewer on the first and last rank,
+    # no activation checkpointing at 8K; bubble (pp - 1) / vpp micro-batches of the fullest rank, not pp - 1
+    for run in ("llama3-405b-8192", "llama3-405b-16384", "llama3-405b-16384-cp16"):
+        m, p = run_objects(runs[runs["run"] == run].iloc[0])
+        assert (p.pp, p.vpp, p.pp_split, p.recompute) == (16, 8, "llama3", "none"), run
+        assert p.rank_layers(m.layers) == (7,) + (8,) * 14 + (7,)
+        row = result.table[result.table["run"] == run].iloc[0]
+        assert row["status"] == "scored" and 0 < row["bubble_s"] < 0.15 * row["predicted_s"], run
+
+
 def test_statistics_hand_checked():
     s = error_stats(pd.Series([0.1, -0.3, 0.05]))
     assert s["runs"] == 3
