@@ -134,6 +134,17 @@ def test_op_basis_labels_and_the_datasheet_basis_is_optimistic_where_measured(ru
     assert predict(row, gpu=sheet)["predicted_s"] < 0.9 * predict(row, gpu=h100)["predicted_s"]
 
 
+def test_zero2_rows_map_to_parallelism_zero2(runs):
+    row = runs[runs["run"] == "nemo2407-h100-fp8-llama2-7b"].iloc[0].copy()
+    assert int(row["dp"]) > 1 and not int(row["fsdp"])
+    row["zero"] = 2
+    assert unmodelled(row) == []
+    _, p = run_objects(row)
+    assert p.zero2 and p.dist_optimizer
+    row["zero"] = 1
+    assert not run_objects(row)[1].zero2
+
+
 def test_statistics_hand_checked():
     s = error_stats(pd.Series([0.1, -0.3, 0.05]))
     assert s["runs"] == 3

@@ -250,7 +250,7 @@ def unmodelled(row) -> list[str]:
     lack = []
     if int(row["cp"]) > 1 and "cp" not in fields:
         lack.append(f"context parallelism (cp {int(row['cp'])})")
-    if int(row["zero"]) == 2 and not int(row["fsdp"]) and "zero" not in fields:
+    if int(row["zero"]) == 2 and not int(row["fsdp"]) and "zero2" not in fields:
         lack.append("ZeRO-2 (gradient sharding without FSDP)")
     return lack
 
@@ -277,8 +277,8 @@ def layout_of(row):
               pp_split=pipeline_splits().get(str(row["run"]), "even"))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
-    if "zero" in fields:
-        kw["zero"] = int(row["zero"])
+    if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
+        kw["zero2"] = True
     p = Parallelism(**kw)
     if p.gpus != int(row["gpus"]):
         raise StudyError(f"run {row['run']}: the layout covers {p.gpus} GPUs, the row says {row['gpus']}")
