@@ -65,6 +65,10 @@ def analyze(
     fsdp_impl: str = typer.Option(_D["fsdp_impl"], "--fsdp-impl",
                                   help="FSDP implementation: fsdp2 (PyTorch fully_shard; its all-gather copy-out is "
                                        "priced) or flat (FSDP1 FlatParameter, Megatron FSDP: no copy-out)."),
+    fp8_scaling: str = typer.Option(_D["fp8_scaling"], "--fp8-scaling",
+                                    help="FP8 recipe of the cast kernels feeding the FP8 GEMMs: delayed (Transformer "
+                                         "Engine DelayedScaling), current (TE Float8CurrentScaling), dynamic (torchao "
+                                         "Float8Linear), eager (unfused PyTorch) or mxfp8 (TE MXFP8BlockScaling)."),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",
@@ -91,7 +95,7 @@ def analyze(
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
-                      norm_rope=norm_rope)
+                      norm_rope=norm_rope, fp8_scaling=fp8_scaling)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

@@ -179,6 +179,7 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
 
 BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
+FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -227,6 +228,25 @@ def norm_rope_code(path=None) -> pd.DataFrame:
 def norm_rope_of(run: str, table: pd.DataFrame | None = None) -> str:
     """fused or eager for a run: the first matching row of the table (fused when none matches)."""
     return _first_match(run, norm_rope_code() if table is None else table, "norm_rope", "fused")
+
+
+def _check_fp8_scaling(name: str) -> str:
+    from c3kit.step.overheads import FP8_SCALING
+
+    if name not in FP8_SCALING:
+        raise StudyError(f"fp8 recipes: unknown fp8_scaling {name!r}: use one of {', '.join(FP8_SCALING)}")
+    return name
+
+
+def fp8_recipes(path=None) -> pd.DataFrame:
+    """The FP8 scaling recipe of each FP8 run (studies/data/fp8_recipes.csv: run glob, framework, recipe of
+    step.overheads.FP8_SCALING, source, reason), decided from the frameworks' code and the tables' precision."""
+    return _run_table("fp8_recipes.csv", FP8_RECIPE_COLUMNS, _check_fp8_scaling, path)
+
+
+def fp8_scaling_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The FP8 recipe of a run: the first matching row of the table ("" when none matches: the default)."""
+    return _first_match(run, fp8_recipes() if table is None else table, "fp8_scaling", "")
 
 
 def model_of(row):
@@ -323,6 +343,9 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
+    if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
+        ovh = replace(ovh, fp8_scaling=recipe)
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
@@ -411,8 +434,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "Framework facts taken from each framework's documentation or code, never from these runs: how layers "
              "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES), "
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
-             "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv) "
-             "and whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv).",
+             "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv), "
+             "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv) and which "
+             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "
