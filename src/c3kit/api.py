@@ -156,7 +156,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
     cp: context-parallel size (ring attention; gpus = tp x cp x pp x dp, never searched). pp_split: how
-    layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss).
+    layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss, llama3).
     fsdp_impl: "fsdp2" (PyTorch fully_shard: the all-gather copy-out is priced) or "flat" (FSDP1,
     Megatron FSDP); it sets the default overheads' OverheadModel.fsdp_impl.
     fp8_scaling: the FP8 recipe whose cast kernels feed the FP8 GEMMs (step.overheads.FP8_SCALING: delayed,

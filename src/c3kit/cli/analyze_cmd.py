@@ -44,8 +44,9 @@ def analyze(
                            "seq / cp tokens as two load-balanced chunks (training; gpus = tp x cp x pp x dp)."),
     pp_split: str = typer.Option(_D["pp_split"], "--pp-split",
                                  help="How layers split over pipeline stages: even (Megatron-Core), torchtitan (its "
-                                      "default split points) or embedding_loss (Megatron's account-for-embedding/loss "
-                                      "options)."),
+                                      "default split points), embedding_loss (Megatron's account-for-embedding/loss "
+                                      "options) or llama3 (the Llama 3 paper's: a chunk may hold the embedding or "
+                                      "the loss alone)."),
     seq: int = typer.Option(_D["seq"], "--seq", help="Sequence length (decode: KV-cache length)."),
     batch: int = typer.Option(_D["batch"], "--batch", help="Global batch in sequences.",
                               show_default="micro-batch x dp x max(8, 4 x pp) in training"),

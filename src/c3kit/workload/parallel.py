@@ -110,8 +110,9 @@ class Parallelism:
     GEMMs are sized for the busiest expert: balanced share x min(imbalance, capacity).
     pp_split: how the framework splits the layers over the pp x vpp virtual stages (PP_SPLITS,
     stage_layer_counts): "even" (Megatron-Core's default; without interleaving a remainder goes to the
-    middle stages), "torchtitan" (its default split points) or "embedding_loss" (Megatron-Core's
-    account_for_embedding / account_for_loss options). A step is priced on the rank holding the most
+    middle stages), "torchtitan" (its default split points), "embedding_loss" (Megatron-Core's
+    account_for_embedding / account_for_loss options) or "llama3" (the Llama 3 paper's, where a chunk may
+    hold the embedding or the loss alone). A step is priced on the rank holding the most
     layers (rank_layer_counts); the pipeline bubble sums the other ranks' shares (step/plan.py).
     """
 
