@@ -147,7 +147,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             recompute: str | None = None, overlap: str | None = None, policy: str | None = None, trace=None,
             compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained",
-            attention_backend: str | None = None, norm_rope: str = "fused") -> AnalyzeResult:
+            attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -156,9 +156,11 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
     cp: context-parallel size (ring attention; gpus = tp x cp x pp x dp, never searched). pp_split: how
-    layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss).
+    layers split over pipeline stages when they do not divide (even, torchtitan, embedding_loss, llama3).
     fsdp_impl: "fsdp2" (PyTorch fully_shard: the all-gather copy-out is priced) or "flat" (FSDP1,
     Megatron FSDP); it sets the default overheads' OverheadModel.fsdp_impl.
+    fp8_scaling: the FP8 recipe whose cast kernels feed the FP8 GEMMs (step.overheads.FP8_SCALING: delayed,
+    current, dynamic, eager, mxfp8); it sets the default overheads' OverheadModel.fp8_scaling.
     attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, efficient,
     unfused); None: what current PyTorch's SDPA picks on the GPU (cudnn on H100, H200 and B200, flash2 elsewhere;
     cost/data/attention_backends.toml).
@@ -186,10 +188,11 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
-        if fsdp_impl != overheads.fsdp_impl:
+        if fsdp_impl != overheads.fsdp_impl or fp8_scaling != overheads.fp8_scaling:
             from dataclasses import replace
 
-            overheads = replace(overheads, fsdp_impl=fsdp_impl)  # an unknown name is a one-line C3kitError
+            # an unknown name is a one-line C3kitError
+            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling)
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)

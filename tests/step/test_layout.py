@@ -130,6 +130,21 @@ def test_megatron_embedding_loss_split_hand_checked():
     assert stage_layer_counts(14, 2, 2, "embedding_loss") == (3, 4, 4, 3)
 
 
+def test_llama3_split_hand_checked():
+    # Llama 3 Sec. 3.3.2: 126 + 2 slots over pp 16 x vpp 8 = 1 per chunk; the first chunk holds only the embedding,
+    # the last only the loss; ranks 7 / 8 x 14 / 7
+    counts = stage_layer_counts(126, 16, 8, "llama3")
+    assert counts == (0,) + (1,) * 126 + (0,)
+    assert rank_layer_counts(126, 16, 8, "llama3") == (7,) + (8,) * 14 + (7,)
+    assert stage_layer_counts(14, 2, 2, "llama3") == stage_layer_counts(14, 2, 2, "embedding_loss") == (3, 4, 4, 3)
+    with pytest.raises(WorkloadError, match="embedding_loss"):
+        stage_layer_counts(126, 16, 8, "embedding_loss")  # Megatron-Core's rule keeps a layer in every chunk
+    with pytest.raises(WorkloadError, match="llama3"):
+        stage_layer_counts(125, 16, 8, "llama3")  # 127 slots do not divide by 128
+    with pytest.raises(WorkloadError, match="llama3"):
+        stage_layer_counts(2, 4, 1, "llama3")  # the first rank would hold the embedding alone
+
+
 def test_even_split_hand_checked_and_refusals():
     assert stage_layer_counts(80, 4, 5) == (4,) * 20
     assert rank_layer_counts(80, 3) == (26, 27, 27)  # no interleaving: the remainder goes to the middle
@@ -189,7 +204,7 @@ from hypothesis import assume, given, settings, strategies as st  # noqa: E402
 
 @settings(max_examples=200, deadline=None)
 @given(layers=st.integers(1, 160), pp=st.integers(1, 16), vpp=st.integers(1, 8),
-       split=st.sampled_from(["even", "torchtitan", "embedding_loss"]))
+       split=st.sampled_from(["even", "torchtitan", "embedding_loss", "llama3"]))
 def test_every_split_places_every_layer_once(layers, pp, vpp, split):
     try:
         counts = stage_layer_counts(layers, pp, vpp, split)
@@ -198,8 +213,10 @@ def test_every_split_places_every_layer_once(layers, pp, vpp, split):
     assert len(counts) == pp * vpp and sum(counts) == layers and min(counts) >= 0
     ranks = rank_layer_counts(layers, pp, vpp, split)
     assert len(ranks) == pp and sum(ranks) == layers
-    if split != "embedding_loss":
+    if split not in ("embedding_loss", "llama3"):
         assert max(counts) - min(counts) <= 1 and min(counts) >= 1
+    if pp > 1:
+        assert min(ranks) >= 1
 
 
 @settings(max_examples=100, deadline=None)

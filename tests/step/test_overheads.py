@@ -116,8 +116,15 @@ def test_fp8_casts_hand_checked():
     assert torchao > expect  # more bytes per cast and weights cast in every micro-batch
     assert "fp8_casts" not in terms(graph())[0]
     with pytest.raises(C3kitError):
-        OverheadModel(fp8_scaling="mxfp8")
-    assert set(FP8_SCALING) == {"delayed", "current", "dynamic", "eager"}
+        OverheadModel(fp8_scaling="nvfp4")
+    assert set(FP8_SCALING) == {"delayed", "current", "dynamic", "eager", "mxfp8"}
+    # MXFP8: one kernel like delayed scaling, 2 / 32 B of E8M0 scales per element more; weights cached per step
+    mx = terms(g, OverheadModel(fp8_scaling="mxfp8"))[0]["fp8_casts"]
+    current = terms(g, OverheadModel(fp8_scaling="current"))[0]["fp8_casts"].seconds
+    assert expect < mx.seconds < current and mx.runs == got["fp8_casts"].runs
+    t_d, k_d = fp8_cast_time(1e6, H100, stub_timer, "delayed")
+    t_m, k_m = fp8_cast_time(1e6, H100, stub_timer, "mxfp8")
+    assert k_d == k_m == 1 and t_m > t_d
 
 
 def test_moe_imbalance_and_permute_in_the_graph():

@@ -102,6 +102,49 @@ def test_uneven_interleaved_405b_runs_are_scored(result):
         assert row["status"] == "scored" and row["predicted_s"] > 0 and row["bubble_s"] > 0, run
 
 
+def test_llama3_runs_use_the_papers_pipeline_schedule(runs, result):
+    # Llama 3 Sec. 3.3.2: interleaved chunks of one slot (vpp 8 on pp 16), one layer fewer on the first and last rank,
+    # no activation checkpointing at 8K; bubble (pp - 1) / vpp micro-batches of the fullest rank, not pp - 1
+    for run in ("llama3-405b-8192", "llama3-405b-16384", "llama3-405b-16384-cp16"):
+        m, p = run_objects(runs[runs["run"] == run].iloc[0])
+        assert (p.pp, p.vpp, p.pp_split, p.recompute) == (16, 8, "llama3", "none"), run
+        assert p.rank_layers(m.layers) == (7,) + (8,) * 14 + (7,)
+        row = result.table[result.table["run"] == run].iloc[0]
+        assert row["status"] == "scored" and 0 < row["bubble_s"] < 0.15 * row["predicted_s"], run
+
+
+def test_op_basis_labels_and_the_datasheet_basis_is_optimistic_where_measured(runs, result):
+    import dataclasses
+
+    from c3kit.hw import get_gpu
+    from c3kit.studies.validation import op_basis_of, predict
+
+    assert op_basis_of("B200") == "datasheet" and op_basis_of("A100-SXM-80G") == "datasheet"
+    assert op_basis_of("H100-SXM") == "transferred from H200-SXM"
+    assert op_basis_of("H100-SXM-96G-500W") == "transferred from H200-SXM, partly datasheet"
+    t = result.table
+    assert set(t.loc[t["gpu"] == "B200", "op_basis"]) == {"datasheet"}
+    assert "op_basis" in set(result.by_group()["group"])
+    # the same H100 FP8 step priced from the datasheet (a GPU name with no measurement or transfer) is faster than
+    # on its measured basis: the label on datasheet-basis runs says which way their errors lean
+    row = runs[runs["run"] == "nemo2407-h100-fp8-llama2-7b"].iloc[0]
+    h100 = get_gpu("H100-SXM")
+    sheet = dataclasses.replace(h100, name="H100-SXM-datasheet-only")
+    assert op_basis_of(sheet.name) == "datasheet"
+    assert predict(row, gpu=sheet)["predicted_s"] < 0.9 * predict(row, gpu=h100)["predicted_s"]
+
+
+def test_zero2_rows_map_to_parallelism_zero2(runs):
+    row = runs[runs["run"] == "nemo2407-h100-fp8-llama2-7b"].iloc[0].copy()
+    assert int(row["dp"]) > 1 and not int(row["fsdp"])
+    row["zero"] = 2
+    assert unmodelled(row) == []
+    _, p = run_objects(row)
+    assert p.zero2 and p.dist_optimizer
+    row["zero"] = 1
+    assert not run_objects(row)[1].zero2
+
+
 def test_statistics_hand_checked():
     s = error_stats(pd.Series([0.1, -0.3, 0.05]))
     assert s["runs"] == 3

@@ -63,7 +63,7 @@ def test_default_cost_model_is_analyzes_default():
     ("mbridge2511-h100-llama3-70b",
      ["--model", "llama-3-70b", "--hw", "H100-SXM", "--gpus", "64", "--tp", "4", "--sp", "--pp", "8", "--vpp", "5",
       "--dp", "2", "--dist-opt", "--seq", "8192", "--batch", "128", "--micro-batch", "1", "--recompute", "none",
-      "--dtype", "fp8"]),
+      "--dtype", "fp8", "--fp8-scaling", "current"]),
 ])
 def test_validate_equals_analyze_for_the_same_layout(run, args, tmp_path, capsys):
     row = load_runs().set_index("run").loc[run].copy()

@@ -44,8 +44,9 @@ def analyze(
                            "seq / cp tokens as two load-balanced chunks (training; gpus = tp x cp x pp x dp)."),
     pp_split: str = typer.Option(_D["pp_split"], "--pp-split",
                                  help="How layers split over pipeline stages: even (Megatron-Core), torchtitan (its "
-                                      "default split points) or embedding_loss (Megatron's account-for-embedding/loss "
-                                      "options)."),
+                                      "default split points), embedding_loss (Megatron's account-for-embedding/loss "
+                                      "options) or llama3 (the Llama 3 paper's: a chunk may hold the embedding or "
+                                      "the loss alone)."),
     seq: int = typer.Option(_D["seq"], "--seq", help="Sequence length (decode: KV-cache length)."),
     batch: int = typer.Option(_D["batch"], "--batch", help="Global batch in sequences.",
                               show_default="micro-batch x dp x max(8, 4 x pp) in training"),
@@ -65,6 +66,10 @@ def analyze(
     fsdp_impl: str = typer.Option(_D["fsdp_impl"], "--fsdp-impl",
                                   help="FSDP implementation: fsdp2 (PyTorch fully_shard; its all-gather copy-out is "
                                        "priced) or flat (FSDP1 FlatParameter, Megatron FSDP: no copy-out)."),
+    fp8_scaling: str = typer.Option(_D["fp8_scaling"], "--fp8-scaling",
+                                    help="FP8 recipe of the cast kernels feeding the FP8 GEMMs: delayed (Transformer "
+                                         "Engine DelayedScaling), current (TE Float8CurrentScaling), dynamic (torchao "
+                                         "Float8Linear), eager (unfused PyTorch) or mxfp8 (TE MXFP8BlockScaling)."),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",
@@ -91,7 +96,7 @@ def analyze(
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
-                      norm_rope=norm_rope)
+                      norm_rope=norm_rope, fp8_scaling=fp8_scaling)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

@@ -11,7 +11,7 @@ from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, emit_json, out_dir_o
 from c3kit.units import fmt_time
 
 DEFAULT_OUT = "c3kit-out/validate"
-GROUP_TITLES = {"gpu": "GPU", "framework_family": "framework", "dtype": "dtype", "kind": "dense/MoE",
+GROUP_TITLES = {"gpu": "GPU", "op_basis": "op basis", "framework_family": "framework", "dtype": "dtype", "kind": "dense/MoE",
                 "source_short": "source"}
 
 

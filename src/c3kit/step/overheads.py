@@ -38,7 +38,9 @@ SOURCES = {
                  "fused cast_transpose per operand, reading BF16 and writing the FP8 copy and its transpose, amax "
                  "recorded on the fly, scale from the amax history), TE Float8CurrentScaling (an amax pass, then "
                  "cast_transpose), torchao Float8Linear tensorwise dynamic scaling under torch.compile (an amax "
-                 "reduction, then a fused scale + cast); TE caches the FP8 weights across the micro-batches of a "
+                 "reduction, then a fused scale + cast), TE MXFP8BlockScaling (Blackwell: one cast_mxfp8_2D_kernel "
+                 "per operand, transformer_engine/common/util/cast_kernels.cuh, reading BF16 and writing the "
+                 "row-wise and column-wise FP8 copies with one E8M0 scale per 32 elements each); TE caches the FP8 weights across the micro-batches of a "
                  "step (is_first_microbatch), torchao casts them in every forward; inference engines (TensorRT-LLM, vLLM FP8 checkpoints) load weights quantized offline, so prefill and decode cast activations only. Priced from the measured "
                  "unfused amax + scale + cast kernels of runtime/bench/ops.py (cost/gemmclass.py): its time per "
                  "byte moved and per kernel, applied to the recipe's bytes and kernels; the fused TE and compiled "
@@ -63,9 +65,10 @@ SOURCES = {
 # FP8 scaling recipe -> (kernels per operand cast, bytes moved per element, weights cast once per step):
 # "delayed": TE cast_transpose (read 2 B, write 1 B + 1 B transposed); "current": + an amax pass (read 2 B);
 # "dynamic": torchao compiled amax reduction (read 2 B) + scale, cast and transposed copy (read 2 B, write 2 B);
-# "eager": the unfused composition runtime/bench/ops.py measured (cost/gemmclass.CAST_COMPOSITION).
+# "eager": the unfused composition runtime/bench/ops.py measured (cost/gemmclass.CAST_COMPOSITION);
+# "mxfp8": TE's MXFP8 quantize kernel (read 2 B, write 1 B + 1 B transposed + 2 / 32 B of E8M0 scales).
 FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": (2, 6.0, False),
-               "eager": (7, 13.0, False)}
+               "eager": (7, 13.0, False), "mxfp8": (1, 4.0 + 2.0 / 32, True)}
 
 FSDP_IMPLS = ("fsdp2", "flat")
 

@@ -31,7 +31,9 @@ COLUMNS = ("run", "source", "url", "table", "framework", "framework_version", "g
            "measured_value", "formula", "assumed", "notes")
 MEASURES = ("iteration_s", "tokens_per_s_total", "tokens_per_s_per_gpu", "tflops_per_gpu_narayanan",
             "tflops_per_gpu_palm")
-GROUPS = ("gpu", "framework_family", "dtype", "kind", "source_short")
+GROUPS = ("gpu", "op_basis", "framework_family", "dtype", "kind", "source_short")
+# op classes whose basis labels a run (cost/basis.py): the ones every training step prices
+BASIS_CLASSES = ("gemm", "attention", "memory", "floor", "gemm_grouped", "gemm_fp8", "fp8_cast")
 TARGETS = {"mae": 0.08, "worst": 0.20, "bias": 0.03}  # issue 13's targets, shown beside the figures
 OVERHEAD_PREFIX = "overhead."  # per-run columns of each named step-level overhead (step/overheads.py)
 BREAKDOWN = ("compute_s", "exposed_s", "bubble_s")  # with the named overheads: the predicted step, summed
@@ -177,6 +179,7 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
 
 BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
+FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -227,6 +230,25 @@ def norm_rope_of(run: str, table: pd.DataFrame | None = None) -> str:
     return _first_match(run, norm_rope_code() if table is None else table, "norm_rope", "fused")
 
 
+def _check_fp8_scaling(name: str) -> str:
+    from c3kit.step.overheads import FP8_SCALING
+
+    if name not in FP8_SCALING:
+        raise StudyError(f"fp8 recipes: unknown fp8_scaling {name!r}: use one of {', '.join(FP8_SCALING)}")
+    return name
+
+
+def fp8_recipes(path=None) -> pd.DataFrame:
+    """The FP8 scaling recipe of each FP8 run (studies/data/fp8_recipes.csv: run glob, framework, recipe of
+    step.overheads.FP8_SCALING, source, reason), decided from the frameworks' code and the tables' precision."""
+    return _run_table("fp8_recipes.csv", FP8_RECIPE_COLUMNS, _check_fp8_scaling, path)
+
+
+def fp8_scaling_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The FP8 recipe of a run: the first matching row of the table ("" when none matches: the default)."""
+    return _first_match(run, fp8_recipes() if table is None else table, "fp8_scaling", "")
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -248,7 +270,7 @@ def unmodelled(row) -> list[str]:
     lack = []
     if int(row["cp"]) > 1 and "cp" not in fields:
         lack.append(f"context parallelism (cp {int(row['cp'])})")
-    if int(row["zero"]) == 2 and not int(row["fsdp"]) and "zero" not in fields:
+    if int(row["zero"]) == 2 and not int(row["fsdp"]) and "zero2" not in fields:
         lack.append("ZeRO-2 (gradient sharding without FSDP)")
     return lack
 
@@ -275,8 +297,8 @@ def layout_of(row):
               pp_split=pipeline_splits().get(str(row["run"]), "even"))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
-    if "zero" in fields:
-        kw["zero"] = int(row["zero"])
+    if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
+        kw["zero2"] = True
     p = Parallelism(**kw)
     if p.gpus != int(row["gpus"]):
         raise StudyError(f"run {row['run']}: the layout covers {p.gpus} GPUs, the row says {row['gpus']}")
@@ -305,21 +327,25 @@ def default_cost_model():
     return as_model("efficiency").with_(power="sustained")
 
 
-def predict(row, cost_model=None, policy=None) -> dict:
-    """Projected step of one run (seconds per GPU) by the same path as `c3kit analyze`."""
+def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
+    """Projected step of one run (seconds per GPU) by the same path as `c3kit analyze` (gpu: a GPU object to price
+    on instead of the row's catalog GPU)."""
     from c3kit.hw import get_gpu
     from c3kit.step import project
     from c3kit.step.overheads import DEFAULT_OVERHEADS
     from c3kit.workload.graph import build_step
 
     m, p = run_objects(row)
-    gpu = get_gpu(str(row["gpu"]))
+    gpu = get_gpu(str(row["gpu"])) if gpu is None else gpu
     cm = default_cost_model() if cost_model is None else cost_model
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=norm_rope_of(str(row["run"])))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
+    if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
+        ovh = replace(ovh, fp8_scaling=recipe)
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
@@ -331,6 +357,18 @@ def predict(row, cost_model=None, policy=None) -> dict:
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
             "overhead_s": t.overhead,
             "mfu_predicted": t.mfu * t.step_time / step, **named}
+
+
+def op_basis_of(gpu: str) -> str:
+    """How a run's GPU is priced (cost/basis.py): "measured", "transferred from X" or "datasheet" when every
+    op class of BASIS_CLASSES shares it, else the GEMM class's basis with ", partly datasheet"."""
+    from c3kit.cost.basis import basis
+
+    b = basis(str(gpu))
+    labels = {b[c] for c in BASIS_CLASSES}
+    if len(labels) == 1:
+        return labels.pop()
+    return f"{b['gemm']}, partly datasheet" if "datasheet" in labels else b["gemm"]
 
 
 def _short(source: str) -> str:
@@ -365,6 +403,7 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
         if progress is not None:
             progress(i, n, str(row["run"]))
         base = {"run": row["run"], "source_short": _short(row["source"]), "gpu": row["gpu"],
+                "op_basis": op_basis_of(row["gpu"]),
                 "framework": row["framework"], "framework_family": _family(row["framework"]), "dtype": row["dtype"],
                 "kind": "moe" if int(row["n_experts"]) > 1 else "dense", "gpus": int(row["gpus"]),
                 "seq": int(row["seq"]), "layout": _layout(row), "measured_s": float(row["measured_s"])}
@@ -395,6 +434,13 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "Framework facts taken from each framework's documentation or code, never from these runs: how layers "
              "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES), "
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
-             "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv) "
-             "and whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv)."]
+             "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv), "
+             "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv) and which "
+             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv).",
+             "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
+             "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
+             "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "
+             "per-kernel cost, attention at an assumed 60% of peak, no sustained-clock (power) factor. On H100, where "
+             "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
+             "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)

@@ -10,7 +10,7 @@ from c3kit.workload.config import ModelConfig
 RECOMPUTE = ("none", "selective", "full")
 
 # How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
-PP_SPLITS = ("even", "torchtitan", "embedding_loss")
+PP_SPLITS = ("even", "torchtitan", "embedding_loss", "llama3")
 PP_SPLIT_SOURCES = {
     "even": "Megatron-Core default (megatron/core/transformer/transformer_block.py get_num_layers_to_build): "
             "layers / (pp x vpp) per virtual stage; with interleaving the layers must divide by pp x vpp. Without "
@@ -25,6 +25,11 @@ PP_SPLIT_SOURCES = {
                       "(set by Megatron-Bridge's llama31_405b_pretrain_config): the embedding and the loss each count "
                       "as one layer, (layers + 2) / (pp x vpp) slots per virtual stage; the first virtual stage holds "
                       "one decoder layer fewer (the embedding), the last one fewer (the loss).",
+    "llama3": "Dubey et al. 2024 (The Llama 3 Herd of Models), Sec. 3.3.2, pipeline parallelism improvements: one "
+              "Transformer layer fewer on the first and on the last pipeline stage, so that the first model chunk of "
+              "the first stage holds only the embedding and the last chunk of the last stage only the output "
+              "projection and loss: (layers + 2) / (pp x vpp) slots per virtual stage as embedding_loss, a chunk "
+              "of the embedding or the loss alone allowed.",
 }
 
 
@@ -36,14 +41,17 @@ def stage_layer_counts(layers: int, pp: int, vpp: int = 1, split: str = "even") 
     if split not in PP_SPLITS:
         raise WorkloadError(f"parallelism: pp_split {split!r}: use one of {', '.join(PP_SPLITS)}")
     n = pp * vpp
-    if split == "embedding_loss":
+    if split in ("embedding_loss", "llama3"):
         if (layers + 2) % n:
-            raise WorkloadError(f"pp_split embedding_loss: {layers} layers + embedding + loss = {layers + 2} are not "
+            raise WorkloadError(f"pp_split {split}: {layers} layers + embedding + loss = {layers + 2} are not "
                                 f"divisible by pp {pp} x vpp {vpp}: use pp x vpp in {_divisors(layers + 2)}")
         k = (layers + 2) // n
-        if k < 2 and n > 1:
-            raise WorkloadError(f"pp_split embedding_loss: {n} virtual stages of {k} slot(s) leave the first or last "
+        if k < (2 if split == "embedding_loss" else 1) and n > 1:
+            raise WorkloadError(f"pp_split {split}: {n} virtual stages of {k} slot(s) leave the first or last "
                                 "stage without a layer: use fewer stages")
+        if split == "llama3" and n > 1 and pp > 1 and (layers + 2) // pp < 2:
+            raise WorkloadError(f"pp_split llama3: {layers} layers on pp {pp} leave the first or last rank without a "
+                                "layer: use fewer stages")
         counts = [k] * n
         if n == 1:
             return (layers,)
@@ -102,8 +110,9 @@ class Parallelism:
     GEMMs are sized for the busiest expert: balanced share x min(imbalance, capacity).
     pp_split: how the framework splits the layers over the pp x vpp virtual stages (PP_SPLITS,
     stage_layer_counts): "even" (Megatron-Core's default; without interleaving a remainder goes to the
-    middle stages), "torchtitan" (its default split points) or "embedding_loss" (Megatron-Core's
-    account_for_embedding / account_for_loss options). A step is priced on the rank holding the most
+    middle stages), "torchtitan" (its default split points), "embedding_loss" (Megatron-Core's
+    account_for_embedding / account_for_loss options) or "llama3" (the Llama 3 paper's, where a chunk may
+    hold the embedding or the loss alone). A step is priced on the rank holding the most
     layers (rank_layer_counts); the pipeline bubble sums the other ranks' shares (step/plan.py).
     """
 
