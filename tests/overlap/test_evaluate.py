@@ -229,3 +229,21 @@ def test_h100_takes_the_h200_contention_calibration():
     assert default_params("H100-SXM") == default_params("H200-SXM")
     assert default_params("H100-SXM") != ContentionParams()
     assert default_params("A100-SXM") == ContentionParams()  # no calibration and no transfer: the defaults
+
+
+@pytest.mark.parametrize("pattern,prefix", [("ag_gemm", "ag-"), ("gemm_rs", "rs-")])
+def test_ring_dma_copies_of_the_two_streams_never_overlap(pattern, prefix):
+    # PyTorch's notes on _pipelined_multi_all_gather_and_consume / _pipelined_produce_and_all2all: "cp" from
+    # different streams cannot overlap; each P2P copy waits for the one issued before it
+    from c3kit.overlap.evaluate import evaluate
+    from c3kit.overlap.problem import OverlapProblem
+
+    tasks = _ring_dma_tasks(pattern, m=1024, n=4096, k=8192)
+    copies = [t for t in tasks if t.name.startswith(prefix) and t.kind == "comm"]
+    assert len({t.stream for t in copies}) == 2
+    for a, b in zip(copies, copies[1:]):
+        assert a.name in b.deps
+    (res,) = evaluate(OverlapProblem(pattern, 1024, 4096, 8192, "bf16", 8), "H100-SXM", ["ring-dma"], trace=True)
+    spans = sorted((i.start, i.end) for i in res.timeline.intervals if i.name in {t.name for t in copies})
+    assert len(spans) == 7
+    assert all(s1 >= e0 - 1e-12 for (_, e0), (s1, _) in zip(spans, spans[1:]))
