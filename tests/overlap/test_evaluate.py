@@ -100,9 +100,33 @@ shapes = st.tuples(st.sampled_from(PATTERNS), st.sampled_from([1024, 2048, 4096,
 def test_no_schedule_beats_ideal(shape, hw):
     pattern, m, n, k, g, dt = shape
     p = prob(pattern, m, n, k, gpus=g, dtype=dt)
+    t_comp = baseline(p, hw).t_comp
     for r in evaluate(p, hw):
-        if r.realizable:  # what-if T3 schedules reduce near memory for free, which no realizable ideal does
-            assert r.time >= r.ideal * (1 - 1e-9), r.schedule
+        if not r.realizable:  # what-if T3 schedules reduce near memory for free, which no realizable ideal does
+            continue
+        if r.family == "fused":
+            # a fused kernel triggers its transfers from inside the GEMM, without the library collective's launch
+            # and per-call latency that the ideal's T_comm (a measured NCCL/RCCL time) carries: on latency-bound
+            # transfers it may beat max(T_comp, T_comm), never the GEMM it contains
+            assert r.time >= t_comp * (1 - 1e-9), r.schedule
+        else:
+            # a decomposition whose sub-GEMMs alone add up to less than the whole GEMM (dil < 0: the GEMM cost
+            # curve is not superadditive at every shape) may beat the ideal by that much, never by more
+            assert r.time >= r.ideal * min(1.0, 1.0 + r.dil) * (1 - 1e-9), r.schedule
+
+
+def test_split_gemms_cheaper_than_the_whole_may_beat_the_ideal_by_their_dil():
+    # found by the property test above: 2 x 512 rows of 8192 x 4096 cost less alone than 1024 rows at once
+    (r,) = evaluate(prob("ag_gemm", 1024, 8192, 4096, gpus=2), "H200", ["ring-sm"])
+    assert r.dil < 0 and r.ideal * (1 + r.dil) <= r.time < r.ideal
+
+
+def test_a_fused_kernel_may_beat_the_library_ideal_on_latency_bound_transfers():
+    # found by the property test above: an fp8 MoE on 2 MI300X, 8.9 us per measured RCCL all-to-all
+    p = prob("moe", 1024, 512, 512, gpus=2, dtype="fp8")
+    (r,) = evaluate(p, "MI300X", ["fused-sm"])
+    b = baseline(p, "MI300X")
+    assert b.t_comp < r.time < r.ideal
 
 
 @settings(max_examples=15, deadline=None)
