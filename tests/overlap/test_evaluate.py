@@ -100,9 +100,33 @@ shapes = st.tuples(st.sampled_from(PATTERNS), st.sampled_from([1024, 2048, 4096,
 def test_no_schedule_beats_ideal(shape, hw):
     pattern, m, n, k, g, dt = shape
     p = prob(pattern, m, n, k, gpus=g, dtype=dt)
+    t_comp = baseline(p, hw).t_comp
     for r in evaluate(p, hw):
-        if r.realizable:  # what-if T3 schedules reduce near memory for free, which no realizable ideal does
-            assert r.time >= r.ideal * (1 - 1e-9), r.schedule
+        if not r.realizable:  # what-if T3 schedules reduce near memory for free, which no realizable ideal does
+            continue
+        if r.family == "fused":
+            # a fused kernel triggers its transfers from inside the GEMM, without the library collective's launch
+            # and per-call latency that the ideal's T_comm (a measured NCCL/RCCL time) carries: on latency-bound
+            # transfers it may beat max(T_comp, T_comm), never the GEMM it contains
+            assert r.time >= t_comp * (1 - 1e-9), r.schedule
+        else:
+            # a decomposition whose sub-GEMMs alone add up to less than the whole GEMM (dil < 0: the GEMM cost
+            # curve is not superadditive at every shape) may beat the ideal by that much, never by more
+            assert r.time >= r.ideal * min(1.0, 1.0 + r.dil) * (1 - 1e-9), r.schedule
+
+
+def test_split_gemms_cheaper_than_the_whole_may_beat_the_ideal_by_their_dil():
+    # found by the property test above: 2 x 512 rows of 8192 x 4096 cost less alone than 1024 rows at once
+    (r,) = evaluate(prob("ag_gemm", 1024, 8192, 4096, gpus=2), "H200", ["ring-sm"])
+    assert r.dil < 0 and r.ideal * (1 + r.dil) <= r.time < r.ideal
+
+
+def test_a_fused_kernel_may_beat_the_library_ideal_on_latency_bound_transfers():
+    # found by the property test above: an fp8 MoE on 2 MI300X, 8.9 us per measured RCCL all-to-all
+    p = prob("moe", 1024, 512, 512, gpus=2, dtype="fp8")
+    (r,) = evaluate(p, "MI300X", ["fused-sm"])
+    b = baseline(p, "MI300X")
+    assert b.t_comp < r.time < r.ideal
 
 
 @settings(max_examples=15, deadline=None)
@@ -229,3 +253,21 @@ def test_h100_takes_the_h200_contention_calibration():
     assert default_params("H100-SXM") == default_params("H200-SXM")
     assert default_params("H100-SXM") != ContentionParams()
     assert default_params("A100-SXM") == ContentionParams()  # no calibration and no transfer: the defaults
+
+
+@pytest.mark.parametrize("pattern,prefix", [("ag_gemm", "ag-"), ("gemm_rs", "rs-")])
+def test_ring_dma_copies_of_the_two_streams_never_overlap(pattern, prefix):
+    # PyTorch's notes on _pipelined_multi_all_gather_and_consume / _pipelined_produce_and_all2all: "cp" from
+    # different streams cannot overlap; each P2P copy waits for the one issued before it
+    from c3kit.overlap.evaluate import evaluate
+    from c3kit.overlap.problem import OverlapProblem
+
+    tasks = _ring_dma_tasks(pattern, m=1024, n=4096, k=8192)
+    copies = [t for t in tasks if t.name.startswith(prefix) and t.kind == "comm"]
+    assert len({t.stream for t in copies}) == 2
+    for a, b in zip(copies, copies[1:]):
+        assert a.name in b.deps
+    (res,) = evaluate(OverlapProblem(pattern, 1024, 4096, 8192, "bf16", 8), "H100-SXM", ["ring-dma"], trace=True)
+    spans = sorted((i.start, i.end) for i in res.timeline.intervals if i.name in {t.name for t in copies})
+    assert len(spans) == 7
+    assert all(s1 >= e0 - 1e-12 for (_, e0), (s1, _) in zip(spans, spans[1:]))

@@ -80,3 +80,16 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert main(["overlap", "validate", "--data", str(f), "--power", "turbo"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 3 and "Traceback" not in err
+
+
+def test_async_tp_breakdown_reads_the_engines_own_tasks(tmp_path):
+    from c3kit.overlap.validate import async_tp_breakdown
+
+    f, sim = _one_case(tmp_path, 1.0, 1.5)
+    (row,) = async_tp_breakdown(f)
+    assert row.steps == 8 and row.predicted == pytest.approx(sim["ring-dma"])
+    assert row.measured == pytest.approx(1.5 * sim["ring-dma"])
+    assert row.weight_read == pytest.approx(2048 * 1024 * 2 / 4.8e12)
+    assert 0 < row.sub_gemm < row.predicted and row.copies > 0
+    assert row.excess_per_step == pytest.approx(row.measured / 8 - row.sub_gemm)
+    assert len(async_tp_breakdown()) == sum(load()["schedule"] == "ring-dma")

@@ -161,13 +161,14 @@ def applicable(problem: OverlapProblem, gpu: GPU | str) -> list[str]:
 
 def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] | None = None,
              params: ContentionParams | None = None, trace: bool = False,
-             cost_model=DEFAULT_COST_MODEL, power: str = "burst") -> list[ScheduleResult]:
+             cost_model=DEFAULT_COST_MODEL, power: str = "burst", _ctx: Ctx | None = None) -> list[ScheduleResult]:
     """Simulate schedules (default: every applicable one) and return them ranked, fastest first.
 
     params: the contention model (default: the GPU's calibration file, else ContentionParams());
     trace: keep each schedule's Timeline with resource segments (for Perfetto export);
     cost_model: how c3kit.cost prices the (sub-)GEMMs (default "efficiency": the fitted curve);
-    power: "burst" or "sustained" GEMM clocks (overlap.costs.gemm_pricing).
+    power: "burst" or "sustained" GEMM clocks (overlap.costs.gemm_pricing);
+    _ctx: a Ctx of this very problem, GPU, params and cost cache to reuse (its tasks are pure functions of those).
     """
     g, p = _resolve(gpu, params)
     check_fits(problem, g)
@@ -181,7 +182,7 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             why = check(get_schedule(name), problem, g)
             if why:
                 raise OverlapError(why)
-    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
     base = baseline(problem, g, p, _ctx=ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []

@@ -207,7 +207,7 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
 
 
 def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
-         power: str = "burst") -> str:
+         power: str = "burst", _ctx: Ctx | None = None) -> str:
     """select()'s choice among every applicable schedule, found with fewer estimates (branch and bound).
 
     A candidate's estimate is never below its critical path at the tasks' alone times (the walks only stretch
@@ -219,7 +219,7 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     check_fits(problem, g)
     p = params if params is not None else default_params(g.name)
-    ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     engine = _serial_engine(ctx)
     cands = []
     alone: dict[int, float] = {}  # by task object: schedules share the Ctx's cached tasks

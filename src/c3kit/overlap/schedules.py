@@ -393,7 +393,10 @@ def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
 # barriers (one small SM kernel that signals every peer and waits for their flags), copies as contiguous
 # `Tensor.copy_` calls (cudaMemcpyAsync: copy engines) that pull one peer's chunk per step, and the per-step
 # work issued on two streams in turn (the current one and a backend stream) so that the sub-GEMMs of
-# neighbouring steps may also overlap each other.
+# neighbouring steps may also overlap each other. The P2P copies of the two streams run one at a time in the
+# order they are issued: PyTorch's own notes on both loops state that "cp" from different streams cannot
+# overlap (torch/distributed/_symmetric_memory/__init__.py, _pipelined_multi_all_gather_and_consume and
+# _pipelined_produce_and_all2all), so each copy also waits for the one issued before it.
 SYMM_STREAMS = ("compute", "comm")
 
 
@@ -427,6 +430,8 @@ def _symm_mem_ag(ctx: Ctx, cap: float) -> list[Task]:
         # the backend stream waits for the current stream once, after the second barrier
         deps = ("barrier-1",) if st == back and first_back else ()
         first_back = first_back and st != back
+        if j > 1:  # copies of the two streams do not overlap: after the one issued before
+            deps = (*deps, f"ag-{j - 1}")
         cp = ctx.comm(f"ag-{j}", st, shard, 1, "dma", deps=deps, peer=j - 1)
         g = ctx.gemm(f"gemm-{j}", st, rows, cap=cap)
         out += [cp, g]
@@ -453,7 +458,8 @@ def _symm_mem_rs(ctx: Ctx, cap: float) -> list[Task]:
         deps = ("barrier-0",) if st == back and not last[back] else ()
         g = ctx.gemm(f"gemm-{j}", st, rows, cap=cap, deps=deps)
         b1 = _barrier(ctx, f"barrier-{j}a", st)
-        cp = ctx.comm(f"rs-{j}", st, chunk, 1, "dma", peer=j - 1)
+        # copies of the two streams do not overlap: after the one issued before
+        cp = ctx.comm(f"rs-{j}", st, chunk, 1, "dma", peer=j - 1, deps=(f"rs-{j - 1}",) if j > 1 else ())
         b2 = _barrier(ctx, f"barrier-{j}b", st)
         out += [g, b1, cp, b2]
         last[st] = b2.name

@@ -173,3 +173,53 @@ def _scores(cases: list[Case]) -> dict:
             "sign_rows": len(signs),
             "selector_best_share": sum(c.chosen_is_best for c in cases) / len(cases) if cases else None,
             "selector_worst_vs_best": max((c.chosen_vs_best for c in cases), default=None)}
+
+
+@dataclass(frozen=True)
+class AsyncTpParts:
+    """Where an async-TP (ring-dma) row's time goes in the model, beside the measurement (seconds)."""
+
+    case: str
+    split: str
+    problem: str
+    measured: float
+    predicted: float
+    steps: int  # sub-GEMMs of the decomposition (one per rank)
+    sub_gemm: float  # one per-step GEMM alone on the whole GPU
+    copies: float  # the P2P copies alone, summed
+    weight_read: float  # one read of the GEMM's weight B at peak HBM bandwidth (what each step re-reads)
+
+    @property
+    def excess_per_step(self) -> float:
+        """measured / steps - one sub-GEMM alone: what each step costs beyond its GEMM, as measured."""
+        return self.measured / self.steps - self.sub_gemm
+
+    def to_dict(self) -> dict:
+        """Plain data."""
+        return {**asdict(self), "excess_per_step": self.excess_per_step}
+
+
+def async_tp_breakdown(path: str | Path | None = None, params=None, power: str = "sustained") -> list[AsyncTpParts]:
+    """Every ring-dma row with its decomposition's parts as the engine builds them (sub-GEMM and copies alone),
+    so that the gap to the measurement can be read per step."""
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.overlap.costs import CostCache
+    from c3kit.overlap.evaluate import default_params, evaluate
+    from c3kit.overlap.schedules import SCHEDULES, Ctx, build
+    from c3kit.sim.engine import alone_time
+
+    df = load(path)
+    out = []
+    for _, r in df[df["schedule"] == ASYNC_TP].iterrows():
+        gpu = get_gpu(r["hw"])
+        prob = _problem(r)
+        p = params if params is not None else default_params(gpu.name)
+        ctx = Ctx(prob, gpu, p, CostCache.shared(gpu, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+        tasks, _ = build(SCHEDULES[ASYNC_TP], ctx, "sm")
+        gemm = next(t for t in tasks if t.name == "gemm-local")
+        copies = sum(alone_time(t, ctx.res) for t in tasks if t.kind == "comm" and t.engines)
+        (res,) = evaluate(prob, gpu, [ASYNC_TP], params, power=power)
+        out.append(AsyncTpParts(str(r["case"]), str(r["split"]), prob.label(), float(r["time_us"]) * 1e-6, res.time,
+                                prob.gpus, alone_time(gemm, ctx.res), copies,
+                                prob.k * prob.n * prob.elem_bytes / gpu.hbm_bw))
+    return out

@@ -110,21 +110,30 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
     replaced by serial. A family: the simulated best schedule of that family. A name: that schedule.
     """
     from c3kit.errors import C3kitError
-    from c3kit.overlap.evaluate import applicable, evaluate
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.overlap.costs import CostCache
+    from c3kit.overlap.evaluate import applicable, check_fits, default_params, evaluate
     from c3kit.overlap.heuristic import pick
-    from c3kit.overlap.schedules import SCHEDULES
+    from c3kit.overlap.schedules import SCHEDULES, Ctx
 
     try:
-        names = applicable(problem, gpu)
+        ctx = None
         if mode == "auto":
-            cands = list(dict.fromkeys([pick(problem, gpu, power=power), "serial"]))
-        elif mode in FAMILIES:
-            cands = [n for n in names if SCHEDULES[n].family == mode and SCHEDULES[n].realizable(problem.pattern)]
+            # the selector and the simulator share one context: the pick's tasks are built once
+            g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+            check_fits(problem, g)
+            p = default_params(g.name)
+            ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
+            cands = list(dict.fromkeys([pick(problem, g, power=power, _ctx=ctx), "serial"]))
         else:
-            cands = [mode] if mode in names else []
+            names = applicable(problem, gpu)
+            if mode in FAMILIES:
+                cands = [n for n in names if SCHEDULES[n].family == mode and SCHEDULES[n].realizable(problem.pattern)]
+            else:
+                cands = [mode] if mode in names else []
         if not cands:
             return None
-        res = evaluate(problem, gpu, cands, power=power)
+        res = evaluate(problem, gpu, cands, power=power, _ctx=ctx)
     except C3kitError:
         return None
     top = res[0]
