@@ -134,3 +134,56 @@ def test_bad_glue_refused():
         Structure.of(L70, Parallelism(), glue="")
     assert all(n not in {o.name for o in describe(L70, Parallelism(tp=8), "train", 2048, glue="fused").ops}
                for n in GLUE_NAMES)
+
+
+# ---- gradient accumulation into .grad (GRAD_ACC) ----
+
+def test_grad_acc_default_from_glue_and_micro_batches():
+    from c3kit.workload.layer import default_grad_acc
+
+    assert default_grad_acc("split", 1) == "none" and default_grad_acc("separate", 4) == "micro"
+    assert default_grad_acc("fused", 8) == "none"  # Megatron: accumulated inside the wgrad GEMM
+    one = describe(L70, Parallelism(tp=8), "train", 2048)
+    assert one.structure.grad_acc == "none" and "layer.grad_acc" not in one.by_name()
+    four = describe(L70, Parallelism(tp=8, micro_batch=1, global_batch=4), "train", 2048)
+    assert four.structure.grad_acc == "micro"
+    assert describe(L70, Parallelism(tp=8, micro_batch=1, global_batch=4), "prefill", 2048).structure.grad_acc == "none"
+
+
+def test_grad_acc_hand_checked():
+    par = Parallelism(tp=8, micro_batch=1, global_batch=4)
+    layer = describe(L70, par, "train", 2048, grad_dtype="bf16")
+    w = layer.weights
+    acc = layer.op("layer.grad_acc")
+    # micro: 3 of 4 micro-batches add; per micro-batch instance 3/4 of one add over the layer's bf16 gradients
+    assert acc.shape.parts == (("residual_add", w.layer * 3 / 4, 8192),)
+    assert acc.shape.bytes == 3 * 2 * w.layer * 3 / 4
+    assert (acc.phase, acc.scope, acc.count, acc.role) == ("bwd", "layer", 4, "glue")
+    emb = layer.op("embed.grad_acc")
+    assert emb.scope == "micro" and emb.shape.parts[0][1] == w.emb_params * 3 / 4
+    every = describe(L70, par, "train", 2048, grad_dtype="fp32", grad_acc="every").op("layer.grad_acc")
+    assert every.shape.parts[0][1] == 2 * w.layer  # fp32 gradients: twice the 2-byte elements, every micro-batch
+    fsdp = describe(L70, Parallelism(tp=8, dp=4, fsdp=True, micro_batch=1, global_batch=16), "train", 2048,
+                    grad_dtype="fp32")
+    assert fsdp.op("layer.grad_acc").shape.parts[0][1] == 2 * fsdp.weights.layer / 4 * 3 / 4  # the fp32 shard
+    assert "layer.grad_acc" not in describe(L70, par, "train", 2048, glue="fused").by_name()
+
+
+def test_grad_acc_step_time_grows_with_micro_batches():
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.step import project
+
+    gpu = get_gpu("H200-SXM")
+    par = Parallelism(tp=1, micro_batch=1, global_batch=4)
+    t = {a: project(build_step(L70, par, "train", 2048, grad_acc=a), gpu).totals.compute for a in ("none", "micro",
+                                                                                                   "every")}
+    assert t["none"] < t["micro"] < t["every"]
+
+
+def test_bad_grad_acc_refused():
+    from c3kit.workload.layer import check_grad_acc
+
+    with pytest.raises(WorkloadError, match="none, micro, every"):
+        check_grad_acc("always")
+    with pytest.raises(WorkloadError, match="unknown gradient accumulation"):
+        describe(L70, Parallelism(tp=8), "train", 2048, grad_acc="sometimes")

@@ -216,17 +216,19 @@ class Structure:
     attn_dropout: bool = False  # the model trains with attention dropout
     norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
     glue: str = "split"  # the memory-bound glue autograd runs between the kernels, by how the block is written (GLUE)
+    grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
-           norm_rope: str = "fused", glue: str = "split") -> "Structure":
+           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
-        norm_rope: one of NORM_ROPE; glue: one of GLUE)."""
+        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
         check_norm_rope(norm_rope)
         check_glue(glue)
+        grad_acc = check_grad_acc(grad_acc) if grad_acc else default_grad_acc(glue, par.grad_accum)
         moe_ep = model.is_moe and par.ep > 1
         factor = float(par.moe_imbalance)
         if par.moe_capacity > 0:
@@ -239,7 +241,7 @@ class Structure:
                          norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
-                         glue=glue)
+                         glue=glue, grad_acc=grad_acc if phase == "train" else "none")
 
     @property
     def norm_kind(self) -> str:
@@ -293,6 +295,33 @@ def check_glue(name: str) -> str:
     if name not in GLUE:
         raise WorkloadError(f"unknown glue code {name!r}: use one of {', '.join(GLUE)}")
     return name
+
+
+# How a backward's weight gradients meet gradients that .grad already holds (PyTorch autograd's AccumulateGrad:
+# it takes a fresh gradient as .grad when .grad is None, else adds it in place, one add kernel per parameter):
+# - "none": every backward starts from .grad = None (one micro-batch per step with zero_grad(set_to_none=True),
+#   PyTorch's default since 2.0), or the framework accumulates inside the weight-gradient GEMM (Megatron-Core's
+#   gradient_accumulation_fusion: the wgrad GEMM adds into the fp32 main_grad buffer, no add kernel);
+# - "micro": eager gradient accumulation: the first micro-batch's gradients are taken, each later one added
+#   ((m - 1) adds per step of m micro-batches);
+# - "every": every backward adds (zero_grad(set_to_none=False), or a timing loop that never clears .grad, as
+#   c3kit's runtime block and training-step benchmarks run).
+# One add reads two and writes one gradient of the parameter's size (priced as the measured residual add). With
+# FSDP the gradients are reduce-scattered each micro-batch and the add runs over this rank's fp32 shard.
+GRAD_ACC = ("none", "micro", "every")
+
+
+def check_grad_acc(name: str) -> str:
+    """The name itself, or a WorkloadError naming the choices."""
+    if name not in GRAD_ACC:
+        raise WorkloadError(f"unknown gradient accumulation {name!r}: use one of {', '.join(GRAD_ACC)}")
+    return name
+
+
+def default_grad_acc(glue: str, micro_batches: int) -> str:
+    """"micro" for eager code (glue split / separate) with several micro-batches per step, else "none" (one
+    micro-batch, or Megatron-style code that accumulates inside the wgrad GEMM)."""
+    return "micro" if glue != "fused" and micro_batches > 1 else "none"
 
 
 @dataclass(frozen=True)
@@ -398,10 +427,10 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
-             norm_rope: str = "fused", glue: str = "split") -> Layer:
+             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
-    memory-bound glue by how the block is written, GLUE)."""
+    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -417,7 +446,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
-                    Structure.of(model, par, phase, attn_backend, norm_rope, glue))
+                    Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc))
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -471,7 +500,8 @@ def evaluate(d: Dims, s: Structure) -> Layer:
         b.layer_forward("bwd", True, fsdp_b, fnb)
     start = b.last() if s.recompute == "full" else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
-    reductions = b.layer_grad_reductions(tuple(wgrads))
+    acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
+    reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
     if s.pp:
         b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
               b.mb * d.vpp, "pp_bwd")
@@ -896,6 +926,23 @@ class _Builder(_Ops):
         """DP gradient reduction: reduce-scatter with a sharded optimizer (ZeRO-1), else all-reduce."""
         return "reduce_scatter" if self.s.zero1 else "all_reduce"
 
+    def layer_grad_params(self):
+        """The parameters of one layer whose gradients this rank holds (FSDP: its shard)."""
+        w = self.w
+        return w.layer / self.dp_ranks if self.fsdp else w.layer
+
+    def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:
+        """AccumulateGrad's in-place adds of `params` gradients (Structure.grad_acc; none: None): per micro-batch,
+        the share (m - 1) / m of micro-batches that add ("micro") or every one ("every"). Elements in 2-byte units
+        (the measured add's itemsize): fp32 gradients (FSDP shards; grad dtype) count twice."""
+        s, d = self.s, self.d
+        if s.grad_acc == "none" or s.phase != "train":
+            return None
+        share = 1 if s.grad_acc == "every" else (self.mb - 1) / self.mb
+        el = params * share * (d.gb / 2)
+        return self.compute(name, MemShape(3 * el * 2, el, (("residual_add", el, d.hidden),)), deps, "bwd", "glue",
+                            scope)
+
     def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
         """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
         d, s, w, gb = self.d, self.s, self.w, self.d.gb
@@ -919,7 +966,9 @@ class _Builder(_Ops):
         egag = self.tp_gather("embed.bwd", n1b, "bwd", "micro")
         eb = self.compute("embed.bwd", MemShape(2 * self.T * d.hidden * b + w.emb * 4), (egag or n1b,), "bwd",
                           "embed", "micro")
-        reduce_deps = (eb, hd_wg)
+        acc = self.grad_accumulation("embed.grad_acc", w.emb_params / (self.dp_ranks if self.fsdp else 1), (eb, hd_wg),
+                                     "micro")
+        reduce_deps = (eb, hd_wg, acc)
         if s.dp:
             if s.fsdp:
                 reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",
