@@ -187,3 +187,30 @@ def test_bad_grad_acc_refused():
         check_grad_acc("always")
     with pytest.raises(WorkloadError, match="unknown gradient accumulation"):
         describe(L70, Parallelism(tp=8), "train", 2048, grad_acc="sometimes")
+
+
+def test_analyze_glue_options(tmp_path, capsys):
+    import json
+
+    from c3kit.cli.main import main
+
+    base = ["analyze", "--model", "llama-3-8b", "--hw", "H200-SXM", "--gpus", "8", "--tp", "1", "--dp", "8",
+            "--seq", "4096", "--batch", "64", "--micro-batch", "2"]
+    out = {}
+    for glue, acc in (("fused", "none"), ("split", ""), ("split", "every")):
+        extra = ["--glue", glue] + (["--grad-acc", acc] if acc else [])
+        assert main([*base, *extra, "--out", str(tmp_path / f"{glue}{acc}"), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["glue"] == glue and doc["grad_acc"] == (acc or "micro")  # 4 micro-batches: eager default
+        out[glue + acc] = doc["totals"]["compute"]
+    assert out["fusednone"] < out["split"] < out["splitevery"]
+
+
+def test_analyze_bad_glue_is_one_error_line(tmp_path, capsys):
+    from c3kit.cli.main import main
+
+    for flag, bad in (("--glue", "cat"), ("--grad-acc", "always")):
+        assert main(["analyze", "--model", "llama-3-8b", flag, bad, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and bad in err[0]
+        assert not (tmp_path / "x").exists()
