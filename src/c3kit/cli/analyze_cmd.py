@@ -82,7 +82,7 @@ def analyze(
                                   "separate (separate projections: input-gradient adds; torchtitan) or fused "
                                   "(Megatron-Core with Transformer Engine, compiled code: none)."),
     grad_acc: str = typer.Option(_D["grad_acc"], "--grad-acc",
-                                 help="Gradient accumulation into .grad: none, micro (eager: every micro-batch after "
+                                 help="How weight gradients accumulate (AccumulateGrad): none, micro (eager: every micro-batch after "
                                       "the first adds) or every (every backward adds).",
                                  show_default="micro for split / separate glue with several micro-batches, else none"),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
