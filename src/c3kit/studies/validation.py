@@ -425,5 +425,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES), "
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
              "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv) "
-             "and whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv)."]
+             "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv), "
+             "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
+             "adds, or none with Megatron-Core and Transformer Engine) and how gradients accumulate over "
+             "micro-batches (grad_acc_of)."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)
