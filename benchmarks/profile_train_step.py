@@ -4,6 +4,12 @@ single-GPU training step of c3kit.runtime.bench.train_step, written as per-event
 
 Usage (on a GPU): python benchmarks/profile_train_step.py --out DIR [--quick]
 Writes DIR/<gpu>-train-profile.json: {"meta", "kind", "columns", "rows"}; rows per (case, kernel).
+
+Usage (anywhere): python benchmarks/profile_train_step.py --summarize FILE
+Prints, per profiled case, the device time of the autograd nodes that are memory-bound glue (the split backward's
+cat, the input-gradient accumulation adds) beside the glue ops of c3kit's layer description for the same step
+(workload.layer.GLUE "split", no gradient accumulation: the profiled steps set .grad to None), and the step's
+kernels by class (GEMM, attention, memory-bound) beside c3kit's per-class sums.
 """
 
 from __future__ import annotations
@@ -63,13 +69,90 @@ def profile(device, quick: bool, steps: int = 3) -> list[list]:
     return rows
 
 
+GLUE_EVENTS = ("SplitWithSizesBackward0", "SplitBackward0", "aten::add_")
+
+
+def kernel_class(name: str) -> str:
+    """"gemm", "attn_fwd", "attn_bwd" or "mem" for a CUDA kernel name of the profile (cuBLAS nvjet, cuDNN SDPA)."""
+    if name.startswith("nvjet") or "gemm" in name.lower() and "sdpa" not in name:
+        return "gemm"
+    if "sdpa" in name and "fprop" in name:
+        return "attn_fwd"
+    if "sdpa" in name and "bprop" in name or name.startswith("void cudnn::fusion"):
+        return "attn_bwd"
+    return "mem"
+
+
+def summarize(path: Path) -> list[str]:
+    """Lines comparing the profile's glue events and kernel classes with c3kit's description of the same steps."""
+    import json
+
+    from c3kit.cost.model import CostModel
+    from c3kit.cost.opclass import _rows
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.runtime.bench.train_step import TRAIN_MODELS
+    from c3kit.step.project import node_times, step_timer
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.model import ModelConfig
+    from c3kit.workload.ops import Gemm
+    from c3kit.workload.parallel import Parallelism
+
+    rows = _rows(json.loads(path.read_text()))
+    gpu = get_gpu("H200-SXM")
+    timer = step_timer(CostModel(kind="efficiency", power="burst"))  # a few profiled steps: burst clocks
+    out = []
+    for case in dict.fromkeys((r["model"], r["impl"], r["batch"], r["seq"]) for r in rows):
+        name, impl, b, s = case
+        L, H, hq, hk, hd, F_, V = TRAIN_MODELS[name]
+        m = ModelConfig(name=name, hidden=H, layers=L, heads=hq, kv_heads=hk, head_dim=hd, ffn_hidden=F_, vocab=V,
+                        gated_mlp=True, norm="rmsnorm", position="rope", tied_embeddings=False, max_seq=1 << 17)
+        g = build_step(m, Parallelism(micro_batch=b, global_batch=b), "train", s, "bf16", 8, "bf16",
+                       norm_rope="eager" if impl == "eager" else "fused", glue="split", grad_acc="none")
+        t = node_times(g, gpu, timer)
+        mine = [r for r in rows if (r["model"], r["impl"], r["batch"], r["seq"]) == case]
+        out.append(f"{name} {impl} b{b} s{s} ({L} layers)")
+        for ev in GLUE_EVENTS:
+            hit = [r for r in mine if r["event"] == ev and r["on"] == "CPU"]
+            if hit:
+                out.append(f"  profile {ev:26s} {hit[0]['calls']:4d} calls  {hit[0]['total_device_s'] * 1e3:8.3f} ms")
+        for n in g.nodes:
+            if n.role == "glue":
+                out.append(f"  c3kit   {n.name:26s} {g.repeats(n):4d} calls  {t[n.id] * g.repeats(n) * 1e3:8.3f} ms")
+        prof: dict = {}
+        for r in mine:
+            if r["on"] == "CUDA":
+                k = kernel_class(str(r["event"]))
+                prof[k] = prof.get(k, 0.0) + float(r["self_device_s"])
+        model: dict = {}
+        for n in g.nodes:
+            if n.stream != "compute" or n.phase == "opt":
+                continue
+            k = "gemm" if isinstance(n.op, Gemm) else ("attn_" + n.phase if n.role == "attn" else "mem")
+            model[k] = model.get(k, 0.0) + t[n.id] * g.repeats(n)
+        for k in ("gemm", "attn_fwd", "attn_bwd", "mem"):
+            if k in prof:
+                out.append(f"  {k:8s} profile {prof[k] * 1e3:8.2f} ms  c3kit {model.get(k, 0.0) * 1e3:8.2f} ms  "
+                           f"{(model.get(k, 0.0) / prof[k] - 1) * 100:+6.1f}%")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Profile the cases and write the per-kernel table."""
+    """Profile the cases and write the per-kernel table (or summarize a written one)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--gpu", default="h200-sxm")
+    ap.add_argument("--summarize", type=Path, help="a written <gpu>-train-profile.json: compare it with c3kit")
     a = ap.parse_args(argv)
+    if a.summarize is not None:
+        if not a.summarize.is_file():
+            print(f"error: no profile file {a.summarize}", file=sys.stderr)
+            return 2
+        print("\n".join(summarize(a.summarize)))
+        return 0
+    if not a.out:
+        print("error: give --out DIR (to profile) or --summarize FILE", file=sys.stderr)
+        return 2
     from c3kit.cost.calib_store import measured_run_path
     from c3kit.runtime._torch import require_torch
     from c3kit.runtime.calib import write_measurement

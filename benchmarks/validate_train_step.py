@@ -45,7 +45,9 @@ def predict(r: dict, cost_model) -> dict:
     seq = int(r["seq"]) or 2048
     par = Parallelism(tp=1, dp=1, pp=1, micro_batch=b, global_batch=b, recompute="none")
     code = "eager" if r["impl"] == "eager" else "fused"
-    g = build_step(_model(r), par, "train", seq, "bf16", 8, norm_rope=code)
+    # both impls split one QKV and one gate/up GEMM output into views (glue "split"); the timed loop never clears
+    # .grad, so every backward adds into the bf16 gradients of every parameter (grad_acc "every")
+    g = build_step(_model(r), par, "train", seq, "bf16", 8, "bf16", norm_rope=code, glue="split", grad_acc="every")
     res = project(g, get_gpu("H200-SXM"), cost_model=cost_model, overheads=DEFAULT_OVERHEADS)
     fb = sum(x.compute_s for x in res.rows if x.phase in ("fwd", "bwd") or x.role == "overhead.launch_gaps")
     opt = sum(x.compute_s for x in res.rows if x.role == "optimizer")
@@ -64,6 +66,26 @@ def evaluate(directory: Path, cost_model) -> dict:
                 out["optimizer"].append((f"{r['model']} {r['params'] / 1e9:.2f}B params", r["time_s"], p["optimizer"]))
             else:
                 out[r["impl"]].append((f"{r['model']} b{r['batch']} s{r['seq']}", r["time_s"], p["fwd_bwd"]))
+    return out
+
+
+def optimizer_rates(directory: Path, rows) -> list[str]:
+    """Seconds per parameter of the fused AdamW: each measured whole-step optimizer, the optimizer class's own
+    measured rows nearest in size (ops-optimizer), and c3kit's price: separates the class fit's residual from what
+    differs between the class benchmark and the step."""
+    from c3kit.cost.opclass import _rows as rows_of
+
+    cls = [r for p in sorted(directory.glob("*-ops-optimizer.json")) for r in rows_of(json.loads(p.read_text()))
+           if r["op"] == "adamw_fused" and r["time_s"]]
+    out = []
+    for case, measured, predicted in rows:
+        n = float(case.split()[-2].removesuffix("B")) * 1e9
+        line = f"  adamw {case:32s} step {measured / n * 1e12:5.2f} ps/param  c3kit {predicted / n * 1e12:5.2f}"
+        if cls:
+            near = min(cls, key=lambda r: abs(float(r["width"]) - n))
+            line += (f"  class row {near['time_s'] / float(near['width']) * 1e12:5.2f} ps/param "
+                     f"({float(near['width']) / 1e9:.2f}B params, {near['tokens']} tensors)")
+        out.append(line)
     return out
 
 
@@ -91,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         s = summary(rows)
         print(f"{name:9s} n={s['n']:3d}  median {s['median']:5.2f}%  p90 {s['p90']:5.2f}%  bias {s['bias']:+6.2f}%  "
               f"worst {s['worst']:+6.1f}%")
+    for line in optimizer_rates(a.dir, res["optimizer"]):
+        print(line)
     if a.plot:
         import matplotlib
 

@@ -58,11 +58,21 @@ class AnalyzeResult:
         there), whether it is the default, and the basis of its price on this GPU."""
         return attention_dict(self.config)
 
+    def grad_acc(self) -> str:
+        """How weight gradients accumulate into .grad in this step (workload.layer.GRAD_ACC), as priced."""
+        from c3kit.workload.layer import default_grad_acc
+
+        cfg = self.config
+        if cfg.phase != "train":
+            return "none"
+        return getattr(cfg, "grad_acc", "") or default_grad_acc(getattr(cfg, "glue", "split"), cfg.par.grad_accum)
+
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
                 "basis": self.basis(), "attention": self.attention(),
-                "norm_rope": getattr(self.config, "norm_rope", "fused"),
+                "norm_rope": getattr(self.config, "norm_rope", "fused"), "glue": getattr(self.config, "glue", "split"),
+                "grad_acc": self.grad_acc(),
                 "tried": [asdict(c) for c in self.config.tried],
                 **self.step.to_dict(), "memory": self.memory_dict(), "overlap": self.overlap,
                 "overlap_modes": [dict(m) for m in self.overlap_modes], "trace": self.trace}
@@ -147,7 +157,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             recompute: str | None = None, overlap: str | None = None, policy: str | None = None, trace=None,
             compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained",
-            attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed") -> AnalyzeResult:
+            attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
+            glue: str = "split", grad_acc: str = "") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -166,6 +177,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cost/data/attention_backends.toml).
     norm_rope: how RMSNorm and RoPE run: "fused" (one kernel per norm, rotate-half RoPE) or "eager" (written out
     in fp32 eager PyTorch, as torchtitan's `rmsnorm` and the Llama reference code); workload.layer.NORM_ROPE.
+    glue: the backward's memory-bound glue by how the block is written: "split" (one QKV and one gate/up GEMM split
+    into views: cat copies), "separate" (separate projections: input-gradient adds) or "fused" (Megatron-Core with
+    Transformer Engine, compiled code: none); grad_acc: "none", "micro" or "every" (AccumulateGrad's adds into
+    .grad), "" = "micro" for eager code with several micro-batches; workload.layer.GLUE, GRAD_ACC.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -178,9 +193,12 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     from c3kit.workload.attention import check_backend
 
     backend = check_backend(attention_backend or "")
-    from c3kit.workload.layer import check_norm_rope
+    from c3kit.workload.layer import check_glue, check_grad_acc, check_norm_rope
 
     check_norm_rope(norm_rope)
+    check_glue(glue)
+    if grad_acc:
+        check_grad_acc(grad_acc)
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
     if isinstance(overheads, str):
         if overheads != "default":
@@ -199,7 +217,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
-                  attn_backend=backend, norm_rope=norm_rope)
+                  attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -59,11 +59,11 @@ def test_default_cost_model_is_analyzes_default():
     ("torchtitan-a100-l3-70b-full",
      ["--model", "llama-3-70b", "--hw", "A100-SXM-80G", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
       "--fsdp", "--seq", "8192", "--batch", "64", "--micro-batch", "1", "--recompute", "full",
-      "--norm-rope", "eager"]),
+      "--norm-rope", "eager", "--glue", "separate"]),
     ("mbridge2511-h100-llama3-70b",
      ["--model", "llama-3-70b", "--hw", "H100-SXM", "--gpus", "64", "--tp", "4", "--sp", "--pp", "8", "--vpp", "5",
       "--dp", "2", "--dist-opt", "--seq", "8192", "--batch", "128", "--micro-batch", "1", "--recompute", "none",
-      "--dtype", "fp8", "--fp8-scaling", "current"]),
+      "--dtype", "fp8", "--fp8-scaling", "current", "--glue", "fused", "--grad-acc", "none"]),
 ])
 def test_validate_equals_analyze_for_the_same_layout(run, args, tmp_path, capsys):
     row = load_runs().set_index("run").loc[run].copy()

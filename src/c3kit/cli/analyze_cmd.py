@@ -81,6 +81,15 @@ def analyze(
                                   help="How RMSNorm and RoPE run: fused (one kernel per norm: F.rms_norm, Transformer "
                                        "Engine, compiled code) or eager (written out in fp32 eager PyTorch, as "
                                        "torchtitan's rmsnorm and the Llama reference code)."),
+    glue: str = typer.Option(_D["glue"], "--glue",
+                             help="The backward's memory-bound glue by how the block is written: split (one QKV and "
+                                  "one gate/up GEMM split into views: autograd copies the gradients back together), "
+                                  "separate (separate projections: input-gradient adds; torchtitan) or fused "
+                                  "(Megatron-Core with Transformer Engine, compiled code: none)."),
+    grad_acc: str = typer.Option(_D["grad_acc"], "--grad-acc",
+                                 help="How weight gradients accumulate (AccumulateGrad): none, micro (eager: every micro-batch after "
+                                      "the first adds) or every (every backward adds).",
+                                 show_default="micro for split / separate glue with several micro-batches, else none"),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -96,7 +105,7 @@ def analyze(
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
-                      norm_rope=norm_rope, fp8_scaling=fp8_scaling)
+                      norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

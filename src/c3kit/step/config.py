@@ -23,6 +23,8 @@ class StepConfig:
     tried: tuple["Candidate", ...] = field(default=())  # every layout the search looked at, in order
     attn_backend: str = ""  # the attention kernel asked for (workload.attention.BACKENDS); "" = the GPU's default
     norm_rope: str = "fused"  # how RMSNorm and RoPE run (workload.layer.NORM_ROPE)
+    glue: str = "split"  # the backward's memory-bound glue (workload.layer.GLUE)
+    grad_acc: str = ""  # gradient accumulation into .grad (workload.layer.GRAD_ACC; "" = from glue, micro-batches)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             ep: int = 1, seq: int = 8192, batch: int | None = None, micro_batch: int | None = None,
             dtype: str = "bf16", phase: str = "train", recompute: str | None = None, vpp: int = 1,
             dist_optimizer: bool | None = None, cp: int = 1, pp_split: str = "even", cost_model=None,
-            policy=None, attn_backend: str = "", norm_rope: str = "fused") -> StepConfig:
+            policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
+            grad_acc: str = "") -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -79,11 +82,14 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     from c3kit.workload.graph import PHASES, build_step
     from c3kit.workload.model import get_model
     from c3kit.workload.attention import check_backend
-    from c3kit.workload.layer import check_norm_rope
+    from c3kit.workload.layer import check_glue, check_grad_acc, check_norm_rope
     from c3kit.workload.parallel import PP_SPLITS, RECOMPUTE, Parallelism, rank_layer_counts
 
     check_backend(attn_backend)
     check_norm_rope(norm_rope)
+    check_glue(glue)
+    if grad_acc:
+        check_grad_acc(grad_acc)
     for name, v in (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq),
                     ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp)):
         _positive(name, v)
@@ -196,7 +202,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         best = None
         for par, mem, i in fitting:
             graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node, attn_backend=attn_backend,
-                               norm_rope=norm_rope)
+                               norm_rope=norm_rope, glue=glue, grad_acc=grad_acc)
             per_seq = (_price(graph, gpu, cost_model, policy) / par.global_batch) if len(fitting) > 1 else float("nan")
             tried[i] = replace(tried[i], seconds_per_sequence=float(per_seq))
             if best is None or per_seq < best[0]:
@@ -208,7 +214,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
                                train, len(tried))
         return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
-                          norm_rope)
+                          norm_rope, glue, grad_acc)
     if last_fit is None:
         raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
                             f"{gpus} GPUs: change --gpus, --tp or --pp")

@@ -255,7 +255,7 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
     return np.where((n == 1) | (s == 0), 0.0, t)
 
 
-def _group_times(template, cols: dict, h: dict, cm, gemms: list):
+def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "split", grad_acc: str = ""):
     """Op times (n x N) and FLOPs (n x N) of one structure group under cost model cm.
 
     Efficiency-curve GEMM rows are left for the caller: (row, m, n, k) is appended to `gemms` so that
@@ -266,7 +266,7 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list):
     from c3kit.workload.layer import Structure
 
     model, par = scenario_objects({k: v[0] for k, v in cols.items()})
-    sh = _Shapes({**cols, "gpn": h["gpn"]}, Structure.of(model, par, "train"))
+    sh = _Shapes({**cols, "gpn": h["gpn"]}, Structure.of(model, par, "train", glue=glue, grad_acc=grad_acc))
     n, N = len(template.nodes), len(sh.T)
     t = np.empty((n, N))
     flops = np.zeros((n, N))
@@ -447,11 +447,13 @@ def _bind_engine(policy, template, sh, h, power: str):
 
 
 def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, progress=None,
-                 compare: dict | None = None) -> pd.DataFrame:
+                 compare: dict | None = None, glue: str = "split", grad_acc: str = "") -> pd.DataFrame:
     """Project every scenario row of df (MODEL_ and PAR_COLUMNS, "gpu" naming a key of gpus); OUT_COLUMNS back.
 
     compare: {name: policy} evaluated on the same op times; adds columns exposed_<name> and
     step_time_<name>. A policy with `bind` (step.policy.EngineOverlap) is bound per structure group.
+    glue, grad_acc: the backward's glue and gradient accumulation of every scenario (workload.layer.GLUE, GRAD_ACC;
+    "" = from glue and micro-batches), as build_step takes them.
     """
     from c3kit.cost.model import as_model
     from c3kit.workload.graph import build_step
@@ -482,13 +484,15 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
         h = {k: (v if k == "gpu_objs" else v[idx]) for k, v in h_all.items()}
         cols = {k: v[idx] for k, v in arrays.items()}
         code = int(codes[idx[0]])
-        if code not in _TEMPLATES:  # node set and plan depend only on the structure code
+        key = (code, glue, grad_acc)
+        if key not in _TEMPLATES:  # node set and plan depend only on the structure code and the glue switches
             model, par = scenario_objects({k: v[0] for k, v in cols.items()})
-            template = build_step(model, par, "train", int(cols["seq"][0]), "bf16", int(h["gpn"][0]))
-            _TEMPLATES[code] = (template, make_plan(template))
-        template, plan = _TEMPLATES[code]
+            template = build_step(model, par, "train", int(cols["seq"][0]), "bf16", int(h["gpn"][0]), glue=glue,
+                                  grad_acc=grad_acc)
+            _TEMPLATES[key] = (template, make_plan(template))
+        template, plan = _TEMPLATES[key]
         gemms: list = []
-        t, flops, sh = _group_times(template, cols, h, cm, gemms)
+        t, flops, sh = _group_times(template, cols, h, cm, gemms, glue, grad_acc)
         if gemms:
             pending.append((t, h["gpu_index"], gemms))
         groups.append((idx, template, plan, t, flops, sh, cols, h))

@@ -320,6 +320,33 @@ def fsdp_impl_of(framework: str) -> str:
     return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
 
 
+def glue_of(framework: str, norm_rope: str = "eager") -> str:
+    """The backward glue of a run's code (workload.layer.GLUE), from its framework's code: Megatron-Core with
+    Transformer Engine (NeMo, Megatron-Bridge) "fused" (SplitAlongDim's copy-free backward, fused SwiGLU);
+    torchtitan "separate" (wq / wk / wv and w1 / w3 projections), "fused" when compiled (its norm_rope row says
+    fused: torch.compile); Megatron-LM / Megatron-DeepSpeed of 2021-2022 (megatron/model/transformer.py
+    split_tensor_along_last_dim of the fused QKV output), llm-foundry (Wqkv output split) and code not public
+    "split", the library's default."""
+    f = str(framework).lower()
+    if "megatron-core" in f or "transformer engine" in f or "nemo" in f:
+        return "fused"
+    if "torchtitan" in f:
+        return "fused" if norm_rope == "fused" else "separate"
+    return "split"
+
+
+def grad_acc_of(framework: str, source: str) -> str:
+    """How a run's weight gradients accumulate over micro-batches (workload.layer.GRAD_ACC; "" = the layer
+    description's default: eager adds after the first micro-batch, none for glue "fused"). Megatron-LM accumulates
+    inside the wgrad GEMM since 2022-02-13 (gradient accumulation fusion into the fp32 main_grad, on by default,
+    Megatron-LM commit 83b1e42f30): "none"; its 2021 code (since commit b4bc51b1e7, 2021-03-08) added every
+    micro-batch's gradient into main_grad in a hook (param.main_grad.add_): "every" (fp32)."""
+    f = str(framework).lower()
+    if ("megatron-lm" in f or "megatron-core" in f or "nemo" in f) and "deepspeed" not in f:
+        return "every" if "2021" in str(source) else "none"
+    return ""
+
+
 def default_cost_model():
     """The cost model `c3kit analyze` prices with by default: efficiency, sustained (power-capped) clocks."""
     from c3kit.cost.model import as_model
@@ -338,8 +365,10 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     m, p = run_objects(row)
     gpu = get_gpu(str(row["gpu"])) if gpu is None else gpu
     cm = default_cost_model() if cost_model is None else cost_model
+    code = norm_rope_of(str(row["run"]))
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
-                   attn_backend=attention_backend_of(str(row["run"])), norm_rope=norm_rope_of(str(row["run"])))
+                   attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
+                   glue=glue_of(row["framework"], code), grad_acc=grad_acc_of(row["framework"], row["source"]))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -435,8 +464,11 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "split over pipeline stages (studies/data/pipeline_splits.csv, workload.parallel.PP_SPLIT_SOURCES), "
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
              "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv), "
-             "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv) and which "
-             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv).",
+             "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv), which "
+             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), "
+             "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
+             "adds, or none with Megatron-Core and Transformer Engine) and how gradients accumulate over "
+             "micro-batches (grad_acc_of).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "

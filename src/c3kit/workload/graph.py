@@ -26,7 +26,7 @@ STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 # Roles (Node.role). Recomputed forward nodes (recompute="full"/"selective") carry "re_" + role.
 ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "permute", "experts", "lm_head",
          "sample",
-         "loss", "kv_cache", "optimizer", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
+         "loss", "kv_cache", "optimizer", "glue", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
          "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "ADAM_FLOPS_PER_PARAM", "NODE_PHASES", "PHASES", "ROLES", "SCOPES", "STREAMS",
@@ -114,13 +114,14 @@ def span_of(block: int, gpus_per_node: int) -> str:
 
 def build_step(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
                dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32",
-               attn_backend: str = "", norm_rope: str = "fused") -> StepGraph:
+               attn_backend: str = "", norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> StepGraph:
     """The operator graph of one step (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; norm_rope: how
-    RMSNorm and RoPE run, workload.layer.NORM_ROPE)."""
+    RMSNorm and RoPE run, workload.layer.NORM_ROPE; glue: the backward's memory-bound glue, workload.layer.GLUE;
+    grad_acc: how gradients accumulate into .grad, workload.layer.GRAD_ACC ("" = from glue and micro-batches))."""
     if seq is None:
         seq = model.max_seq
-    return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype, attn_backend, norm_rope)
+    return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype, attn_backend, norm_rope, glue, grad_acc)
 
 
 def _to_op(spec: OpSpec, dtype: str, gpn: int, phase: str = "train") -> Op:
@@ -139,8 +140,9 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int, phase: str = "train") -> Op:
 
 @lru_cache(maxsize=4096)
 def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: str, gpn: int,
-           grad_dtype: str, attn_backend: str = "", norm_rope: str = "fused") -> StepGraph:
-    layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype, attn_backend, norm_rope)
+           grad_dtype: str, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
+           grad_acc: str = "") -> StepGraph:
+    layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype, attn_backend, norm_rope, glue, grad_acc)
     ids = {spec.name: i for i, spec in enumerate(layer.ops)}
     nodes = tuple(Node(i, _to_op(spec, dtype, gpn, phase), tuple(ids[d] for d in spec.deps), spec.phase,
                        spec.scope, spec.stream, spec.count, spec.role, spec.grad) for i, spec in enumerate(layer.ops))

@@ -215,16 +215,20 @@ class Structure:
     attn_backend: str = ""  # the attention kernel (workload.attention.BACKENDS); "" = the GPU's default
     attn_dropout: bool = False  # the model trains with attention dropout
     norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
+    glue: str = "split"  # the memory-bound glue autograd runs between the kernels, by how the block is written (GLUE)
+    grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
-           norm_rope: str = "fused") -> "Structure":
+           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
-        norm_rope: one of NORM_ROPE)."""
+        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
         check_norm_rope(norm_rope)
+        check_glue(glue)
+        grad_acc = check_grad_acc(grad_acc) if grad_acc else default_grad_acc(glue, par.grad_accum)
         moe_ep = model.is_moe and par.ep > 1
         factor = float(par.moe_imbalance)
         if par.moe_capacity > 0:
@@ -236,7 +240,8 @@ class Structure:
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
-                         attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope)
+                         attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
+                         glue=glue, grad_acc=grad_acc if phase == "train" else "none")
 
     @property
     def norm_kind(self) -> str:
@@ -260,6 +265,63 @@ def check_norm_rope(name: str) -> str:
     if name not in NORM_ROPE:
         raise WorkloadError(f"unknown norm/RoPE code {name!r}: use one of {', '.join(NORM_ROPE)}")
     return name
+
+
+# The memory-bound glue of a training backward: kernels autograd runs because of how a block's code is written,
+# beside the measured GEMM, attention, norm, activation and RoPE kernels. Bytes follow from shapes; each glue op is
+# priced by the measured class of the kernel it runs (a plain copy: the floor family's copy ladder; a sum of two
+# activations: residual_add).
+# - "split": PyTorch eager with one QKV weight and one gate/up weight whose outputs are split into views
+#   (`qkv.split(...)`, `gate_up.chunk(2, -1)`, as c3kit's runtime blocks and llm-foundry's fused Wqkv write it).
+#   The backward of a split is a cat (autograd SplitWithSizesBackward0 / SplitBackward0): dq, dk, dv copied into
+#   one T x n_qkv gradient, d(gate) and d(up) into one T x 2F gradient. Seen in the H200 training-step profile
+#   (benchmarks/ops_h200/h200-sxm-train-profile.json: one SplitWithSizesBackward0 and one gate/up SplitBackward0
+#   per layer). The SDPA layout changes ([b, s, h, d] <-> [b, h, s, d]) are views there: cuDNN attention reads the
+#   strided q, k, v and writes its output and gradients in the query's layout (no copy kernel in that profile).
+# - "separate": separate q, k, v and gate, up projections (torchtitan's wq / wk / wv and w1 / w3, Hugging Face
+#   Llama): no split, but the block input feeds several GEMMs, so autograd sums their input gradients: two adds
+#   of T x H for q, k, v and one for gate and up (a GELU MLP has one FC1 and no add).
+# - "fused": none of it: Megatron-Core splits QKV with Transformer Engine's SplitAlongDim, whose backward returns
+#   the fused attention's adjacent dq, dk, dv as one tensor without a copy (transformer_engine/pytorch/attention/
+#   dot_product_attention/dot_product_attention.py, _SplitAlongDim.backward: noop_ok), and runs SwiGLU as one
+#   fused kernel that writes the T x 2F gradient itself (megatron/core/fusions/fused_bias_swiglu.py, swiglu_back);
+#   torch.compile'd code (inductor) likewise writes the cat's inputs in place and fuses the adds.
+# MoE experts have no glue op here (Megatron-Core's grouped experts run the fused activation).
+GLUE = ("split", "separate", "fused")
+
+
+def check_glue(name: str) -> str:
+    """The name itself, or a WorkloadError naming the choices."""
+    if name not in GLUE:
+        raise WorkloadError(f"unknown glue code {name!r}: use one of {', '.join(GLUE)}")
+    return name
+
+
+# How a backward's weight gradients meet gradients that .grad already holds (PyTorch autograd's AccumulateGrad:
+# it takes a fresh gradient as .grad when .grad is None, else adds it in place, one add kernel per parameter):
+# - "none": every backward starts from .grad = None (one micro-batch per step with zero_grad(set_to_none=True),
+#   PyTorch's default since 2.0), or the framework accumulates inside the weight-gradient GEMM (Megatron-Core's
+#   gradient_accumulation_fusion: the wgrad GEMM adds into the fp32 main_grad buffer, no add kernel);
+# - "micro": eager gradient accumulation: the first micro-batch's gradients are taken, each later one added
+#   ((m - 1) adds per step of m micro-batches);
+# - "every": every backward adds (zero_grad(set_to_none=False), or a timing loop that never clears .grad, as
+#   c3kit's runtime block and training-step benchmarks run).
+# One add reads two and writes one gradient of the parameter's size (priced as the measured residual add). With
+# FSDP the gradients are reduce-scattered each micro-batch and the add runs over this rank's fp32 shard.
+GRAD_ACC = ("none", "micro", "every")
+
+
+def check_grad_acc(name: str) -> str:
+    """The name itself, or a WorkloadError naming the choices."""
+    if name not in GRAD_ACC:
+        raise WorkloadError(f"unknown gradient accumulation {name!r}: use one of {', '.join(GRAD_ACC)}")
+    return name
+
+
+def default_grad_acc(glue: str, micro_batches: int) -> str:
+    """"micro" for eager code (glue split / separate) with several micro-batches per step, else "none" (one
+    micro-batch, or Megatron-style code that accumulates inside the wgrad GEMM)."""
+    return "micro" if glue != "fused" and micro_batches > 1 else "none"
 
 
 @dataclass(frozen=True)
@@ -371,9 +433,10 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
-             norm_rope: str = "fused") -> Layer:
+             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
-    attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default)."""
+    attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
+    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -389,7 +452,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
-                    Structure.of(model, par, phase, attn_backend, norm_rope))
+                    Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc))
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -443,7 +506,8 @@ def evaluate(d: Dims, s: Structure) -> Layer:
         b.layer_forward("bwd", True, fsdp_b, fnb)
     start = b.last() if s.recompute == "full" else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
-    reductions = b.layer_grad_reductions(tuple(wgrads))
+    acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
+    reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
     if s.pp:
         b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
               b.mb * d.vpp, "pp_bwd")
@@ -760,7 +824,7 @@ class _Builder(_Ops):
             else:
                 dg = self.dense_mlp_backward(first_dep, wgrads)
                 c = self.tp_after("fc1.dgrad", dg, "bwd")
-                mlp_end = c or dg
+                mlp_end = c or (dg[0] if isinstance(dg, tuple) else dg)
         n2b = self.norm_bwd("mlp_norm.bwd", mlp_end, "norm")
         gag = self.tp_gather("attn_out.bwd", n2b, "bwd")
         dg, wg = self.bwd_gemm("proj", T, H, self.k_proj, (gag or n2b,), "proj")
@@ -773,24 +837,47 @@ class _Builder(_Ops):
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
+        ab = self.split_cat("qkv.cat", ab, self.n_qkv) or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
         wgrads.append(wg)
-        c = self.tp_after("qkv.dgrad", dg, "bwd")
-        n1b = self.norm_bwd("attn_norm.bwd", c or dg, "norm")
+        sm = self.input_grad_sum("qkv.dx_add", dg, 2)
+        c = self.tp_after("qkv.dgrad", (sm, dg) if sm else dg, "bwd")
+        n1b = self.norm_bwd("attn_norm.bwd", c or sm or dg, "norm")
         return wgrads, n1b
 
-    def dense_mlp_backward(self, first_dep, wgrads: list[str]) -> str:
-        """FC2, activation and FC1 backward; returns FC1's dgrad."""
+    def split_cat(self, name: str, dep: str, width) -> str | None:
+        """glue "split": the backward of splitting one GEMM's T x width output into views, a cat that copies the
+        parts' gradients into one T x width gradient (autograd SplitWithSizesBackward0 / SplitBackward0)."""
+        if self.s.glue != "split":
+            return None
+        el = self.T * width
+        return self.compute(name, MemShape(2 * el * self.d.b, 0, (("copy", el, 1),)), (dep,), "bwd", "glue")
+
+    def input_grad_sum(self, name: str, dep: str, adds: int) -> str | None:
+        """glue "separate": the input gradient of a block input that fed adds + 1 separate projections, summed by
+        autograd (adds additions of two T x H gradients, each priced as the measured residual add)."""
+        if self.s.glue != "separate" or adds == 0:
+            return None
+        el, H = self.T * self.d.hidden, self.d.hidden
+        return self.compute(name, MemShape(3 * adds * el * self.d.b, adds * el, (("residual_add", el, H),) * adds),
+                            (dep,), "bwd", "glue")
+
+    def dense_mlp_backward(self, first_dep, wgrads: list[str]):
+        """FC2, activation and FC1 backward (and the glue between them); returns FC1's dgrad, or (the input
+        gradient's sum, FC1's dgrad) with glue "separate"."""
         T, H, g, Fl, b = self.T, self.d.hidden, self.d.g, self.Fl, self.d.b
         dg, wg = self.bwd_gemm("fc2", T, H, Fl, first_dep, "fc2")
         wgrads.append(wg)
         ab = self.compute("act.bwd", MemShape((2 * g + 1) * T * Fl * b, 8 * g * T * Fl, self.act_parts(T * Fl, Fl, True)),
                           (dg,), "bwd", "act")
+        if self.s.gated:  # the gate and up halves of one FC1 output (split) or two projections (separate)
+            ab = self.split_cat("fc1.cat", ab, g * Fl) or ab
         iag = self.tp_gather("mlp_in.bwd", ab, "bwd")
         dg, wg = self.bwd_gemm("fc1", T, g * Fl, H, (ab, iag), "fc1")
         wgrads.append(wg)
-        return dg
+        sm = self.input_grad_sum("fc1.dx_add", dg, 1 if self.s.gated else 0)
+        return (sm, dg) if sm else dg
 
     def tp_experts_backward(self, first_dep, wgrads: list[str]) -> str:
         """MoE with ep 1: unpermute, expert FC2, activation, expert FC1, permute and router backward; returns
@@ -850,6 +937,23 @@ class _Builder(_Ops):
         """DP gradient reduction: reduce-scatter with a sharded optimizer (ZeRO-1), else all-reduce."""
         return "reduce_scatter" if self.s.zero1 else "all_reduce"
 
+    def layer_grad_params(self):
+        """The parameters of one layer whose gradients this rank holds (FSDP: its shard)."""
+        w = self.w
+        return w.layer / self.dp_ranks if self.fsdp else w.layer
+
+    def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:
+        """AccumulateGrad's in-place adds of `params` gradients (Structure.grad_acc; none: None): per micro-batch,
+        the share (m - 1) / m of micro-batches that add ("micro") or every one ("every"). Elements in 2-byte units
+        (the measured add's itemsize): fp32 gradients (FSDP shards; grad dtype) count twice."""
+        s, d = self.s, self.d
+        if s.grad_acc == "none" or s.phase != "train":
+            return None
+        share = 1 if s.grad_acc == "every" else (self.mb - 1) / self.mb
+        el = params * share * (d.gb / 2)
+        return self.compute(name, MemShape(3 * el * 2, el, (("residual_add", el, d.hidden),)), deps, "bwd", "glue",
+                            scope)
+
     def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
         """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
         d, s, w, gb = self.d, self.s, self.w, self.d.gb
@@ -873,7 +977,9 @@ class _Builder(_Ops):
         egag = self.tp_gather("embed.bwd", n1b, "bwd", "micro")
         eb = self.compute("embed.bwd", MemShape(2 * self.T * d.hidden * b + w.emb * 4), (egag or n1b,), "bwd",
                           "embed", "micro")
-        reduce_deps = (eb, hd_wg)
+        acc = self.grad_accumulation("embed.grad_acc", w.emb_params / (self.dp_ranks if self.fsdp else 1), (eb, hd_wg),
+                                     "micro")
+        reduce_deps = (eb, hd_wg, acc)
         if s.dp:
             if s.fsdp:
                 reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",

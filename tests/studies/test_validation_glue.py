@@ -1,0 +1,33 @@
+"""Which backward glue and gradient accumulation each validation run's framework code runs (studies.validation)."""
+
+from c3kit.studies.validation import glue_of, grad_acc_of
+from c3kit.workload.layer import GLUE, GRAD_ACC
+
+
+def test_glue_by_framework():
+    assert glue_of("NeMo (Megatron-Core, Transformer Engine)") == "fused"
+    assert glue_of("Megatron-Bridge (Megatron-Core, Transformer Engine)") == "fused"
+    assert glue_of("Megatron-LM (NeMo)") == "fused"
+    assert glue_of("Megatron-LM") == "split"  # 2021-2022: split_tensor_along_last_dim of the fused QKV
+    assert glue_of("llm-foundry (Composer, PyTorch FSDP)") == "split"  # Wqkv output split
+    assert glue_of("torchtitan (FSDP2)", "eager") == "separate"
+    assert glue_of("torchtitan (FSDP2)", "fused") == "fused"  # torch.compile rows
+    assert glue_of("something else") in GLUE
+
+
+def test_grad_acc_by_framework_and_year():
+    assert grad_acc_of("Megatron-LM", "Narayanan et al. 2021, Efficient Large-Scale ...") == "every"
+    assert grad_acc_of("Megatron-LM", "Korthikanti et al. 2022, Reducing Activation ...") == "none"
+    assert grad_acc_of("NeMo (Megatron-Core, Transformer Engine)", "NVIDIA NeMo 24.07") == "none"
+    assert grad_acc_of("Megatron-DeepSpeed", "Smith et al. 2022") == ""  # the description's default
+    assert grad_acc_of("torchtitan (FSDP2)", "PyTorch torchtitan") == ""
+    assert all(grad_acc_of(f, s) in GRAD_ACC + ("",) for f in ("Megatron-LM", "x") for s in ("2021", "2024"))
+
+
+def test_every_run_gets_a_valid_choice():
+    from c3kit.studies.validation import load_runs, norm_rope_of
+
+    df = load_runs()
+    for _, row in df.iterrows():
+        assert glue_of(row["framework"], norm_rope_of(str(row["run"]))) in GLUE
+        assert grad_acc_of(row["framework"], row["source"]) in GRAD_ACC + ("",)
