@@ -354,10 +354,10 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
 # the forced-backend file and the long-KV decode file; memory kinds from the memory and eager_ops files, copies
-# from the floor family's copy ladder, AdamW from the memory and optimizer files, KV-cache writes, argmax and small
+# from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
-MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "floor", "decode_kernels")
+MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "optimizer_mix", "floor", "decode_kernels")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -380,7 +380,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem_rows = [r for fam in ("memory", "eager_ops") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
-    mem_rows += adamw_rows([r for fam in ("memory", "optimizer") for r in docs.get(fam, ())])
+    mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows) if arows else ({}, None)
