@@ -83,10 +83,10 @@ def test_decode_shapes():
     assert shape(layer, "sample") == MemShape(4 * 128256 * 2, 4 * 128256, (("argmax", 4 * 128256, 128256),))
 
 
-def test_prefill_writes_kv_as_copies_and_training_samples_nothing():
+def test_prefill_writes_kv_by_index_copy_and_training_samples_nothing():
     pre = describe(L70, Parallelism(tp=8, micro_batch=1), "prefill", 1024)
     kv = 1024 * 1 * 128
-    assert shape(pre, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("copy", kv, 1), ("copy", kv, 1)))
+    assert shape(pre, "kv_write") == MemShape(2 * 2 * kv * 2, 0, (("index_copy", kv, 128), ("index_copy", kv, 128)))
     assert shape(pre, "sample").parts == (("argmax", 128256, 128256),)  # the last position of one sequence
     train = describe(L70, Parallelism(tp=8), "train", 1024)
     assert "sample" not in train.by_name() and "kv_write" not in train.by_name()

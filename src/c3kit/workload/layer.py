@@ -690,10 +690,12 @@ class _Builder(_Ops):
         last = self.rope(pre + "rope", last, ph, r + "rope") or last
         if s.phase != "train":
             kv = 2 * T * self.kvn * hd
-            # K and V each written into the cache by its own kernel (index_copy_ / a paged-cache store); one token
-            # per sequence (decode) is the measured index_copy kind, a prompt's rows stream like a plain copy
-            kind, w = ("index_copy", self.kvn * hd) if s.phase == "decode" else ("copy", 1)
-            last = self.compute("kv_write", MemShape(2 * kv * d.b, 0, ((kind, kv / 2, w), (kind, kv / 2, w))),
+            # K and V each written into the cache by its own kernel (index_copy_ / a paged-cache store), the measured
+            # index_copy kind (call 21 measured one token per sequence, up to 1 MB: a prompt's larger writes take the
+            # fitted bandwidth term beyond its rows)
+            w = self.kvn * hd
+            last = self.compute("kv_write", MemShape(2 * kv * d.b, 0, (("index_copy", kv / 2, w),
+                                                                       ("index_copy", kv / 2, w))),
                                 (last,), ph, "kv_cache")
         q_len = 1 if s.phase == "decode" else self.seq_local
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
