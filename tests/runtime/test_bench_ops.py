@@ -113,3 +113,12 @@ def test_moe_train_family_times_both_expert_gemms_forward_and_backward(tmp_path)
     got = {(r[0], r[8]) for r in doc["rows"]}
     assert got == {(k, p) for k in ("gate_up", "down") for p in ("fwd", "fwd_bwd")}
     assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])
+
+
+def test_act_chunked_family_times_strided_and_contiguous_swiglu(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "act_chunked"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "act_chunked", tmp_path).read_text())
+    got = {(r[0], r[1]) for r in doc["rows"]}
+    assert got == {("swiglu_chunked", "fwd"), ("swiglu_chunked", "bwd"), ("swiglu", "fwd")}
+    assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])
+

@@ -223,3 +223,37 @@ def bench_moe_train(device, quick: bool) -> tuple[list[str], list[list]]:
                 if cuda:
                     torch.cuda.empty_cache()
     return MOE_TRAIN_COLUMNS, rows
+
+
+def bench_act_chunked(device, quick: bool) -> tuple[list[str], list[list]]:
+    """SwiGLU over the two halves of one GEMM output (gate, up = h.chunk(2, -1): strided views, as code with one
+    fused gate+up projection runs it), forward (CUDA graph) and backward to the two views (autograd, without the
+    chunk's own cat), in the memory family's columns (op swiglu_chunked, width = the FFN half); and the forward on
+    contiguous copies of the halves (op swiglu) in the same run."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    F = torch.nn.functional
+    bf = torch.bfloat16
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    tokens = (2048, 4096, 8192, 16384, 32768) if not quick else (64,)
+    widths = (1024, 1792, 2048, 3584, 4096, 6912, 7168, 14336) if not quick else (32,)
+    for T in tokens:
+        for W in widths:
+            if Budget.spent() or T * 2 * W * 2 * 6 > 16e9:
+                continue
+            h = torch.randn(T, 2 * W, device=device, dtype=bf, requires_grad=True)
+            g, u = h.chunk(2, dim=-1)
+            e = T * W * 2
+            with torch.no_grad():
+                rows.append(["swiglu_chunked", "fwd", T, W, 3.0 * e, timed(lambda g=g, u=u: F.silu(g) * u, device, cuda)])
+            y = F.silu(g) * u
+            gy = torch.randn(T, W, device=device, dtype=bf)
+            rows.append(["swiglu_chunked", "bwd", T, W, 5.0 * e,
+                         timed(lambda y=y, g=g, u=u, gy=gy: torch.autograd.grad(y, (g, u), gy, retain_graph=True),
+                               device, cuda, graph=False)])
+            gc_, uc = g.detach().contiguous(), u.detach().contiguous()
+            with torch.no_grad():  # the same kernel on contiguous halves (kind swiglu), timed in the same run
+                rows.append(["swiglu", "fwd", T, W, 3.0 * e, timed(lambda: F.silu(gc_) * uc, device, cuda)])
+            del h, g, u, y, gy, gc_, uc
+    return cols, rows
