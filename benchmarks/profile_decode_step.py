@@ -4,8 +4,9 @@ device time per iteration, so that each kernel can be set beside c3kit's per-op 
 With --graph each case also gets a row "(iteration wall)": the replay's time measured without the profiler,
 so that wall minus the kernel sum is the time between kernels inside the graph.
 
-Usage (on a GPU): python benchmarks/profile_decode_step.py --out DIR [--graph] [--quick]
-Writes DIR/<gpu>-decode-profile[-graph].json: {"meta", "kind", "columns", "rows"}; rows per (case, kernel).
+Usage (on a GPU): python benchmarks/profile_decode_step.py --out DIR [--graph] [--layers] [--quick]
+(--layers: the one-layer decode steps of the whole-layer check, benchmarks/validate_layers.py, instead)
+Writes DIR/<gpu>-decode-profile[-layers][-graph].json: {"meta", "kind", "columns", "rows"}; rows per (case, kernel).
 """
 
 from __future__ import annotations
@@ -22,38 +23,76 @@ COLUMNS = ["model", "batch", "kv_len", "kernel", "calls", "device_s_per_step"]
 WALL = "(iteration wall)"
 
 
-def profile(device, quick: bool, steps: int = 5, graph: bool = False) -> list[list]:
-    """Per-kernel device seconds per decode iteration for every case (eager, or CUDA-graph replays)."""
-    from c3kit.runtime._torch import require_torch
+# one-layer decode steps of the whole-layer check (runtime/bench/ops.py bench_decode, one TP rank's block), timed
+# there as CUDA graphs of back-to-back steps: (model, tp, batch, kv_len)
+LAYER_CASES = [("gemma-2-9b-like", 4, 4, 16384), ("qwen2.5-14b", 8, 4, 16384), ("yi-34b", 8, 16, 4096),
+               ("llama-3.2-3b", 1, 4, 4096), ("mistral-nemo-12b", 2, 16, 4096), ("qwen2.5-32b", 4, 256, 16384)]
+LAYER_REPEAT = 20  # steps per captured graph, as the check's timing captures many
+
+
+def _serve_step(torch, case, device, quick: bool):
+    """(case label, batch, kv_len, step callable) of one serving-loop decode iteration."""
     from c3kit.runtime.bench import serve_loop as sl
+
+    bf = torch.bfloat16
+    name, b, kv = case
+    shape = sl.SERVE_MODELS[name] if not quick else (2, 128, 4, 2, 32, 256, 1000)
+    L, H, hq, hk, hd, F_, V = shape
+    W = sl._weights(torch, *shape, device)
+    caches = [(torch.zeros(b, hk, kv, hd, device=device, dtype=bf),
+               torch.zeros(b, hk, kv, hd, device=device, dtype=bf)) for _ in range(L)]
+    tokens = torch.randint(0, V, (b, 1), device=device)
+    pos = torch.tensor([kv - 1], device=device)
+    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+    return name, b, kv, lambda: sl._forward(torch, W, tokens, caches, pos, cos, sin, shape, False)
+
+
+def _layer_step(torch, case, device, quick: bool):
+    """(case label, batch, kv_len, step callable) of LAYER_REPEAT back-to-back one-layer decode steps."""
+    from c3kit.runtime.bench import ops
+
+    bf = torch.bfloat16
+    name, tp, b, kv = case
+    H, hq, hk, hd, Fl = ops._rank_block(name, tp, quick)
+    p = ops._block(torch, H, hq, hk, hd, Fl, device, bf)
+    K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+    V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+    x = torch.randn(b, 1, H, device=device, dtype=bf)
+    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+    pos = torch.tensor([kv - 1], device=device)
+
+    def steps():
+        for _ in range(LAYER_REPEAT):
+            ops._block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
+    return f"layer:{name}:tp{tp}", b, kv, steps
+
+
+def profile(device, quick: bool, steps: int = 5, graph: bool = False, layers: bool = False) -> list[list]:
+    """Per-kernel device seconds per decode iteration for every case (eager, or CUDA-graph replays); layers: the
+    one-layer steps of the whole-layer check instead of the serving loop (per step: divided by LAYER_REPEAT)."""
+    from c3kit.runtime._torch import require_torch
 
     torch = require_torch()
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprofile
 
-    bf = torch.bfloat16
     rows = []
-    for (name, b, kv) in (CASES if not quick else [("llama-3.2-1b", 2, 64)]):
-        shape = sl.SERVE_MODELS[name] if not quick else (2, 128, 4, 2, 32, 256, 1000)
-        L, H, hq, hk, hd, F_, V = shape
+    if layers:
+        cases, make, per = (LAYER_CASES if not quick else [("llama-3.2-3b", 8, 2, 64)]), _layer_step, LAYER_REPEAT
+    else:
+        cases, make, per = (CASES if not quick else [("llama-3.2-1b", 2, 64)]), _serve_step, 1
+    for case in cases:
         with torch.no_grad():
-            W = sl._weights(torch, *shape, device)
-            caches = [(torch.zeros(b, hk, kv, hd, device=device, dtype=bf),
-                       torch.zeros(b, hk, kv, hd, device=device, dtype=bf)) for _ in range(L)]
-            tokens = torch.randint(0, V, (b, 1), device=device)
-            pos = torch.tensor([kv - 1], device=device)
-            cos = torch.randn(1, 1, hd, device=device, dtype=bf)
-            sin = torch.randn(1, 1, hd, device=device, dtype=bf)
-
-            def step():
-                return sl._forward(torch, W, tokens, caches, pos, cos, sin, shape, False)
+            name, b, kv, step = make(torch, case, device, quick)
             for _ in range(3):
                 step()
             run = step
             if graph and device.type == "cuda":
                 from c3kit.runtime.bench.timing import graph_time
 
-                rows.append([name, b, kv, WALL, 1, graph_time(step, device, calls=1, repeats=9)])
+                rows.append([name, b, kv, WALL, 1, graph_time(step, device, calls=1, repeats=9) / per])
                 side = torch.cuda.Stream(device)
                 side.wait_stream(torch.cuda.current_stream(device))
                 with torch.cuda.stream(side):
@@ -78,8 +117,8 @@ def profile(device, quick: bool, steps: int = 5, graph: bool = False) -> list[li
             else:
                 t = ev.self_cpu_time_total
             if t > 0:
-                rows.append([name, b, kv, ev.key[:200], ev.count // steps, t * 1e-6 / steps])
-        del W, caches
+                rows.append([name, b, kv, ev.key[:200], ev.count / (steps * per), t * 1e-6 / (steps * per)])
+        del step
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
@@ -92,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--gpu", default="h200-sxm")
     ap.add_argument("--graph", action="store_true", help="profile CUDA-graph replays (and time them unprofiled)")
+    ap.add_argument("--layers", action="store_true", help="the whole-layer check's one-layer decode steps instead")
     a = ap.parse_args(argv)
     from c3kit.cost.calib_store import measured_run_path
     from c3kit.runtime._torch import require_torch
@@ -100,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     torch = require_torch()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    rows = profile(device, a.quick, graph=a.graph)
-    kind = "decode-profile-graph" if a.graph else "decode-profile"
+    rows = profile(device, a.quick, graph=a.graph, layers=a.layers)
+    kind = "decode-profile" + ("-layers" if a.layers else "") + ("-graph" if a.graph else "")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = write_measurement(measured_run_path(a.gpu, kind, out), kind, COLUMNS, rows,

@@ -122,3 +122,18 @@ def test_act_chunked_family_times_strided_and_contiguous_swiglu(tmp_path):
     assert got == {("swiglu_chunked", "fwd"), ("swiglu_chunked", "bwd"), ("swiglu", "fwd")}
     assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])
 
+
+
+def test_decode_profile_writes_per_kernel_rows_per_step(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_decode_step.py"
+    spec = importlib.util.spec_from_file_location("profile_decode_step", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path), "--quick", "--layers"]) == 0
+    doc = json.loads((tmp_path / "h200-sxm-decode-profile-layers.json").read_text())
+    assert doc["kind"] == "decode-profile-layers" and doc["rows"]
+    # per step: the captured repeats are divided out (CPU events of LAYER_REPEAT steps counted once per step)
+    assert all(r[5] > 0 and r[0].startswith("layer:") for r in doc["rows"])
