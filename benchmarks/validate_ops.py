@@ -79,6 +79,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             out.setdefault(name, []).append(m(oc.memory_features(kind, elements, r["width"], l2)) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
+    dec_hd = oc.fit_decode_by_head_dim(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
         backend = oc.attention_row_backend(r)
@@ -87,7 +88,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         if r["pass"] == "decode":
             if backend != "cudnn" or not oc.is_held_out_attention(r):
                 continue
-            name, m = "attention decode", dec
+            hd = int(r["head_dim"])
+            name, m = "attention decode", dec_hd.get(min(dec_hd, key=lambda k: abs(k - hd))) if dec_hd else dec
         elif backend in hashed:
             if not oc.is_held_out_attention(r):
                 continue

@@ -176,3 +176,27 @@ def test_shipped_h200_prices_the_decode_kernels_from_their_rows():
     # one token's K of 8 KV heads x 128 into the cache: measured 2.3-2.5 us in a CUDA graph at batch 1-64
     t = cal.memory["index_copy"](memory_features("index_copy", 16 * 1024, 1024, cal.l2_bytes))
     assert 1.8e-6 < t < 3.0e-6
+
+
+def test_decode_attention_is_fitted_per_head_dim_and_priced_at_the_nearest():
+    from c3kit.cost.opclass import OpCalibration, fit_decode_by_head_dim
+
+    rows = [{"backend": "default", "pass": "decode", "batch": b, "heads": 32, "kv_heads": 8, "q_len": 1,
+             "kv_len": kv, "head_dim": hd, "causal": 0, "time_s": fixed + 2.0 * b * 8 * kv * hd * 2 / bw}
+            for hd, fixed, bw in ((128, 5e-6, 3e12), (256, 9e-6, 2e12)) for b in (1, 4, 16, 64)
+            for kv in (1024, 4096, 16384, 65536)]
+    fits = fit_decode_by_head_dim(rows, hold_out=False)
+    assert set(fits) == {128, 256}
+    f = decode_features(4, 32, 8, 4096, 256)
+    assert fits[256](f) == pytest.approx(9e-6 + 2.0 * 4 * 8 * 4096 * 256 * 2 / 2e12, rel=1e-6)
+    cal = OpCalibration("X", {}, {}, None, 1e-6, 7e-6, {}, 1e18, {}, fits)
+    assert cal.decode_model(200) is fits[256] and cal.decode_model(96) is fits[128]
+    assert OpCalibration("X", {}, {}, fits[128], 1e-6, 7e-6, {}, 1e18).decode_model(256) is fits[128]  # pooled
+    # a head dim with fewer rows than DECODE_MIN_ROWS gets no model of its own
+    assert set(fit_decode_by_head_dim(rows[:20], hold_out=False)) == {128}
+
+
+def test_shipped_h200_decode_attention_has_each_measured_head_dim():
+    from c3kit.cost.opclass import op_calibration
+
+    assert set(op_calibration("H200-SXM").decode_by_hd) == {64, 128, 256}

@@ -44,7 +44,11 @@ def test_llama70b_tp8_sp_hand_checked():
     assert shape(layer, "rope").parts == (("rope", 8192 * 8 * 128, 128), ("rope", 8192 * 1 * 128, 128))
     assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * 8 * 128, 128), ("rope.bwd", 8192 * 1 * 128, 128))
     assert shape(layer, "mlp_norm.bwd").parts == (("rmsnorm.bwd", e, 8192), ("residual_add", e, 8192))
-    assert shape(layer, "act").parts == (("swiglu", 8192 * 28672 // 8, 28672 // 8),)
+    # the default glue "split": SwiGLU over the two strided halves of the one gate+up GEMM output
+    assert shape(layer, "act").parts == (("swiglu_chunked", 8192 * 28672 // 8, 28672 // 8),)
+    sep = describe(L70, Parallelism(tp=8, sp=True), "train", 8192, glue="separate")
+    assert shape(sep, "act").parts == (("swiglu", 8192 * 28672 // 8, 28672 // 8),)
+    assert shape(sep, "act.bwd").parts == (("swiglu.bwd", 8192 * 28672 // 8, 28672 // 8),)
     # per-rank weights of one layer: 8192 x 1280 + 1024 x 8192 + 2 x 8192 (RMSNorm) + 3 x 8192 x 3584
     assert layer.weights.layer == 10485760 + 8388608 + 16384 + 88080384 == 106971136
     dpg = shape(layer, "layer.dp_grad")

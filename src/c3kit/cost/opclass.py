@@ -13,7 +13,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
-- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch.
+- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch, per head_dim
+  where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
 The measured files are found through the calibration store; a GPU without them (and without a
@@ -36,7 +37,7 @@ from c3kit.errors import CostError
 # pattern (their own bytes): a row-wise softmax reads and writes each element once around a per-row
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
-                "dropout.bwd": "residual_add"}
+                "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
 # Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
 # vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
 PER_WIDTH_KINDS = ("argmax",)
@@ -136,6 +137,14 @@ class OpCalibration:
     origin: dict  # family -> file name
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
     unfused: dict = field(default_factory=dict)  # pass -> FeatureCost over unfused_features
+    decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
+
+    def decode_model(self, head_dim) -> FeatureCost | None:
+        """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
+        if not self.decode_by_hd:
+            return self.decode
+        hd = float(np.max(head_dim))
+        return self.decode_by_hd[min(self.decode_by_hd, key=lambda k: (abs(np.log(k / hd)), -k))]
 
     def attention_model(self, backward: bool, head_dim: int, backend: str = "cudnn") -> FeatureCost | None:
         """The fitted model of this backend and pass at the nearest measured head_dim (None when not measured)."""
@@ -319,6 +328,28 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
     return att, decode
 
 
+DECODE_MIN_ROWS = 8  # fewest fitted decode rows for a head_dim to get a model of its own
+
+
+def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True) -> dict:
+    """head_dim -> FeatureCost over decode_features from the cuDNN (SDPA default) decode rows of that head_dim, every
+    third shape held out as in fit_attention: SDPA's decode kernel changes its tiling with the head dim (head dim
+    256 runs about 20% slower than the pooled fit prices it)."""
+    groups: dict = {}
+    for r in rows:
+        if r["pass"] != "decode" or attention_row_backend(r) != "cudnn" or not r["time_s"]:
+            continue
+        if hold_out and is_held_out_attention(r):
+            continue
+        groups.setdefault(int(r["head_dim"]), []).append((_row_features(r), float(r["time_s"])))
+    out = {}
+    for hd, pts in groups.items():
+        if len(pts) >= DECODE_MIN_ROWS:
+            c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+            out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    return out
+
+
 def fit_unfused(rows: list[dict], hold_out: bool = True) -> dict:
     """pass -> FeatureCost over unfused_features from the "unfused" rows (every third shape held out)."""
     groups: dict = {}
@@ -353,11 +384,12 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
-# the forced-backend file and the long-KV decode file; memory kinds from the memory and eager_ops files, copies
+# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops and act_chunked
+# files, copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
-MEMORY_FAMILIES = ("memory", "eager_ops", "optimizer", "optimizer_mix", "floor", "decode_kernels")
+MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -377,7 +409,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
 
     docs = {fam: _rows(json.loads(p.read_text())) for fam, p in found.items()}
     l2 = get_gpu(gpu_name).l2_bytes
-    mem_rows = [r for fam in ("memory", "eager_ops") for r in docs.get(fam, ())]
+    mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
@@ -386,7 +418,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2,
-                         fit_unfused(arows))
+                         fit_unfused(arows), fit_decode_by_head_dim(arows))
 
 
 @dataclass(frozen=True)
@@ -423,10 +455,11 @@ class ScaledCalibration:
         """Seconds of a fused attention backend (training: q_len == kv_len; decode: q_len 1), None when that
         backend is not measured here."""
         cal = self.cal
-        if np.all(np.asarray(q_len) == 1) and cal.decode is not None:
+        dm = cal.decode_model(head_dim) if np.all(np.asarray(q_len) == 1) else None
+        if dm is not None:
             f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
-            c = np.asarray(cal.decode.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
-            return cal.decode.fixed_s + f @ c
+            c = np.asarray(dm.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
+            return dm.fixed_s + f @ c
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None

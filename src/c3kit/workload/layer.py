@@ -611,7 +611,9 @@ class _Builder(_Ops):
 
     def act_parts(self, elements, width, backward: bool) -> tuple:
         """The activation's measured kernel: SwiGLU (gated) or GELU, forward or backward."""
-        kind = ("swiglu" if self.s.gated else "gelu") + (".bwd" if backward else "")
+        # one gate+up GEMM split by views (glue "split") feeds SwiGLU strided halves: the measured chunked kernel
+        gated = "swiglu_chunked" if self.s.glue == "split" else "swiglu"
+        kind = (gated if self.s.gated else "gelu") + (".bwd" if backward else "")
         return ((kind, elements, width),)
 
     def rope(self, name: str, dep: str, ph: str, role: str) -> str | None:

@@ -20,6 +20,10 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     "residual_add": (3.0, 1.0),  # x + r: read two, write one
     "swiglu": (3.0, 6.0),  # silu(g) * u over the F-wide half: read g, u, write h
     "swiglu.bwd": (5.0, 10.0),  # read g, u, dh; write dg, du
+    # the same over the strided halves of one gate+up GEMM output (h.chunk(2, -1)), as eager code with one fused
+    # projection runs it: PyTorch's elementwise kernels take their non-vectorized path on such views
+    "swiglu_chunked": (3.0, 6.0),
+    "swiglu_chunked.bwd": (5.0, 10.0),
     "gelu": (2.0, 8.0),
     "gelu.bwd": (3.0, 10.0),
     "rope": (2.0, 3.0),  # q or k: read, write (cos / sin tables are small)
