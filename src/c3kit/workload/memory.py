@@ -164,11 +164,21 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
     grads = opt = acts = kv = buffers = 0.0
     layers = max(p.rank_layers(m.layers))
     layer_w = (dense + experts) / max(layers, 1)
-    if p.fsdp and shard_w > 1:
+    # FSDP once per step (Parallelism.fsdp_sync "step", parallel.FSDP_SYNC_SOURCES): every parameter of the stage
+    # (its layers and embeddings) stays gathered from the first forward to the last backward
+    step_sync = p.fsdp and p.fsdp_sync == "step" and shard_w > 1
+    if step_sync:
+        weights += (dense + experts) * b
+    elif p.fsdp and shard_w > 1:
         buffers += 2 * layer_w * b  # the gathered current layer and the prefetched next one
     if train:
         g_w = dpc if p.zero2 else shard_w  # ZeRO-2 shards gradients too
         grads = (dense / g_w + experts / shard_e) * gb
+        if step_sync:
+            # the unsharded gradients wait for the reduce-scatter after the last backward; over several
+            # micro-batches FSDP2 accumulates them in its reduce dtype (the gradient dtype here:
+            # FSDPParam.unsharded_accumulated_grad), with one micro-batch they stay in the parameter dtype
+            grads += (dense + experts) * (gb if p.grad_accum > 1 else b)
         o_w = dpc if (p.fsdp or p.dist_optimizer or p.zero2) else 1
         o_e = edp if (p.fsdp or p.dist_optimizer or p.zero2) else 1
         opt = (dense / o_w + experts / o_e) * OPTIMIZER_BYTES_PER_PARAM
