@@ -90,6 +90,11 @@ def analyze(
                                  help="How weight gradients accumulate (AccumulateGrad): none, micro (eager: every micro-batch after "
                                       "the first adds) or every (every backward adds).",
                                  show_default="micro for split / separate glue with several micro-batches, else none"),
+    fsdp_sync: str = typer.Option(_D["fsdp_sync"], "--fsdp-sync",
+                                  help="With FSDP: micro (parameters gathered before each forward and backward, "
+                                       "gradients reduce-scattered, every micro-batch) or step (gathered once and kept "
+                                       "unsharded over the step's micro-batches, gradients reduce-scattered once after "
+                                       "the last backward: torchtitan with pipeline parallelism)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -105,7 +110,7 @@ def analyze(
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
-                      norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc)
+                      norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
