@@ -119,3 +119,24 @@ def test_fsdp_once_per_step_agrees_with_per_node_projection():
     bad.loc[3, "fsdp_sync"] = 2
     with pytest.raises(C3kitError, match="fsdp_sync"):
         project_many(bad, GPUS)
+
+
+def test_recompute_modes_agree_with_per_node_projection():
+    # torchtitan's selective AC: recompute codes 3 ("op") and 4 ("layer", every recompute_every-th layer)
+    df = random_scenarios(6, 30)
+    rng = np.random.default_rng(2)
+    df["recompute"] = rng.integers(0, 5, len(df))
+    df["recompute_every"] = rng.choice([1, 2, 3], len(df))
+    fast = project_many(df, GPUS, "efficiency")
+    timer = step_timer("efficiency")
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, timer=timer).totals
+        for k in ("compute", "exposed", "step_time"):
+            assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
+    assert {3, 4} <= set(df["recompute"])
+    bad = df.copy()
+    bad.loc[0, "recompute_every"] = 0
+    with pytest.raises(C3kitError, match="recompute_every"):
+        project_many(bad, GPUS)

@@ -203,7 +203,9 @@ class Structure:
     fsdp: bool = False
     fsdp_step: bool = False  # FSDP parameters kept unsharded over a step's micro-batches (parallel.FSDP_SYNC_SOURCES)
     zero1: bool = False
-    recompute: str = "none"
+    recompute: str = "none"  # parallel.RECOMPUTE (what each recomputes: parallel.RECOMPUTE_SOURCES)
+    recompute_every: int = 1  # recompute "layer": 1 / recompute_every of the layers fully recomputed
+    fp8_linears: bool = False  # the projections run FP8 GEMMs (recompute "op": torch._scaled_mm is never saved)
     moe: bool = False
     ep: bool = False
     edp: bool = False
@@ -238,7 +240,9 @@ class Structure:
         return Structure(phase=phase, tp=par.tp > 1, sp=par.sp and par.tp > 1, dp=par.dp * par.cp > 1,
                          pp=par.pp > 1, fsdp=par.fsdp,
                          fsdp_step=par.fsdp and par.fsdp_sync == "step", zero1=par.dist_optimizer or par.zero2,
-                         recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
+                         recompute=par.recompute,
+                         recompute_every=par.recompute_every if par.recompute == "layer" else 1,
+                         moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
@@ -454,8 +458,13 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         if seq % (2 * par.cp):
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
-    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
-                    Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc))
+    if par.recompute == "op" and model.is_moe:
+        raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
+                            "selective, full or layer for a MoE model")
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc)
+    if dtype == "fp8" and phase == "train":
+        s = replace(s, fp8_linears=True)
+    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -505,9 +514,11 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     if b.fsdp and not s.fsdp_step:  # fsdp_step: the parameters are still unsharded from the forward
         fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (),
                        "bwd", _L, "dp", b.mb, "fsdp_ag")
-    if s.recompute == "full":
-        b.layer_forward("bwd", True, fsdp_b, fnb)
-    start = b.last() if s.recompute == "full" else fnb
+    if s.recompute in ("full", "layer"):
+        b.recompute_layer(fsdp_b, fnb)
+    elif s.recompute == "op":
+        b.op_recompute(fsdp_b, fnb)
+    start = b.last() if s.recompute in ("full", "layer", "op") else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
     acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
     reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
@@ -716,6 +727,41 @@ class _Builder(_Ops):
             self.tp_experts_forward(ph, r, pre, n2)
         else:
             self.ep_experts_forward(ph, r, pre, n2)
+
+    def recompute_layer(self, fsdp_dep: str | None, entry: str | None) -> None:
+        """The whole layer's forward again inside its backward: every layer ("full") or, for "layer", every
+        recompute_every-th one, priced per layer as that share of the runs (count micro-batches / N)."""
+        mb = self.mb
+        self.mb = mb / self.s.recompute_every if self.s.recompute == "layer" else mb
+        try:
+            self.layer_forward("bwd", True, fsdp_dep, entry)
+        finally:
+            self.mb = mb
+
+    def op_recompute(self, fsdp_dep: str | None, entry: str | None) -> None:
+        """torchtitan's op-level selective AC (parallel.RECOMPUTE_SOURCES["op"]): the ops its policy does not save,
+        as far as the backward needs them: the norms, wk (with FP8 linears the whole QKV projection), RoPE,
+        (cuDNN or unfused attention), wo, w3 (FP8: w1 and w3) and the gated activation."""
+        d, s, T, H, hd = self.d, self.s, self.T, self.d.hidden, self.d.head_dim
+        n1 = self.norm("re.attn_norm", entry, "bwd", "re_norm")
+        ag = self.tp_gather("re.attn_in", n1, "bwd")  # an all-gather is not on the save list (a reduce-scatter is)
+        n_re = self.n_qkv if s.fp8_linears else self.kvn * hd  # wk alone: the second aten.mm of the block
+        last = self.compute("re.qkv", GemmShape(T, n_re, H), (ag or n1, fsdp_dep), "bwd", "re_qkv")
+        last = self.rope("re.rope", last, "bwd", "re_rope") or last
+        if s.attn_backend in ("cudnn", "unfused"):  # not on the save list: recomputed
+            last = self.compute("re.attn", AttnShape(d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, hd, True,
+                                                     False, s.cp, s.attn_backend, s.attn_dropout), (last,), "bwd",
+                                "re_attn")
+        pr = self.compute("re.proj", GemmShape(T, H, self.k_proj), (last,), "bwd", "re_proj")
+        n2 = self.norm("re.mlp_norm", pr, "bwd", "re_norm")
+        if not (s.gated or s.fp8_linears):
+            return  # a GELU MLP's FC1 is the fifth aten.mm: saved, and so is what the activation needs
+        T, g, Fl, b = self.T, self.d.g, self.Fl, self.d.b
+        ag = self.tp_gather("re.mlp_in", n2, "bwd")
+        width = g * Fl if s.fp8_linears else Fl  # w3 (the sixth aten.mm); FP8: w1 and w3
+        f1 = self.compute("re.fc1", GemmShape(T, width, H), (ag or n2,), "bwd", "re_fc1")
+        self.compute("re.act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl, self.act_parts(T * Fl, Fl, False)),
+                     (f1,), "bwd", "re_act")
 
     def dense_mlp_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
         """FC1, activation, FC2 (column- then row-parallel)."""

@@ -7,7 +7,26 @@ from dataclasses import dataclass
 from c3kit.errors import WorkloadError
 from c3kit.workload.config import ModelConfig
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op", "layer")
+# What each recomputation mode recomputes in a layer's backward (workload/layer.py prices it, memory.py stores the rest).
+RECOMPUTE_SOURCES = {
+    "none": "nothing: every activation the backward needs is stored.",
+    "selective": "the attention core (Korthikanti et al. 2022, Sec. 4.2; Megatron-LM's selective recompute).",
+    "full": "the whole layer from its input (Megatron-LM's full recompute; torchtitan's activation_checkpoint "
+            "mode 'full': checkpoint_wrapper around each block).",
+    "op": "torchtitan's op-level selective AC (activation_checkpoint mode 'selective', selective_ac_option 'op'; "
+          "torchtitan/parallelisms/parallelize_llama.py _apply_ac_to_transformer_block at 9dec370 / eaea6f6a): its "
+          "policy saves the outputs of the ops in _save_list (aten.mm, flash and memory-efficient SDPA, "
+          "reduce_scatter_tensor, abs, max) except every second aten.mm of a block, and recomputes the rest. "
+          "In a block's order wq, wk, wv, wo, w1, w3, w2 that recomputes wk, wo and w3 with the norms, RoPE and "
+          "SiLU x mul; cuDNN or unfused attention is not on the list and is recomputed; FP8 linears run "
+          "torch._scaled_mm, not on the list: every projection but the last (w2, whose output nothing needs) is "
+          "recomputed.",
+    "layer": "torchtitan's layer-level selective AC (selective_ac_option an integer N, default '2' in "
+             "config_manager.py): every N-th block is wrapped in full checkpointing (ptd_checkpoint_wrapper._count "
+             "% N == 0), the others recompute nothing; priced per layer as 1 / N of a full recompute "
+             "(Parallelism.recompute_every = N).",
+}
 
 # How often FSDP (ZeRO-3) gathers a stage's parameters and reduce-scatters its gradients over a step of several
 # micro-batches (Parallelism.fsdp_sync).
@@ -149,7 +168,7 @@ class Parallelism:
     ep: int = 1
     micro_batch: int = 1
     global_batch: int = 0
-    recompute: str = "none"
+    recompute: str = "none"  # RECOMPUTE (what each recomputes: RECOMPUTE_SOURCES)
     vpp: int = 1
     dist_optimizer: bool = False  # ZeRO-1 (Megatron distributed optimizer): optimizer state sharded over dp
     cp: int = 1  # context parallelism (ring attention over cp ranks)
@@ -158,9 +177,10 @@ class Parallelism:
     moe_imbalance: float = 1.0  # busiest expert's tokens / the balanced share
     pp_split: str = "even"  # how layers split over virtual pipeline stages (PP_SPLITS)
     fsdp_sync: str = "micro"  # FSDP gathers / reduce-scatters every micro-batch or once per step (FSDP_SYNC)
+    recompute_every: int = 2  # recompute "layer": every N-th layer fully recomputed (torchtitan's default '2')
 
     def __post_init__(self) -> None:
-        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp"):
+        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise WorkloadError(f"parallelism: {key} must be a positive integer, got {v!r}")
