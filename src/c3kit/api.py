@@ -158,7 +158,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
-            glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro") -> AnalyzeResult:
+            glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
+            recompute_every: int = 2) -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -183,7 +184,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     .grad), "" = "micro" for eager code with several micro-batches; workload.layer.GLUE, GRAD_ACC.
     fsdp_sync: with FSDP, "micro" (parameters gathered and gradients reduce-scattered every micro-batch) or "step"
     (once per step, parameters kept unsharded over the micro-batches: torchtitan with pipeline parallelism);
-    workload.parallel.FSDP_SYNC, FSDP_SYNC_SOURCES.
+    workload.parallel.FSDP_SYNC, FSDP_SYNC_SOURCES. recompute: none, selective, full, op or layer
+    (workload.parallel.RECOMPUTE_SOURCES); recompute_every: with "layer", every N-th layer is recomputed.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -220,7 +222,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
-                  attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync)
+                  attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
+                  recompute_every=recompute_every)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

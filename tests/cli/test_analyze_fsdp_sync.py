@@ -37,3 +37,15 @@ def test_bad_fsdp_sync_exits_2(tmp_path, capsys, extra, needle):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle.lower() in err.lower(), err
     assert not out.exists()
+
+
+def test_recompute_modes_from_the_command_line(tmp_path, capsys):
+    full = _run(tmp_path, capsys)["totals"]["compute"]
+    op = _run(tmp_path, capsys, "--recompute", "op")
+    layer = _run(tmp_path, capsys, "--recompute", "layer", "--recompute-every", "4")
+    assert op["config"]["recompute"] == "op" and op["totals"]["compute"] < full
+    assert layer["totals"]["compute"] < full
+    assert {r["name"] for r in op["rows"]} >= {"re.qkv", "re.proj", "re.fc1"}
+    out = tmp_path / "never"
+    assert main(["analyze", *ARGS, "--recompute", "layer", "--recompute-every", "0", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and not out.exists()

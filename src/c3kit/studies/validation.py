@@ -180,6 +180,7 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
 BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
+RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -249,6 +250,29 @@ def fp8_scaling_of(run: str, table: pd.DataFrame | None = None) -> str:
     return _first_match(run, fp8_recipes() if table is None else table, "fp8_scaling", "")
 
 
+def _check_recompute(name: str) -> str:
+    from c3kit.workload.parallel import RECOMPUTE
+
+    if name not in RECOMPUTE:
+        raise StudyError(f"recompute modes: unknown recompute {name!r}: use one of {', '.join(RECOMPUTE)}")
+    return name
+
+
+def recompute_modes(path=None) -> pd.DataFrame:
+    """What a run's "selective" activation checkpointing recomputes (studies/data/recompute_modes.csv: run glob,
+    framework, a mode of workload.parallel.RECOMPUTE, source, reason), decided from the framework's code and the
+    run's config: torchtitan's op-level policy ("op") and every-N-th-layer checkpointing ("layer")."""
+    return _run_table("recompute_modes.csv", RECOMPUTE_COLUMNS, _check_recompute, path)
+
+
+def recompute_of(run: str, stated: str, table: pd.DataFrame | None = None) -> str:
+    """The recompute mode of a run: for a run whose source states selective recomputation, the first matching row
+    of the table (the stated mode when none matches: Megatron's attention-core recompute); otherwise as stated."""
+    if stated != "selective":
+        return stated
+    return _first_match(run, recompute_modes() if table is None else table, "recompute", stated)
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -292,7 +316,7 @@ def layout_of(row):
     fields = Parallelism.__dataclass_fields__
     kw = dict(tp=int(row["tp"]), sp=bool(int(row["sp"])), dp=int(row["dp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
               ep=int(row["ep"]), fsdp=bool(int(row["fsdp"])), micro_batch=int(row["micro_batch"]),
-              global_batch=int(row["global_batch"]), recompute=str(row["recompute"]),
+              global_batch=int(row["global_batch"]), recompute=recompute_of(str(row["run"]), str(row["recompute"])),
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
               pp_split=pipeline_splits().get(str(row["run"]), "even"),
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))))
@@ -484,7 +508,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
              "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv), "
              "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv), which "
-             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), "
+             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), what a run's selective "
+             "activation checkpointing recomputes (studies/data/recompute_modes.csv: torchtitan's op policy or "
+             "every-N-th-layer checkpointing), "
              "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
              "adds, or none with Megatron-Core and Transformer Engine), how gradients accumulate over "
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
