@@ -69,6 +69,10 @@ def test_default_cost_model_is_analyzes_default():
       "--dp", "8", "--fsdp", "--fsdp-sync", "step", "--pp-split", "torchtitan", "--seq", "8192", "--batch", "256",
       "--micro-batch", "1", "--recompute", "full", "--dtype", "fp8", "--fp8-scaling", "dynamic",
       "--attention-backend", "flash2", "--norm-rope", "fused", "--glue", "fused", "--grad-acc", "micro"]),
+    ("torchtitan-h100-t1-8b-fsdp",  # torchtitan's op-level selective AC (studies/data/recompute_modes.csv)
+     ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8",
+      "--fsdp", "--seq", "8192", "--batch", "16", "--micro-batch", "2", "--recompute", "op",
+      "--attention-backend", "flash2", "--norm-rope", "eager", "--glue", "separate"]),
 ])
 def test_validate_equals_analyze_for_the_same_layout(run, args, tmp_path, capsys):
     row = load_runs().set_index("run").loc[run].copy()
