@@ -85,3 +85,24 @@ def test_op_policy_memory_hand_checked():
     mems = [memory_report(M, gpu, par=replace(PAR, recompute=rc), seq=8192).activations
             for rc in ("full", "op", "none")]
     assert mems[0] < mems[1] < mems[2]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=30, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), sp=st.booleans(), seq=st.sampled_from([1024, 4096]),
+       dtype=st.sampled_from(["bf16", "fp8"]), every=st.sampled_from([1, 2, 3, 8]),
+       backend=st.sampled_from(["flash2", "cudnn"]))
+def test_property_recompute_work_is_ordered(tp, sp, seq, dtype, every, backend):
+    par = Parallelism(tp=tp, sp=sp, dp=2, micro_batch=1, global_batch=4)
+
+    def extra(rc: str, **kw) -> float:  # FLOPs per step of the recomputed ops
+        layer = describe(M, replace(par, recompute=rc, **kw), seq=seq, dtype=dtype, attn_backend=backend)
+        return sum(flops_bytes(o, 2)[0] * o.count for o in layer.ops
+                   if o.name.startswith("re.") and o.kind != "coll")
+
+    full = extra("full")
+    assert 0 < extra("op") < full
+    assert extra("layer", recompute_every=every) == pytest.approx(full / every)
