@@ -106,7 +106,7 @@ def config_dict(cfg) -> dict:
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
-            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer}
+            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync}
 
 
 def attention_dict(cfg) -> dict:
@@ -158,7 +158,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             compare_overlap: bool = True, overheads="default", fsdp_impl: str = "fsdp2",
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
-            glue: str = "split", grad_acc: str = "") -> AnalyzeResult:
+            glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
+            recompute_every: int = 2) -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -181,6 +182,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     into views: cat copies), "separate" (separate projections: input-gradient adds) or "fused" (Megatron-Core with
     Transformer Engine, compiled code: none); grad_acc: "none", "micro" or "every" (AccumulateGrad's adds into
     .grad), "" = "micro" for eager code with several micro-batches; workload.layer.GLUE, GRAD_ACC.
+    fsdp_sync: with FSDP, "micro" (parameters gathered and gradients reduce-scattered every micro-batch) or "step"
+    (once per step, parameters kept unsharded over the micro-batches: torchtitan with pipeline parallelism);
+    workload.parallel.FSDP_SYNC, FSDP_SYNC_SOURCES. recompute: none, selective, full, op or layer
+    (workload.parallel.RECOMPUTE_SOURCES); recompute_every: with "layer", every N-th layer is recomputed.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -217,7 +222,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
-                  attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc)
+                  attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
+                  recompute_every=recompute_every)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -93,3 +93,50 @@ def test_uneven_stages_agree_with_per_node_projection():
         for k in ("bubble", "step_time"):
             assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
     assert (fast["bubble"] > 0).all()
+
+
+def test_fsdp_once_per_step_agrees_with_per_node_projection():
+    # Parallelism.fsdp_sync "step" (torchtitan with PP): the optional fsdp_sync column, mixed in one table
+    df = random_scenarios(5, 40)
+    df["fsdp"] = True
+    df["fsdp_sync"] = np.random.default_rng(1).integers(0, 2, len(df))
+    fast = project_many(df, GPUS, "efficiency")
+    timer = step_timer("efficiency")
+    steps = 0
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        assert par.fsdp_sync == ("step" if row["fsdp_sync"] else "micro")
+        steps += par.fsdp_sync == "step" and par.dp > 1 and par.grad_accum > 1
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, timer=timer).totals
+        for k in ("compute", "comm", "exposed", "bubble", "step_time"):
+            assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
+    assert steps >= 5
+    # the column from objects, and a bad code
+    par = Parallelism(tp=2, dp=4, pp=2, fsdp=True, micro_batch=1, global_batch=32, fsdp_sync="step")
+    assert par_columns(par, 2048)["fsdp_sync"] == 1
+    bad = df.copy()
+    bad.loc[3, "fsdp_sync"] = 2
+    with pytest.raises(C3kitError, match="fsdp_sync"):
+        project_many(bad, GPUS)
+
+
+def test_recompute_modes_agree_with_per_node_projection():
+    # torchtitan's selective AC: recompute codes 3 ("op") and 4 ("layer", every recompute_every-th layer)
+    df = random_scenarios(6, 30)
+    rng = np.random.default_rng(2)
+    df["recompute"] = rng.integers(0, 5, len(df))
+    df["recompute_every"] = rng.choice([1, 2, 3], len(df))
+    fast = project_many(df, GPUS, "efficiency")
+    timer = step_timer("efficiency")
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, timer=timer).totals
+        for k in ("compute", "exposed", "step_time"):
+            assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
+    assert {3, 4} <= set(df["recompute"])
+    bad = df.copy()
+    bad.loc[0, "recompute_every"] = 0
+    with pytest.raises(C3kitError, match="recompute_every"):
+        project_many(bad, GPUS)

@@ -31,3 +31,24 @@ def test_every_run_gets_a_valid_choice():
     for _, row in df.iterrows():
         assert glue_of(row["framework"], norm_rope_of(str(row["run"]))) in GLUE
         assert grad_acc_of(row["framework"], row["source"]) in GRAD_ACC + ("",)
+
+
+def test_fsdp_sync_by_framework_and_layout():
+    from c3kit.studies.validation import fsdp_sync_of, load_runs, run_objects
+
+    assert fsdp_sync_of("torchtitan (FSDP2)", 8, True) == "step"  # apply_fsdp: reshard_after_forward=False with PP
+    assert fsdp_sync_of("torchtitan (FSDP2)", 1, True) == "micro"
+    assert fsdp_sync_of("torchtitan (FSDP2)", 8, False) == "micro"
+    assert fsdp_sync_of("llm-foundry (Composer, PyTorch FSDP)", 4, True) == "micro"
+    assert grad_acc_of("torchtitan (FSDP2)", "PyTorch torchtitan", "step") == "micro"  # FSDP2's unsharded adds
+    df = load_runs()
+    steps = []
+    for _, row in df.iterrows():
+        try:
+            _, par = run_objects(row)
+        except Exception:  # a layout the model cannot express is listed elsewhere
+            continue
+        if par.fsdp_sync == "step":
+            steps.append(row["run"])
+            assert "torchtitan" in row["framework"] and par.pp > 1 and par.fsdp
+    assert "torchtitan-h100-t5-405b-3d-1f1b" in steps and "torchtitan-h100-t5-405b-3d-interleaved" in steps

@@ -54,8 +54,13 @@ def analyze(
                                     show_default="1 in training, batch / dp in inference"),
     dtype: str = typer.Option(_D["dtype"], "--dtype", help="Compute dtype (bf16, fp16, fp8, fp32)."),
     phase: str = typer.Option(_D["phase"], "--phase", help="train, prefill or decode."),
-    recompute: str = typer.Option(_D["recompute"], "--recompute", help="none, selective or full.",
-                                  show_default="the least that fits"),
+    recompute: str = typer.Option(_D["recompute"], "--recompute",
+                                  help="none, selective (the attention core), full, op (torchtitan's op-level "
+                                       "selective AC) or layer (every --recompute-every-th layer in full).",
+                                  show_default="the least of none, selective, full that fits"),
+    recompute_every: int = typer.Option(_D["recompute_every"], "--recompute-every",
+                                        help="With --recompute layer: every N-th layer is recomputed (torchtitan's "
+                                             "selective_ac_option N)."),
     overlap: str = typer.Option(_D["overlap"], "--overlap",
                                 help="Overlap of collective-GEMM pairs: none, simple (dependencies only), auto "
                                      "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
@@ -90,6 +95,11 @@ def analyze(
                                  help="How weight gradients accumulate (AccumulateGrad): none, micro (eager: every micro-batch after "
                                       "the first adds) or every (every backward adds).",
                                  show_default="micro for split / separate glue with several micro-batches, else none"),
+    fsdp_sync: str = typer.Option(_D["fsdp_sync"], "--fsdp-sync",
+                                  help="With FSDP: micro (parameters gathered before each forward and backward, "
+                                       "gradients reduce-scattered, every micro-batch) or step (gathered once and kept "
+                                       "unsharded over the step's micro-batches, gradients reduce-scattered once after "
+                                       "the last backward: torchtitan with pipeline parallelism)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -105,7 +115,8 @@ def analyze(
                       ep=ep, cp=cp, pp_split=pp_split, seq=seq, batch=batch, micro_batch=micro_batch, dtype=dtype,
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
-                      norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc)
+                      norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
+                      recompute_every=recompute_every)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

@@ -63,7 +63,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             dtype: str = "bf16", phase: str = "train", recompute: str | None = None, vpp: int = 1,
             dist_optimizer: bool | None = None, cp: int = 1, pp_split: str = "even", cost_model=None,
             policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
-            grad_acc: str = "") -> StepConfig:
+            grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -76,6 +76,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     cp (context parallelism) is never searched: it multiplies the GPUs of every layout (gpus = tp x cp x
     pp x dp) and needs the sequence to split into 2 x cp load-balanced chunks. pp_split: how layers split
     over pipeline stages (workload.parallel.PP_SPLITS); the search tries only depths the split accepts.
+    fsdp_sync: how often FSDP layouts gather and reduce-scatter (workload.parallel.FSDP_SYNC); recompute_every:
+    with recompute "layer", every N-th layer is recomputed.
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -83,7 +85,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     from c3kit.workload.model import get_model
     from c3kit.workload.attention import check_backend
     from c3kit.workload.layer import check_glue, check_grad_acc, check_norm_rope
-    from c3kit.workload.parallel import PP_SPLITS, RECOMPUTE, Parallelism, rank_layer_counts
+    from c3kit.workload.parallel import FSDP_SYNC, PP_SPLITS, RECOMPUTE, Parallelism, rank_layer_counts
 
     check_backend(attn_backend)
     check_norm_rope(norm_rope)
@@ -91,8 +93,13 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     if grad_acc:
         check_grad_acc(grad_acc)
     for name, v in (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq),
-                    ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp)):
+                    ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp),
+                    ("recompute-every", recompute_every)):
         _positive(name, v)
+    if fsdp_sync not in FSDP_SYNC:
+        raise C3kitError(f"unknown FSDP sync {fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
+    if fsdp_sync != "micro" and fsdp is False:
+        raise C3kitError(f"--fsdp-sync {fsdp_sync} gathers FSDP-sharded parameters: use it with --fsdp (or drop it)")
     if pp_split not in PP_SPLITS:
         raise C3kitError(f"unknown pipeline split {pp_split!r}: use one of {', '.join(PP_SPLITS)}")
     if cp > 1 and seq % (2 * cp):
@@ -171,7 +178,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             gb = mb * d * max(8, 4 * p)
         return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
                            global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
-                           dist_optimizer=sharding == "zero1" and d > 1)
+                           dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync,
+                           recompute_every=recompute_every)
 
     tried: list[Candidate] = []
     last_fit: Exception | None = None

@@ -29,7 +29,9 @@ MODEL_COLUMNS = ("hidden", "layers", "heads", "kv_heads", "ffn_hidden", "vocab",
                  "tied_embeddings")
 PAR_COLUMNS = ("seq", "micro_batch", "global_batch", "tp", "sp", "dp", "pp", "fsdp", "dist_optimizer", "recompute")
 HW_COLUMNS = ("gpu",)
-RECOMPUTE_CODES = ("none", "selective", "full")
+RECOMPUTE_CODES = ("none", "selective", "full", "op", "layer")  # workload.parallel.RECOMPUTE
+# optional column "recompute_every": Parallelism.recompute_every of recompute "layer" (absent: 2)
+FSDP_SYNC_CODES = ("micro", "step")  # optional column "fsdp_sync": Parallelism.fsdp_sync (absent: "micro")
 OUT_COLUMNS = ("compute", "comm", "exposed", "hidden_comm", "bubble", "step_time", "comm_share", "exposed_share",
                "mfu", "tokens_per_s", "tp_comm", "dp_comm", "pp_comm")
 
@@ -69,7 +71,8 @@ def par_columns(par, seq: int) -> dict:
         raise C3kitError("the vectorized sweep covers vpp = 1 only")
     return {"seq": seq, "micro_batch": par.micro_batch, "global_batch": par.global_batch, "tp": par.tp,
             "sp": par.sp, "dp": par.dp, "pp": par.pp, "fsdp": par.fsdp, "dist_optimizer": par.dist_optimizer,
-            "recompute": RECOMPUTE_CODES.index(par.recompute)}
+            "recompute": RECOMPUTE_CODES.index(par.recompute), "fsdp_sync": FSDP_SYNC_CODES.index(par.fsdp_sync),
+            "recompute_every": par.recompute_every}
 
 
 def scenario_objects(row):
@@ -85,7 +88,9 @@ def scenario_objects(row):
     p = Parallelism(tp=int(row["tp"]), sp=bool(row["sp"]), dp=int(row["dp"]), pp=int(row["pp"]),
                     fsdp=bool(row["fsdp"]), dist_optimizer=bool(row["dist_optimizer"]),
                     micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
-                    recompute=RECOMPUTE_CODES[int(row["recompute"])])
+                    recompute=RECOMPUTE_CODES[int(row["recompute"])],
+                    fsdp_sync=FSDP_SYNC_CODES[int(row.get("fsdp_sync", 0))],
+                    recompute_every=int(row.get("recompute_every", 2)))
     return m, p
 
 
@@ -97,13 +102,19 @@ def _structure(df: pd.DataFrame) -> np.ndarray:
     zero1 = df["dist_optimizer"].to_numpy().astype(bool) & dp1 & ~fsdp
     m = df["global_batch"].to_numpy() // (df["micro_batch"].to_numpy() * df["dp"].to_numpy())
     # the norm and activation kinds name the measured kernels a memory-bound op runs (layer.Structure)
+    none = np.zeros(len(df), dtype=bool)
+    # FSDP once per step (Parallelism.fsdp_sync "step"): no backward gather, one reduce-scatter of the stage
+    fsdp_step = fsdp & (df["fsdp_sync"].to_numpy() == 1) if "fsdp_sync" in df.columns else none
     bits = [tp1, df["sp"].to_numpy().astype(bool) & tp1, dp1, fsdp, zero1, df["pp"].to_numpy() > 1, m > 1,
             df["layernorm"].to_numpy().astype(bool), df["gated_mlp"].to_numpy().astype(bool),
-            df["rope"].to_numpy().astype(bool) if "rope" in df.columns else np.zeros(len(df), dtype=bool)]
-    code = df["recompute"].to_numpy().astype(np.int64)
+            df["rope"].to_numpy().astype(bool) if "rope" in df.columns else none, fsdp_step]
+    code = df["recompute"].to_numpy().astype(np.int64)  # 0 .. 4: three bits
     for i, b in enumerate(bits):
-        code = code + (b.astype(np.int64) << (i + 2))
-    return code
+        code = code + (b.astype(np.int64) << (i + 3))
+    # recompute "layer": its frequency sets the recomputed ops' counts (micro-batches / N), part of the structure
+    every = df["recompute_every"].to_numpy().astype(np.int64) if "recompute_every" in df.columns else 2
+    layer = code % 8 == RECOMPUTE_CODES.index("layer")
+    return code + np.where(layer, every, 0) * (1 << (len(bits) + 3))
 
 
 def dims_of_columns(c: dict):
@@ -348,7 +359,9 @@ def _check(a: dict) -> None:
              "heads % kv_heads": a["heads"] % a["kv_heads"],
              "kv_heads vs tp": np.minimum(a["kv_heads"] % a["tp"], a["tp"] % a["kv_heads"]),
              "global_batch % (micro_batch x dp)": a["global_batch"] % (a["micro_batch"] * a["dp"]),
-             "recompute code": ~np.isin(a["recompute"], (0, 1, 2))}
+             "recompute code": ~np.isin(a["recompute"], range(len(RECOMPUTE_CODES))),
+             "recompute_every >= 1": a.get("recompute_every", 2) < 1,
+             "fsdp_sync code": ~np.isin(a.get("fsdp_sync", 0), (0, 1))}
     for what, r in rules.items():
         if np.any(r != 0):
             raise C3kitError(f"{int(np.count_nonzero(r))} scenario(s) fail {what} (first row {int(np.argmax(r != 0))})")
@@ -471,8 +484,13 @@ def project_many(df: pd.DataFrame, gpus: dict, cost_model=None, policy=None, pro
     power = getattr(cm, "power", "burst")
     h_all = gpu_arrays(df["gpu"].to_numpy(), gpus)
     arrays = {k: df[k].to_numpy() for k in (*MODEL_COLUMNS, *PAR_COLUMNS)}
-    # optional column: rotary embeddings (their own kernels); absent = learned / no RoPE ops
+    # optional columns: rotary embeddings (their own kernels; absent = learned / no RoPE ops) and how often FSDP
+    # gathers and reduce-scatters (FSDP_SYNC_CODES; absent = every micro-batch)
     arrays["rope"] = df["rope"].to_numpy() if "rope" in df.columns else np.zeros(len(df), dtype=bool)
+    arrays["fsdp_sync"] = (df["fsdp_sync"].to_numpy().astype(np.int64) if "fsdp_sync" in df.columns
+                           else np.zeros(len(df), dtype=np.int64))
+    arrays["recompute_every"] = (df["recompute_every"].to_numpy().astype(np.int64) if "recompute_every" in df.columns
+                                 else np.full(len(df), 2, dtype=np.int64))
     _check(arrays)
     codes = _structure(df)
     order = np.argsort(codes, kind="stable")

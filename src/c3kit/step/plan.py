@@ -15,7 +15,10 @@ The timeline model ("ops overlap where dependencies allow", two kinds of streams
   of layers < l, an FSDP all-gather of layer l+1 is prefetched behind layer l. Over L layers:
   span = pre + C + (L - 1) * pair(C, D) + post, with D = pre + post per layer.
 - A layer's gradient collective that runs once per step (layer node with count 1 < micro-batches)
-  overlaps the last micro-batch's backward the same way.
+  overlaps the last micro-batch's backward the same way; a layer's forward collective that runs once
+  per step (FSDP parameters gathered once and kept unsharded, Parallelism.fsdp_sync "step") is
+  prefetched behind the first micro-batch's forward: that forward's span becomes
+  pre + D1 + C + (L - 1) * pair(C, D + D1) + post (D1: the once-per-step gathers of one layer).
 - Micro-batch and step scope nodes (embedding, head, loss, pipeline send/recv, the embedding
   gradient all-reduce, the optimizer) are serial: their comm is exposed.
 - Pipeline: step = m * T_micro + bubble + tail, T_micro being the fullest rank's micro-batch time.
@@ -82,6 +85,7 @@ class Plan:
     in_layer: np.ndarray  # bool: a layer node (repeated layers_per_stage times)
     is_comm: np.ndarray  # bool per node
     others: float = -1.0  # the other ranks' layers in units of this (fullest) rank's; -1: pp - 1 (even ranks)
+    dp_first: tuple[int, ...] = ()  # layer dp nodes run once per step, prefetched in the first micro-batch's forward
 
 
 def _is_comm_stream(stream: str) -> bool:
@@ -167,7 +171,9 @@ def make_plan(graph) -> Plan:
         if nd.scope == "step":
             inst[i] = const[i] = nd.count
         elif nd.stream == "dp" and nd.scope == "layer" and nd.count < m:
-            key = "last"  # a layer's gradient collective that runs once per step, in the last micro-batch
+            # a layer's collective that runs once per step: a gradient reduction in the last micro-batch's backward,
+            # a parameter gather in the first micro-batch's forward
+            key = "last" if nd.phase != "fwd" else "first"
             inst[i] = const[i] = nd.count
         else:
             inst[i] = per_micro[i] = nd.count / m  # per micro-batch (layer nodes carry count = micro-batches)
@@ -188,8 +194,13 @@ def make_plan(graph) -> Plan:
         micro[ph] = _segment(nodes, index, groups.get(("micro", ph), []), allow_hiding=False)
         step_nodes += groups.get(("step", ph), [])
     dp_step += groups.get(("last", "bwd"), [])
-    if groups.get(("last", "fwd")):
-        raise StepError("a forward data-parallel collective must run every micro-batch (count = micro_batches)")
+    dp_first = tuple(groups.get(("first", "fwd"), []))
+    if dp_first:
+        _, desc = _closure(nodes, index, sorted(groups.get(("layer", "fwd"), []) + list(dp_first)))
+        comp = set(layer["fwd"].compute)
+        if any(not (desc[i] & comp) for i in dp_first):
+            raise StepError("a forward data-parallel collective that runs less than every micro-batch must feed the "
+                            "layer's forward compute (a parameter gather)")
     if groups.get(("layer", "opt")) or groups.get(("micro", "opt")) or groups.get(("last", "opt")):
         raise StepError("optimizer nodes must have scope 'step'")
     step_nodes += groups.get(("step", "opt"), [])
@@ -197,7 +208,8 @@ def make_plan(graph) -> Plan:
     step = _segment(nodes, index, step_nodes, allow_hiding=False)
     return Plan(others=_other_layers(graph, L, pp),
         n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
-        layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), micro=micro, step=step,
+        layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), dp_first=dp_first, micro=micro,
+        step=step,
         multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
         in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
@@ -329,10 +341,19 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
         tail = span_last - span_b
     else:
         tail = zeros
+    # the first micro-batch's forward also carries the once-per-step parameter gathers (prefetched like the
+    # per-micro-batch ones: the first layer's gather exposed, each next one behind the layer before)
+    c_f, d_f, pre_f, post_f, span_f = spans["fwd"]
+    d_first = dp_sum(plan.dp_first)
+    if plan.dp_first:
+        span_first = pre_f + d_first + c_f + (L - 1) * dp_pair("fwd", c_f, d_f + d_first) + post_f
+        head = span_first - span_f
+    else:
+        head = zeros
     step_serial = _seg_time(plan.step, t, policy, x_each)
     # pipeline_bubble over arrays: the layers' share scales with the other ranks' layers
     bubble = (others * (spans["fwd"][4] + spans["bwd"][4]) + (pp - 1.0) * (micro_f + micro_b)) / vpp
-    step_time = m * t_micro + bubble + tail + step_serial
+    step_time = m * t_micro + bubble + head + tail + step_serial
 
     # attribute dp-stream exposure to its nodes in proportion to their comm time
     for ph in ("fwd", "bwd"):
@@ -346,13 +367,18 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
         idx = list(plan.dp_last)
         share = np.divide(t[idx], d_step, out=np.zeros_like(t[idx]), where=d_step > 0)
         dp_exposed[idx] = share * np.maximum(tail, 0.0)
+    if plan.dp_first:
+        idx = list(plan.dp_first)
+        share = np.divide(t[idx], d_first, out=np.zeros_like(t[idx]), where=d_first > 0)
+        dp_exposed[idx] = share * np.maximum(head, 0.0)
 
     lay = np.where(plan.in_layer[:, None], L, 1.0)
     mult = (plan.per_micro[:, None] * m + plan.const[:, None]) * lay  # runs per step
     per_step = np.where((plan.per_micro > 0)[:, None], m * lay, 1.0)  # timeline instances per step
     total = op_t * mult
     exposed = x_each * per_step
-    dp_rows = [i for ph in ("fwd", "bwd") for i in plan.dp_pre[ph] + plan.dp_post[ph]] + list(plan.dp_last)
+    dp_rows = ([i for ph in ("fwd", "bwd") for i in plan.dp_pre[ph] + plan.dp_post[ph]] + list(plan.dp_last)
+               + list(plan.dp_first))
     exposed[dp_rows] = dp_exposed[dp_rows]
     comm = np.where(plan.is_comm[:, None], total, 0.0)
     compute = np.where(plan.is_comm[:, None], 0.0, total)

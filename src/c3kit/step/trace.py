@@ -149,8 +149,9 @@ def step_trace(graph, hw, *, policy=None, cost_model=None, timer=None) -> dict:
         free = start
         layers = range(L) if ph == "fwd" else range(L - 1, -1, -1)
         for lay in layers:
-            ivs, free = _lay_out(nodes, pick("layer", ph, mb == m - 1), t, plan, policy, exposed_of, free,
-                                 f"mb{mb} {ph} L{lay} ")
+            # once-per-step layer nodes: a gradient reduction in the last micro-batch, a parameter gather in the first
+            ivs, free = _lay_out(nodes, pick("layer", ph, mb == (m - 1 if ph == "bwd" else 0)), t, plan, policy,
+                                 exposed_of, free, f"mb{mb} {ph} L{lay} ")
             out += ivs
         ivs, free = _lay_out(nodes, pick("micro", ph, True), t, plan, policy, exposed_of, free, f"mb{mb} {ph} ")
         return out + ivs, free

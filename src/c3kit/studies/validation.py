@@ -180,6 +180,7 @@ def palm_step_time(df: pd.DataFrame) -> np.ndarray:
 BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
+RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -249,6 +250,29 @@ def fp8_scaling_of(run: str, table: pd.DataFrame | None = None) -> str:
     return _first_match(run, fp8_recipes() if table is None else table, "fp8_scaling", "")
 
 
+def _check_recompute(name: str) -> str:
+    from c3kit.workload.parallel import RECOMPUTE
+
+    if name not in RECOMPUTE:
+        raise StudyError(f"recompute modes: unknown recompute {name!r}: use one of {', '.join(RECOMPUTE)}")
+    return name
+
+
+def recompute_modes(path=None) -> pd.DataFrame:
+    """What a run's "selective" activation checkpointing recomputes (studies/data/recompute_modes.csv: run glob,
+    framework, a mode of workload.parallel.RECOMPUTE, source, reason), decided from the framework's code and the
+    run's config: torchtitan's op-level policy ("op") and every-N-th-layer checkpointing ("layer")."""
+    return _run_table("recompute_modes.csv", RECOMPUTE_COLUMNS, _check_recompute, path)
+
+
+def recompute_of(run: str, stated: str, table: pd.DataFrame | None = None) -> str:
+    """The recompute mode of a run: for a run whose source states selective recomputation, the first matching row
+    of the table (the stated mode when none matches: Megatron's attention-core recompute); otherwise as stated."""
+    if stated != "selective":
+        return stated
+    return _first_match(run, recompute_modes() if table is None else table, "recompute", stated)
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -292,9 +316,10 @@ def layout_of(row):
     fields = Parallelism.__dataclass_fields__
     kw = dict(tp=int(row["tp"]), sp=bool(int(row["sp"])), dp=int(row["dp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
               ep=int(row["ep"]), fsdp=bool(int(row["fsdp"])), micro_batch=int(row["micro_batch"]),
-              global_batch=int(row["global_batch"]), recompute=str(row["recompute"]),
+              global_batch=int(row["global_batch"]), recompute=recompute_of(str(row["run"]), str(row["recompute"])),
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
-              pp_split=pipeline_splits().get(str(row["run"]), "even"))
+              pp_split=pipeline_splits().get(str(row["run"]), "even"),
+              fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
     if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
@@ -320,6 +345,17 @@ def fsdp_impl_of(framework: str) -> str:
     return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
 
 
+def fsdp_sync_of(framework: str, pp: int, fsdp: bool) -> str:
+    """How often a run's FSDP gathers parameters and reduce-scatters gradients (workload.parallel.FSDP_SYNC), from
+    its framework's code: torchtitan with pipeline parallelism "step" (parallelize_llama.py apply_fsdp passes
+    reshard_after_forward=False when pp is enabled, and torch.distributed.pipelining's
+    _PipelineStageBase.backward_maybe_with_nosync turns FSDP's gradient sync and resharding off until the last
+    micro-batch's backward: parallel.FSDP_SYNC_SOURCES); every other run "micro" (FSDP's defaults: llm-foundry's
+    FSDP1 FULL_SHARD, torchtitan without PP, which has no gradient accumulation over micro-batches in these rows)."""
+    f = str(framework).lower()
+    return "step" if fsdp and pp > 1 and "torchtitan" in f else "micro"
+
+
 def glue_of(framework: str, norm_rope: str = "eager") -> str:
     """The backward glue of a run's code (workload.layer.GLUE), from its framework's code: Megatron-Core with
     Transformer Engine (NeMo, Megatron-Bridge) "fused" (SplitAlongDim's copy-free backward, fused SwiGLU);
@@ -335,13 +371,19 @@ def glue_of(framework: str, norm_rope: str = "eager") -> str:
     return "split"
 
 
-def grad_acc_of(framework: str, source: str) -> str:
+def grad_acc_of(framework: str, source: str, fsdp_sync: str = "micro") -> str:
     """How a run's weight gradients accumulate over micro-batches (workload.layer.GRAD_ACC; "" = the layer
     description's default: eager adds after the first micro-batch, none for glue "fused"). Megatron-LM accumulates
     inside the wgrad GEMM since 2022-02-13 (gradient accumulation fusion into the fp32 main_grad, on by default,
     Megatron-LM commit 83b1e42f30): "none"; its 2021 code (since commit b4bc51b1e7, 2021-03-08) added every
-    micro-batch's gradient into main_grad in a hook (param.main_grad.add_): "every" (fp32)."""
+    micro-batch's gradient into main_grad in a hook (param.main_grad.add_): "every" (fp32). FSDP once per step
+    (fsdp_sync "step", torchtitan with PP): "micro", compiled or not: FSDP2's post-backward hook, outside the
+    compiled blocks, adds each later micro-batch's unsharded gradient into its reduce-dtype (fp32) accumulator
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param.py accumulate_unsharded_grad_if_needed, called from
+    _fsdp_param_group.py FSDPParamGroup.post_backward)."""
     f = str(framework).lower()
+    if fsdp_sync == "step":
+        return "micro"
     if ("megatron-lm" in f or "megatron-core" in f or "nemo" in f) and "deepspeed" not in f:
         return "every" if "2021" in str(source) else "none"
     return ""
@@ -368,7 +410,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     code = norm_rope_of(str(row["run"]))
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
-                   glue=glue_of(row["framework"], code), grad_acc=grad_acc_of(row["framework"], row["source"]))
+                   glue=glue_of(row["framework"], code),
+                   grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -465,10 +508,15 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "which FSDP implementation shards the weights (fsdp_impl_of: FSDP2 for torchtitan, flat buffers for "
              "llm-foundry's FSDP1 and Megatron FSDP), which attention kernel ran (studies/data/attention_backends.csv), "
              "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv), which "
-             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), "
+             "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), what a run's selective "
+             "activation checkpointing recomputes (studies/data/recompute_modes.csv: torchtitan's op policy or "
+             "every-N-th-layer checkpointing), "
              "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
-             "adds, or none with Megatron-Core and Transformer Engine) and how gradients accumulate over "
-             "micro-batches (grad_acc_of).",
+             "adds, or none with Megatron-Core and Transformer Engine), how gradients accumulate over "
+             "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
+             "(fsdp_sync_of: once per step for torchtitan with pipeline parallelism, whose apply_fsdp keeps "
+             "parameters unsharded after forward and whose pipeline schedules defer the gradient sync to the last "
+             "micro-batch; every micro-batch otherwise).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "

@@ -190,7 +190,8 @@ class Structure:
 
     tp/dp/pp/ep/edp/cp say whether that group has more than one rank (dp: the dp x cp ranks that share
     weights); zero1 = gradients reduce-scattered and optimizer state sharded (distributed optimizer or
-    ZeRO-2); zero2 = gradients also sharded in memory; moe_factor = the busiest expert rank's tokens over
+    ZeRO-2); zero2 = gradients also sharded in memory; fsdp_step = FSDP gathers the parameters and
+    reduce-scatters the gradients once per step, not per micro-batch (Parallelism.fsdp_sync "step"); moe_factor = the busiest expert rank's tokens over
     its balanced share (Parallelism.moe_imbalance, capped by moe_capacity).
     """
 
@@ -200,8 +201,11 @@ class Structure:
     dp: bool = False
     pp: bool = False
     fsdp: bool = False
+    fsdp_step: bool = False  # FSDP parameters kept unsharded over a step's micro-batches (parallel.FSDP_SYNC_SOURCES)
     zero1: bool = False
-    recompute: str = "none"
+    recompute: str = "none"  # parallel.RECOMPUTE (what each recomputes: parallel.RECOMPUTE_SOURCES)
+    recompute_every: int = 1  # recompute "layer": 1 / recompute_every of the layers fully recomputed
+    fp8_linears: bool = False  # the projections run FP8 GEMMs (recompute "op": torch._scaled_mm is never saved)
     moe: bool = False
     ep: bool = False
     edp: bool = False
@@ -234,8 +238,11 @@ class Structure:
         if par.moe_capacity > 0:
             factor = min(factor, float(par.moe_capacity))
         return Structure(phase=phase, tp=par.tp > 1, sp=par.sp and par.tp > 1, dp=par.dp * par.cp > 1,
-                         pp=par.pp > 1, fsdp=par.fsdp, zero1=par.dist_optimizer or par.zero2,
-                         recompute=par.recompute, moe=model.is_moe, ep=moe_ep,
+                         pp=par.pp > 1, fsdp=par.fsdp,
+                         fsdp_step=par.fsdp and par.fsdp_sync == "step", zero1=par.dist_optimizer or par.zero2,
+                         recompute=par.recompute,
+                         recompute_every=par.recompute_every if par.recompute == "layer" else 1,
+                         moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
@@ -451,8 +458,13 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         if seq % (2 * par.cp):
             raise WorkloadError(f"context parallelism: sequence {seq} must divide into 2 x cp = {2 * par.cp} "
                                 "load-balanced chunks")
-    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype),
-                    Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc))
+    if par.recompute == "op" and model.is_moe:
+        raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
+                            "selective, full or layer for a MoE model")
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc)
+    if dtype == "fp8" and phase == "train":
+        s = replace(s, fp8_linears=True)
+    return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
 
 
 def describe_tokens(model: ModelConfig, par: Parallelism, tokens: int, phase: str = "train",
@@ -486,9 +498,9 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     b = _Builder(d, s)
     emb, emb_c = b.embedding()
     fsdp_f = None
-    if b.fsdp:
+    if b.fsdp:  # fsdp_step: gathered in the first micro-batch's forward only, kept unsharded until the step's end
         fsdp_f = b.add("layer.fsdp_ag", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (), "fwd",
-                       _L, "dp", b.mb, "fsdp_ag")
+                       _L, "dp", 1 if s.fsdp_step else b.mb, "fsdp_ag")
     b.layer_forward("fwd", False, fsdp_f, emb_c or emb)
     last_fwd = b.last()
     if s.pp:
@@ -499,12 +511,14 @@ def evaluate(d: Dims, s: Structure) -> Layer:
         return b.layer()
     hd_wg, fnb = b.loss_and_head_backward(head)
     fsdp_b = None
-    if b.fsdp:
+    if b.fsdp and not s.fsdp_step:  # fsdp_step: the parameters are still unsharded from the forward
         fsdp_b = b.add("layer.fsdp_ag.bwd", CollShape("all_gather", b.w.layer * d.b, b.dp_ranks, "dp", b.dp_blk), (),
                        "bwd", _L, "dp", b.mb, "fsdp_ag")
-    if s.recompute == "full":
-        b.layer_forward("bwd", True, fsdp_b, fnb)
-    start = b.last() if s.recompute == "full" else fnb
+    if s.recompute in ("full", "layer"):
+        b.recompute_layer(fsdp_b, fnb)
+    elif s.recompute == "op":
+        b.op_recompute(fsdp_b, fnb)
+    start = b.last() if s.recompute in ("full", "layer", "op") else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
     acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
     reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
@@ -522,7 +536,7 @@ class _Builder(_Ops):
     """The sizes every op of one evaluation shares, and one method per part of the step."""
 
     __slots__ = ("d", "s", "mb", "T", "Tsp", "qn", "kvn", "n_qkv", "k_proj", "tp_blk", "dp_blk", "ep_blk", "pp_blk",
-                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes", "dp_ranks", "cp_blk", "seq_local")
+                 "act_bytes", "w", "F", "Fl", "fsdp", "stage_layers", "pp_bytes", "dp_ranks", "cp_blk", "seq_local", "layer_grads")
 
     def __init__(self, d: Dims, s: Structure) -> None:
         super().__init__()
@@ -550,6 +564,7 @@ class _Builder(_Ops):
         given = isinstance(d.stage_layers, int) and d.stage_layers > 0
         self.stage_layers = d.stage_layers if given else cdiv(d.layers, d.pp)
         self.pp_bytes = (self.T // tp if s.sp else self.T) * d.hidden * d.b
+        self.layer_grads: tuple[str, ...] = ()  # a layer's weight gradients (and their accumulation), once known
 
     def last(self) -> str:
         """The name of the op added last."""
@@ -674,9 +689,11 @@ class _Builder(_Ops):
         """Once per micro-batch on the first stage: (embedding, its TP reduction or None)."""
         d = self.d
         emb_fsdp = None
-        if self.fsdp:
+        if self.fsdp:  # fsdp_step: once per step (torchtitan's root fully_shard, reshard_after_forward=not pp)
+            step = self.s.fsdp_step
             emb_fsdp = self.add("embed.fsdp_ag", CollShape("all_gather", self.w.emb * d.b * d.emb_mult, self.dp_ranks, "dp",
-                                                           self.dp_blk), (), "fwd", "micro", "dp", self.mb, "fsdp_ag")
+                                                           self.dp_blk), (), "fwd", "step" if step else "micro", "dp",
+                                1 if step else self.mb, "fsdp_ag")
         emb = self.compute("embed", MemShape(2 * self.T * d.hidden * d.b, 0, (("embedding", self.T * d.hidden, d.hidden),)),
                            (emb_fsdp,), "fwd", "embed", "micro")
         return emb, self.tp_after("embed", emb, "fwd", "micro")
@@ -712,6 +729,41 @@ class _Builder(_Ops):
             self.tp_experts_forward(ph, r, pre, n2)
         else:
             self.ep_experts_forward(ph, r, pre, n2)
+
+    def recompute_layer(self, fsdp_dep: str | None, entry: str | None) -> None:
+        """The whole layer's forward again inside its backward: every layer ("full") or, for "layer", every
+        recompute_every-th one, priced per layer as that share of the runs (count micro-batches / N)."""
+        mb = self.mb
+        self.mb = mb / self.s.recompute_every if self.s.recompute == "layer" else mb
+        try:
+            self.layer_forward("bwd", True, fsdp_dep, entry)
+        finally:
+            self.mb = mb
+
+    def op_recompute(self, fsdp_dep: str | None, entry: str | None) -> None:
+        """torchtitan's op-level selective AC (parallel.RECOMPUTE_SOURCES["op"]): the ops its policy does not save,
+        as far as the backward needs them: the norms, wk (with FP8 linears the whole QKV projection), RoPE,
+        (cuDNN or unfused attention), wo, w3 (FP8: w1 and w3) and the gated activation."""
+        d, s, T, H, hd = self.d, self.s, self.T, self.d.hidden, self.d.head_dim
+        n1 = self.norm("re.attn_norm", entry, "bwd", "re_norm")
+        ag = self.tp_gather("re.attn_in", n1, "bwd")  # an all-gather is not on the save list (a reduce-scatter is)
+        n_re = self.n_qkv if s.fp8_linears else self.kvn * hd  # wk alone: the second aten.mm of the block
+        last = self.compute("re.qkv", GemmShape(T, n_re, H), (ag or n1, fsdp_dep), "bwd", "re_qkv")
+        last = self.rope("re.rope", last, "bwd", "re_rope") or last
+        if s.attn_backend in ("cudnn", "unfused"):  # not on the save list: recomputed
+            last = self.compute("re.attn", AttnShape(d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, hd, True,
+                                                     False, s.cp, s.attn_backend, s.attn_dropout), (last,), "bwd",
+                                "re_attn")
+        pr = self.compute("re.proj", GemmShape(T, H, self.k_proj), (last,), "bwd", "re_proj")
+        n2 = self.norm("re.mlp_norm", pr, "bwd", "re_norm")
+        if not (s.gated or s.fp8_linears):
+            return  # a GELU MLP's FC1 is the fifth aten.mm: saved, and so is what the activation needs
+        T, g, Fl, b = self.T, self.d.g, self.Fl, self.d.b
+        ag = self.tp_gather("re.mlp_in", n2, "bwd")
+        width = g * Fl if s.fp8_linears else Fl  # w3 (the sixth aten.mm); FP8: w1 and w3
+        f1 = self.compute("re.fc1", GemmShape(T, width, H), (ag or n2,), "bwd", "re_fc1")
+        self.compute("re.act", MemShape((g + 1) * T * Fl * b, 8 * g * T * Fl, self.act_parts(T * Fl, Fl, False)),
+                     (f1,), "bwd", "re_act")
 
     def dense_mlp_forward(self, ph: str, r: str, pre: str, n2: str) -> None:
         """FC1, activation, FC2 (column- then row-parallel)."""
@@ -942,9 +994,10 @@ class _Builder(_Ops):
         return "reduce_scatter" if self.s.zero1 else "all_reduce"
 
     def layer_grad_params(self):
-        """The parameters of one layer whose gradients this rank holds (FSDP: its shard)."""
+        """The parameters of one layer whose gradients this rank accumulates (FSDP: its shard; FSDP once per step:
+        the unsharded gradients, which FSDP2 accumulates until the last micro-batch's reduce-scatter)."""
         w = self.w
-        return w.layer / self.dp_ranks if self.fsdp else w.layer
+        return w.layer / self.dp_ranks if self.fsdp and not self.s.fsdp_step else w.layer
 
     def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:
         """AccumulateGrad's in-place adds of `params` gradients (Structure.grad_acc; none: None): per micro-batch,
@@ -961,9 +1014,10 @@ class _Builder(_Ops):
     def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
         """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
         d, s, w, gb = self.d, self.s, self.w, self.d.gb
+        self.layer_grads = wg_t
         out: list[str] = []
         if s.fsdp:
-            if s.dp:
+            if s.dp and not s.fsdp_step:  # fsdp_step: one reduce-scatter of the stage after the last backward
                 out.append(self.add("layer.fsdp_rs", CollShape("reduce_scatter", w.layer * gb, self.dp_ranks, "dp", self.dp_blk),
                                     wg_t, "bwd", _L, "dp", self.mb, "fsdp_rs"))
             return out
@@ -981,11 +1035,23 @@ class _Builder(_Ops):
         egag = self.tp_gather("embed.bwd", n1b, "bwd", "micro")
         eb = self.compute("embed.bwd", MemShape(2 * self.T * d.hidden * b + w.emb * 4), (egag or n1b,), "bwd",
                           "embed", "micro")
-        acc = self.grad_accumulation("embed.grad_acc", w.emb_params / (self.dp_ranks if self.fsdp else 1), (eb, hd_wg),
-                                     "micro")
+        sharded_acc = self.fsdp and not s.fsdp_step
+        acc = self.grad_accumulation("embed.grad_acc", w.emb_params / (self.dp_ranks if sharded_acc else 1),
+                                     (eb, hd_wg), "micro")
         reduce_deps = (eb, hd_wg, acc)
         if s.dp:
-            if s.fsdp:
+            if s.fsdp and s.fsdp_step:
+                # torch.distributed.pipelining (stage.py backward_maybe_with_nosync / perform_reduce_grad) runs FSDP's
+                # post_backward for the whole stage after its last micro-batch's backward: every block's gradients
+                # are reduce-scattered then, not behind the backward's compute (a serial, once-per-step op sized
+                # for the stage's layers; FSDP2 issues one reduce-scatter per block, priced here as one)
+                reductions.append(self.add("stage.fsdp_rs", CollShape("reduce_scatter", self.stage_layers * w.layer * gb,
+                                                                      self.dp_ranks, "dp", self.dp_blk),
+                                           self.layer_grads or (n1b,), "bwd", "step", "dp", 1, "fsdp_rs"))
+                reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",
+                                                                       self.dp_blk), reduce_deps, "bwd", "step",
+                                           "dp", 1, "fsdp_rs"))
+            elif s.fsdp:
                 reductions.append(self.add("embed.fsdp_rs", CollShape("reduce_scatter", w.emb_params * gb, self.dp_ranks, "dp",
                                                                        self.dp_blk), reduce_deps, "bwd", "micro",
                                            "dp", self.mb, "fsdp_rs"))

@@ -78,6 +78,12 @@ def layer_activation_bytes(model: ModelConfig, par: Parallelism, seq: int, dtype
     sp_div = t if p.sp else 1
     if rc == "full":
         return b * sbh / sp_div  # only the layer input is kept
+    if rc == "layer":  # every recompute_every-th layer keeps only its input (averaged over the layers)
+        full = layer_activation_bytes(m, p, seq, dtype, flash_attention, "full")
+        none = layer_activation_bytes(m, p, seq, dtype, flash_attention, "none")
+        return (full + (p.recompute_every - 1) * none) / p.recompute_every
+    if rc == "op":
+        return _op_policy_bytes(m, p, seq, dtype)
     qn = m.heads // t
     kvn = max(1, m.kv_heads // t)
     mask = 1 if m.dropout else 0
@@ -107,6 +113,25 @@ def layer_activation_bytes(model: ModelConfig, par: Parallelism, seq: int, dtype
     elif rc == "none" or flash_attention:
         per_layer += 4 * qn * tok  # flash attention keeps the fp32 log-sum-exp per row
     return float(per_layer)
+
+
+def _op_policy_bytes(m: ModelConfig, p: Parallelism, seq: int, dtype: str) -> float:
+    """Bytes torchtitan's op-level selective AC keeps per layer (parallel.RECOMPUTE_SOURCES["op"]): the block
+    input, the outputs of the odd aten.mm calls (wq, wv, w1 and w2; FP8 linears: none), of SDPA (and its fp32
+    log-sum-exp) and, with TP + SP, of the two reduce-scatters."""
+    t, b = p.tp, dtype_bytes(dtype)
+    tok = p.micro_batch * (seq // p.cp)
+    sp_div = t if p.sp else 1
+    qn, kvn = m.heads // t, max(1, m.kv_heads // t)
+    out = tok * m.hidden * b / sp_div + tok * qn * m.head_dim * b + 4 * qn * tok  # input, SDPA output, lse
+    if dtype != "fp8":
+        width = (m.moe_ffn_hidden if m.is_moe else m.ffn_hidden) // t
+        out += tok * b * ((qn + kvn) * m.head_dim + width)  # wq, wv, w1 (FC1 of a GELU MLP)
+        if m.gated_mlp:
+            out += tok * m.hidden * b  # w2, the seventh aten.mm
+    if p.sp and t > 1:
+        out += 2 * tok * m.hidden * b / t  # reduce_scatter_tensor outputs
+    return float(out)
 
 
 def in_flight_micro_batches(par: Parallelism) -> float:
@@ -164,11 +189,21 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
     grads = opt = acts = kv = buffers = 0.0
     layers = max(p.rank_layers(m.layers))
     layer_w = (dense + experts) / max(layers, 1)
-    if p.fsdp and shard_w > 1:
+    # FSDP once per step (Parallelism.fsdp_sync "step", parallel.FSDP_SYNC_SOURCES): every parameter of the stage
+    # (its layers and embeddings) stays gathered from the first forward to the last backward
+    step_sync = p.fsdp and p.fsdp_sync == "step" and shard_w > 1
+    if step_sync:
+        weights += (dense + experts) * b
+    elif p.fsdp and shard_w > 1:
         buffers += 2 * layer_w * b  # the gathered current layer and the prefetched next one
     if train:
         g_w = dpc if p.zero2 else shard_w  # ZeRO-2 shards gradients too
         grads = (dense / g_w + experts / shard_e) * gb
+        if step_sync:
+            # the unsharded gradients wait for the reduce-scatter after the last backward; over several
+            # micro-batches FSDP2 accumulates them in its reduce dtype (the gradient dtype here:
+            # FSDPParam.unsharded_accumulated_grad), with one micro-batch they stay in the parameter dtype
+            grads += (dense + experts) * (gb if p.grad_accum > 1 else b)
         o_w = dpc if (p.fsdp or p.dist_optimizer or p.zero2) else 1
         o_e = edp if (p.fsdp or p.dist_optimizer or p.zero2) else 1
         opt = (dense / o_w + experts / o_e) * OPTIMIZER_BYTES_PER_PARAM
@@ -182,8 +217,10 @@ def memory_report(graph_or_config: StepGraph | ModelConfig, gpu_capacity_bytes, 
         if p.pp == 1:
             # output layer: final norm input, LM-head input, fp32 logits for the loss
             acts += 4 * sbh / p.tp + 4 * tok * m.vocab / p.tp
-        if p.recompute == "full":
+        if p.recompute in ("full", "layer"):
             buffers += layer_activation_bytes(m, p, seq, dtype, flash_attention, recompute="none")
+        elif p.recompute == "op":  # the recomputed tensors of the layer in backward
+            buffers += max(0.0, layer_activation_bytes(m, p, seq, dtype, flash_attention, recompute="none") - per_layer)
     else:
         t = p.tp
         kvn = max(1, m.kv_heads // t)

@@ -7,7 +7,47 @@ from dataclasses import dataclass
 from c3kit.errors import WorkloadError
 from c3kit.workload.config import ModelConfig
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op", "layer")
+# What each recomputation mode recomputes in a layer's backward (workload/layer.py prices it, memory.py stores the rest).
+RECOMPUTE_SOURCES = {
+    "none": "nothing: every activation the backward needs is stored.",
+    "selective": "the attention core (Korthikanti et al. 2022, Sec. 4.2; Megatron-LM's selective recompute).",
+    "full": "the whole layer from its input (Megatron-LM's full recompute; torchtitan's activation_checkpoint "
+            "mode 'full': checkpoint_wrapper around each block).",
+    "op": "torchtitan's op-level selective AC (activation_checkpoint mode 'selective', selective_ac_option 'op'; "
+          "torchtitan/parallelisms/parallelize_llama.py _apply_ac_to_transformer_block at 9dec370 / eaea6f6a): its "
+          "policy saves the outputs of the ops in _save_list (aten.mm, flash and memory-efficient SDPA, "
+          "reduce_scatter_tensor, abs, max) except every second aten.mm of a block, and recomputes the rest. "
+          "In a block's order wq, wk, wv, wo, w1, w3, w2 that recomputes wk, wo and w3 with the norms, RoPE and "
+          "SiLU x mul; cuDNN or unfused attention is not on the list and is recomputed; FP8 linears run "
+          "torch._scaled_mm, not on the list: every projection but the last (w2, whose output nothing needs) is "
+          "recomputed.",
+    "layer": "torchtitan's layer-level selective AC (selective_ac_option an integer N, default '2' in "
+             "config_manager.py): every N-th block is wrapped in full checkpointing (ptd_checkpoint_wrapper._count "
+             "% N == 0), the others recompute nothing; priced per layer as 1 / N of a full recompute "
+             "(Parallelism.recompute_every = N).",
+}
+
+# How often FSDP (ZeRO-3) gathers a stage's parameters and reduce-scatters its gradients over a step of several
+# micro-batches (Parallelism.fsdp_sync).
+FSDP_SYNC = ("micro", "step")
+FSDP_SYNC_SOURCES = {
+    "micro": "every micro-batch: parameters all-gathered before each forward and again before each backward "
+             "(resharded after forward), gradients reduce-scattered at the end of each backward (PyTorch FSDP's "
+             "defaults: fully_shard reshard_after_forward=True, requires_gradient_sync on every backward).",
+    "step": "once per step: parameters all-gathered in the first micro-batch's forward and kept unsharded until the "
+            "last micro-batch's backward (no backward all-gather), gradients accumulated unsharded and "
+            "reduce-scattered once after the last backward. torchtitan with pipeline parallelism: "
+            "torchtitan/parallelisms/parallelize_llama.py apply_fsdp (Dec 2024, 9dec370) passes "
+            "reshard_after_forward=False to every block's and the root's fully_shard when pp is enabled ('to avoid "
+            "per-microbatch all-gathers'); torch.distributed.pipelining stage.py "
+            "_PipelineStageBase.backward_maybe_with_nosync sets set_reshard_after_backward(False) and "
+            "set_requires_gradient_sync(False) on every backward and runs FSDP's post_backward (the reduce-scatter) "
+            "for the whole stage only after the last micro-batch's backward (its run_post_backward; "
+            "perform_reduce_grad in torch 2.13). FSDP2 accumulates the unsharded gradients in the reduce dtype "
+            "between (torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_accumulated_grad_if_needed, "
+            "accumulate_unsharded_grad_if_needed).",
+}
 
 # How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
 PP_SPLITS = ("even", "torchtitan", "embedding_loss", "llama3")
@@ -114,6 +154,10 @@ class Parallelism:
     account_for_embedding / account_for_loss options) or "llama3" (the Llama 3 paper's, where a chunk may
     hold the embedding or the loss alone). A step is priced on the rank holding the most
     layers (rank_layer_counts); the pipeline bubble sums the other ranks' shares (step/plan.py).
+    fsdp_sync (FSDP_SYNC, with fsdp): "micro" (default) gathers parameters and reduce-scatters gradients every
+    micro-batch; "step" gathers once per step, keeps the stage's parameters unsharded across its micro-batches
+    and reduce-scatters the accumulated gradients once after the last backward (torchtitan with pipeline
+    parallelism, FSDP_SYNC_SOURCES). Without fsdp it is "micro" (nothing is sharded).
     """
 
     tp: int = 1
@@ -124,7 +168,7 @@ class Parallelism:
     ep: int = 1
     micro_batch: int = 1
     global_batch: int = 0
-    recompute: str = "none"
+    recompute: str = "none"  # RECOMPUTE (what each recomputes: RECOMPUTE_SOURCES)
     vpp: int = 1
     dist_optimizer: bool = False  # ZeRO-1 (Megatron distributed optimizer): optimizer state sharded over dp
     cp: int = 1  # context parallelism (ring attention over cp ranks)
@@ -132,9 +176,11 @@ class Parallelism:
     moe_capacity: float = 0.0  # expert capacity factor; 0 = dropless
     moe_imbalance: float = 1.0  # busiest expert's tokens / the balanced share
     pp_split: str = "even"  # how layers split over virtual pipeline stages (PP_SPLITS)
+    fsdp_sync: str = "micro"  # FSDP gathers / reduce-scatters every micro-batch or once per step (FSDP_SYNC)
+    recompute_every: int = 2  # recompute "layer": every N-th layer fully recomputed (torchtitan's default '2')
 
     def __post_init__(self) -> None:
-        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp"):
+        for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise WorkloadError(f"parallelism: {key} must be a positive integer, got {v!r}")
@@ -157,6 +203,10 @@ class Parallelism:
                 raise WorkloadError(f"parallelism: {key} must be a number >= {lo:g}, got {v!r}")
         if self.pp_split not in PP_SPLITS:
             raise WorkloadError(f"parallelism: pp_split {self.pp_split!r}: use one of {', '.join(PP_SPLITS)}")
+        if self.fsdp_sync not in FSDP_SYNC:
+            raise WorkloadError(f"parallelism: fsdp_sync {self.fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
+        if not self.fsdp:
+            object.__setattr__(self, "fsdp_sync", "micro")  # nothing sharded: nothing to gather or reduce-scatter
         if 0 < self.moe_capacity < 1:
             raise WorkloadError(f"parallelism: moe_capacity {self.moe_capacity} drops tokens of a balanced routing: "
                                 "use 0 (dropless) or a factor >= 1")
