@@ -47,7 +47,8 @@ def simulate_row(r, max_requests: int | None, engine: str | None = None, seed: i
                        max_seqs=int(r.max_seqs), gpu_memory_utilization=float(r.gpu_mem_util),
                        chunked_prefill=bool(int(r.chunked_prefill)), engine=engine or r.engine_terms,
                        mixed_batches=bool(int(getattr(r, "mixed_batches", 0))),
-                       reserve_kv=bool(int(getattr(r, "reserve_kv", 0))))
+                       reserve_kv=bool(int(getattr(r, "reserve_kv", 0))),
+                       kv_of_free=str(getattr(r, "kv_memory", "total")) == "free")
     n = int(r.requests)
     if r.scenario == "offline" and max_requests:
         n = min(n, max_requests)
@@ -66,7 +67,7 @@ def ours(m, metric: str) -> float:
 KIND = {"output_tok_s": "throughput", "throughput_rps": "throughput", "e2e_mean_ms": "latency",
         "ttft_mean_ms": "TTFT", "ttft_p50_ms": "TTFT", "itl_mean_ms": "TPOT/ITL", "itl_p50_ms": "TPOT/ITL"}
 CONFIG = ["engine", "model", "gpu", "tp", "dtype", "scenario", "rate_rps", "requests", "prompt_len", "output_len",
-          "max_seqs", "max_batched_tokens", "gpu_mem_util", "chunked_prefill", "mixed_batches", "reserve_kv",
+          "max_seqs", "max_batched_tokens", "gpu_mem_util", "chunked_prefill", "mixed_batches", "reserve_kv", "kv_memory",
           "engine_terms"]
 
 

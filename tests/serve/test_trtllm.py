@@ -56,7 +56,8 @@ def test_dataset_trtllm_rows_use_the_bench_defaults():
     for r in rows.itertuples():
         bs, tok = bench_limits(get_model(r.model), r.gpu, int(r.tp), int(r.prompt_len), int(r.output_len))
         assert (r.max_seqs, r.max_batched_tokens) == (bs, tok), r.id
-        assert (r.chunked_prefill, r.mixed_batches, r.reserve_kv) == (0, 1, 1), r.id
+        assert (r.chunked_prefill, r.mixed_batches, r.reserve_kv, r.kv_memory) == (0, 1, 1, "free"), r.id
         assert "GUARANTEED_NO_EVICT" in r.scheduler_source
     assert (df.loc[df["engine"] == "vLLM", ["mixed_batches", "reserve_kv"]] == 0).all().all()
+    assert (df.loc[df["engine"] == "vLLM", "kv_memory"] == "total").all()
     assert math.isfinite(rows["value"].sum())

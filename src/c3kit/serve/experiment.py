@@ -49,11 +49,12 @@ def make_setup(model: str = "Llama-3-8B", hw: str = "H200-SXM", tp: int = 1, pp:
                replicas: int = 1, dtype: str = "bf16", cost_model=None, policy=None, max_batched_tokens: int = 8192,
                max_seqs: int = 256, chunked_prefill: bool = True, gpu_memory_utilization: float = 0.9,
                block_size: int = 16, timer=None, engine=None, mixed_batches: bool = False,
-               reserve_kv: bool = False) -> ServeSetup:
+               reserve_kv: bool = False, kv_of_free: bool = False) -> ServeSetup:
     """Resolve names into a ServeSetup (KV capacity from the memory model, a StepPricer for the layout).
 
     engine: the serving engine's terms beyond the kernels (serve/overheads.py ENGINES; None: "none").
-    mixed_batches / reserve_kv: TensorRT-LLM's in-flight batching and GUARANTEED_NO_EVICT (scheduler.py)."""
+    mixed_batches / reserve_kv: TensorRT-LLM's in-flight batching and GUARANTEED_NO_EVICT (scheduler.py);
+    kv_of_free: gpu_memory_utilization is a fraction of the memory free after loading (TensorRT-LLM, kv.py)."""
     from c3kit.hw.catalog import get_gpu
     from c3kit.workload.model import get_model
 
@@ -65,7 +66,7 @@ def make_setup(model: str = "Llama-3-8B", hw: str = "H200-SXM", tp: int = 1, pp:
     sched_probe = SchedulerConfig(kv_blocks=1, max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
                                   chunked_prefill=chunked_prefill, block_size=block_size)
     kv = kv_capacity(m, g, tp=tp, pp=pp, ep=ep, dtype=dtype, max_batched_tokens=max_batched_tokens,
-                     gpu_memory_utilization=gpu_memory_utilization, block_size=block_size)
+                     gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, of_free=kv_of_free)
     sched = SchedulerConfig(kv_blocks=kv.blocks, max_batched_tokens=sched_probe.max_batched_tokens,
                             max_seqs=max_seqs, chunked_prefill=chunked_prefill, block_size=block_size,
                             mixed_batches=mixed_batches, reserve_kv=reserve_kv)

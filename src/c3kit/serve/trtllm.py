@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import math
 
+from c3kit.serve.kv import DRIVER_TOTAL_MIB
 from c3kit.serve.workload import ServeError
 
 SOURCE = ("TensorRT-LLM tensorrt_llm/bench/build/tuning.py (calc_engine_setting, finetune_setting), "
           "bench/benchmark/utils/general.py (get_settings), bench/benchmark/throughput.py (option defaults)")
 
-# Total device memory NVML reports (nvidia-smi memory.total), MiB: what trtllm-bench's get_device_memory reads.
-NVML_TOTAL_MIB = {"H200-SXM": 143771, "H100-SXM": 81559}
-NVML_SOURCE = ("nvidia-smi memory.total: 143771 MiB on an NVIDIA H200 (SXM, 141 GB), 81559 MiB on an NVIDIA H100 "
-               "80GB HBM3 (SXM), as printed in public nvidia-smi logs of those boards")
 
 
 def finetune(kv_requests: float, isl: float, osl: float, pp: int = 1) -> tuple[int, int]:
@@ -60,9 +57,9 @@ def finetune(kv_requests: float, isl: float, osl: float, pp: int = 1) -> tuple[i
 def bench_limits(model, gpu: str, tp: int, isl: int, osl: int, weight_bytes: float = 1.0, kv_bytes: float = 1.0,
                  kv_fraction: float = 0.90, pp: int = 1, chunked: bool = False) -> tuple[int, int]:
     """(max_batch_size, max_num_tokens) trtllm-bench runs a uniform ISL / OSL dataset with (model: a ModelConfig)."""
-    mib = NVML_TOTAL_MIB.get(gpu)
+    mib = DRIVER_TOTAL_MIB.get(gpu)  # trtllm-bench's get_device_memory: NVML's total
     if mib is None:
-        raise ServeError(f"no NVML memory total for {gpu}: known {', '.join(NVML_TOTAL_MIB)}")
+        raise ServeError(f"no NVML memory total for {gpu}: known {', '.join(DRIVER_TOTAL_MIB)}")
     gib = 1024.0 ** 3
     per_token = 2 * model.layers * max(tp, model.kv_heads) * model.head_dim * kv_bytes / gib
     available = mib / 1024.0 * tp * pp - model.param_count() * weight_bytes / gib
