@@ -16,6 +16,12 @@ calc_engine_setting and finetune_setting):
 - without chunked context (--enable_chunked_context is off by default) max_num_tokens is raised to
   at least the longest input plus max_batch_size.
 
+KV element bytes: the published rows' KV cache is FP8 (1 byte). The row's source does not say so, but
+a BF16 cache cannot reach its 20000 / 2000 figure on the H200: 0.9 x (150.75 GB - 8.03 GB of FP8
+weights) holds 44.5 requests of 22000 tokens at 131072 B per token, and every decode step then
+reads about 44.5 x 21000 x 131072 B = 122 GB of KV, at least 25 ms at 4.8 TB/s: at most about
+1700 output tokens/s before any prefill, below the published 1804.
+
 The same run's other defaults (throughput.py): --scheduler_policy guaranteed_no_evict (a request
 starts only with KV for its whole life: SchedulerConfig.reserve_kv) and in-flight batching of whole
 prompts with the generation batch (SchedulerConfig.mixed_batches).
