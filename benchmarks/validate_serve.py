@@ -1,12 +1,14 @@
 """Score `c3kit serve` against published serving benchmarks (src/c3kit/serve/data/published_serving.csv).
 
 Scoring only: nothing is fitted to these numbers. Every row is simulated from its published
-configuration (model, GPU, TP, dtype, lengths, arrival pattern, scheduler limits, chunked prefill as
-the engine version's defaults set it, column scheduler_source) with the default cost model
+configuration (model, GPU, TP, dtype, lengths, arrival pattern, scheduler limits, chunked prefill,
+mixed prefill + decode batches and KV reservation as the engine version's defaults set them, column
+scheduler_source) with the default cost model
 ("efficiency", sustained clocks) and the engine's terms beyond the kernels (column engine_terms,
 c3kit.serve.overheads; --engine-terms none prices the kernels alone, the figures before those terms);
-the figure printed beside each published one is "predicted independently". Offline runs (all requests at t = 0) are capped at MAX_REQUESTS requests:
-the throughput of a saturated server reaches its steady state well before that. Poisson rows are
+the figure printed beside each published one is "predicted independently". Offline runs (all
+requests at t = 0) simulate the published request count (--max-requests caps it for a quick look:
+a cap below the published count measures a different run, ramp-up and drain weighing more). Poisson rows are
 the mean over POISSON_SEEDS seeds: the published run drew one arrival sequence we do not know, so
 ours is the expectation (one draw of 200 arrivals at 1 req/s spans 200 +- 14 s).
 
@@ -24,7 +26,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-MAX_REQUESTS = 2000
+MAX_REQUESTS = None  # no cap: the published request count
 POISSON_SEEDS = 8
 
 
@@ -34,7 +36,7 @@ def load() -> pd.DataFrame:
         return pd.read_csv(f)
 
 
-def simulate_row(r, max_requests: int, engine: str | None = None, seed: int = 0):
+def simulate_row(r, max_requests: int | None, engine: str | None = None, seed: int = 0):
     """Metrics of one published configuration (engine: override the row's engine_terms)."""
     from c3kit.cost.model import as_model
     from c3kit.serve.experiment import make_setup, run_rate
@@ -43,8 +45,13 @@ def simulate_row(r, max_requests: int, engine: str | None = None, seed: int = 0)
     cm = as_model("efficiency").with_(power="sustained")
     setup = make_setup(r.model, r.gpu, tp=int(r.tp), dtype=r.dtype, cost_model=cm, max_batched_tokens=int(r.max_batched_tokens),
                        max_seqs=int(r.max_seqs), gpu_memory_utilization=float(r.gpu_mem_util),
-                       chunked_prefill=bool(int(r.chunked_prefill)), engine=engine or r.engine_terms)
-    n = int(r.requests) if r.scenario != "offline" else min(int(r.requests), max_requests)
+                       chunked_prefill=bool(int(r.chunked_prefill)), engine=engine or r.engine_terms,
+                       mixed_batches=bool(int(getattr(r, "mixed_batches", 0))),
+                       reserve_kv=bool(int(getattr(r, "reserve_kv", 0))),
+                       kv_of_free=str(getattr(r, "kv_memory", "total")) == "free")
+    n = int(r.requests)
+    if r.scenario == "offline" and max_requests:
+        n = min(n, max_requests)
     rate = math.inf if r.scenario in ("offline", "batch") else float(r.rate_rps)
     return run_rate(setup, rate, n, parse_lengths(str(r.prompt_len)), parse_lengths(str(r.output_len), "output"),
                     seed=seed).metrics
@@ -60,13 +67,15 @@ def ours(m, metric: str) -> float:
 KIND = {"output_tok_s": "throughput", "throughput_rps": "throughput", "e2e_mean_ms": "latency",
         "ttft_mean_ms": "TTFT", "ttft_p50_ms": "TTFT", "itl_mean_ms": "TPOT/ITL", "itl_p50_ms": "TPOT/ITL"}
 CONFIG = ["engine", "model", "gpu", "tp", "dtype", "scenario", "rate_rps", "requests", "prompt_len", "output_len",
-          "max_seqs", "max_batched_tokens", "gpu_mem_util", "chunked_prefill", "engine_terms"]
+          "max_seqs", "max_batched_tokens", "gpu_mem_util", "chunked_prefill", "mixed_batches", "reserve_kv", "kv_memory",
+          "engine_terms"]
 
 
 def main(argv=None) -> int:
     """Simulate every published configuration once and print ours beside published with the MAE."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-requests", type=int, default=MAX_REQUESTS)
+    ap.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                    help="cap offline runs at this many requests (default: the published count)")
     ap.add_argument("--csv", default=None, help="also write the comparison table here")
     ap.add_argument("--engine-terms", default=None, help="price every row with these engine terms (e.g. none)")
     a = ap.parse_args(argv)
@@ -75,7 +84,7 @@ def main(argv=None) -> int:
     cache: dict = {}
     vals = []
     for r in df.itertuples(index=False):
-        key = tuple(getattr(r, c) for c in CONFIG)
+        key = tuple(getattr(r, c, None) for c in CONFIG)
         if key not in cache:
             seeds = range(POISSON_SEEDS) if r.scenario == "poisson" else (0,)
             cache[key] = [simulate_row(r, a.max_requests, a.engine_terms, s) for s in seeds]

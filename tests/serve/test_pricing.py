@@ -84,6 +84,12 @@ def test_kv_capacity_by_hand():
     kv = kv_capacity(M, HW, tp=1, max_batched_tokens=8192)
     # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 131072 B per token
     assert kv.kv_per_token == 32 * 8 * 128 * 2 * 2
-    assert kv.blocks == int((0.9 * HW.hbm_bytes - kv.weights - kv.activations) // (16 * kv.kv_per_token))
+    # budget: 0.9 of the 143771 MiB the driver reports on an H200 (not the datasheet's 141 GB)
+    assert kv.budget == pytest.approx(0.9 * 143771 * 2**20)
+    assert kv.blocks == int((0.9 * 143771 * 2**20 - kv.weights - kv.activations) // (16 * kv.kv_per_token))
     with pytest.raises(ServeError, match="no room"):
         kv_capacity(get_model("Llama-3-70B"), HW, tp=1)
+    # TensorRT-LLM's fraction: of the memory left after weights and activations
+    free = kv_capacity(M, HW, tp=1, max_batched_tokens=8192, of_free=True)
+    assert free.blocks == int(0.9 * (143771 * 2**20 - kv.weights - kv.activations) // (16 * kv.kv_per_token))
+    assert free.blocks > kv.blocks

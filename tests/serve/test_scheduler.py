@@ -47,6 +47,31 @@ def test_no_chunked_prefill_runs_prefill_alone(stub):
     assert stub.calls == [([(4, 0)], 0, 0), ([(2, 0)], 0, 0), ([], 2, 5 + 3), ([], 1, 6)]
 
 
+def test_mixed_batches_run_whole_prompts_beside_the_decode_batch(stub):
+    cfg = SchedulerConfig(kv_blocks=100, block_size=2, chunked_prefill=False, mixed_batches=True,
+                          max_batched_tokens=16, max_seqs=4)
+    simulate(wl([0.0, 0.005], [4, 2], [3, 2]), stub, cfg)
+    # as the hand-checked chunked case: B's whole prompt joins A's decode in it2
+    assert stub.calls == [([(4, 0)], 0, 0), ([(2, 0)], 1, 5), ([], 2, 9)]
+    # a prompt that does not fit the budget left after the decode batch waits
+    stub.calls.clear()
+    cfg = SchedulerConfig(kv_blocks=100, block_size=2, chunked_prefill=False, mixed_batches=True,
+                          max_batched_tokens=6, max_seqs=4, reserve_kv=True)
+    simulate(wl([0.0, 0.005], [4, 6], [3, 2]), stub, cfg)
+    assert stub.calls == [([(4, 0)], 0, 0), ([], 1, 5), ([], 1, 6), ([(6, 0)], 0, 0), ([], 1, 7)]
+
+
+def test_reserved_kv_admits_only_whole_lives_and_never_preempts(stub):
+    # 6 blocks of 4 tokens: each request needs ceil((8 + 10 - 1) / 4) = 5 blocks for its life, so only one runs
+    cfg = SchedulerConfig(kv_blocks=6, block_size=4, max_batched_tokens=64, max_seqs=8, reserve_kv=True)
+    r = simulate(wl([0.0, 0.0], [8, 8], [10, 10]), stub, cfg)
+    assert r.preemptions.sum() == 0
+    assert [c[0] for c in stub.calls if c[0]] == [[(8, 0)], [(8, 0)]]
+    assert r.first_token[1] >= r.finish[0]  # B starts when A has finished and freed its reservation
+    it = r.iteration_frame()
+    assert it["kv_blocks_used"].tolist()[:2] == [2, 3]  # blocks written, not the reservation
+
+
 def test_chunked_prefill_splits_long_prompt(stub):
     cfg = SchedulerConfig(kv_blocks=100, block_size=4, max_batched_tokens=8, max_seqs=4)
     simulate(wl([0.0], [20], [2]), stub, cfg)
@@ -93,12 +118,15 @@ def _drive(w, cfg, pricer):
         b = s.schedule(now)
         assert not b.empty
         assert 0 <= s.free <= cfg.kv_blocks
-        assert b.tokens <= cfg.max_batched_tokens or not cfg.chunked_prefill
+        assert b.tokens <= cfg.max_batched_tokens or not (cfg.chunked_prefill or cfg.mixed_batches)
         assert len(s.running) <= cfg.max_seqs
+        assert not (cfg.reserve_kv and b.preempted)
+        assert not (b.decode and b.prefill) or cfg.chunked_prefill or cfg.mixed_batches
         now += pricer(b.prefill, b.decode, b.decode_kv)
         s.complete(b, now)
         held = sum(s.blocks_held(r) for r in s.running)
-        assert held == cfg.kv_blocks - s.free
+        assert held == cfg.kv_blocks - s.free - s.reserved == s.used_blocks
+        assert s.reserved >= 0 and (cfg.reserve_kv or s.reserved == 0)
         dec = [r for r in s.running if s.status[r] == DECODE]
         assert len(dec) == s.D
     raise AssertionError("did not finish")
@@ -106,14 +134,14 @@ def _drive(w, cfg, pricer):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 0.2), st.integers(1, 40), st.integers(1, 30)), min_size=1, max_size=12),
-       st.integers(1, 8), st.integers(0, 30), st.booleans(), st.integers(1, 6))
-def test_kv_capacity_never_exceeded(reqs, bs, extra_blocks, chunked, max_seqs):
+       st.integers(1, 8), st.integers(0, 30), st.booleans(), st.integers(1, 6), st.booleans(), st.booleans())
+def test_kv_capacity_never_exceeded(reqs, bs, extra_blocks, chunked, max_seqs, mixed, reserve):
     reqs = sorted(reqs)
     w = wl([a for a, _, _ in reqs], [p for _, p, _ in reqs], [o for _, _, o in reqs])
     need = max(-(-(p + o - 1) // bs) for _, p, o in reqs)
-    budget = max(max_seqs, 16) if chunked else max(p + o for _, p, o in reqs)
+    budget = max(max_seqs, 16) if chunked else max(p + o for _, p, o in reqs) + max_seqs
     cfg = SchedulerConfig(kv_blocks=need + extra_blocks, block_size=bs, max_seqs=max_seqs,
-                          max_batched_tokens=budget, chunked_prefill=chunked)
+                          max_batched_tokens=budget, chunked_prefill=chunked, mixed_batches=mixed, reserve_kv=reserve)
     s = _drive(w, cfg, StubPricer())
     assert s.free == cfg.kv_blocks
     fin, first = np.array(s.finish), np.array(s.first)

@@ -39,17 +39,22 @@ class ServeSetup:
         return (f"{self.model.name} on {self.replicas} x {self.tp * self.pp} {self.hw.name} (tp {self.tp}, pp {self.pp}"
                 + (f", ep {self.ep}" if self.ep > 1 else "") + f"), {self.dtype}; KV cache {self.kv.tokens:,} tokens "
                 f"per replica ({s.kv_blocks:,} blocks of {s.block_size}); max {s.max_batched_tokens} batched tokens, "
-                f"{s.max_seqs} sequences, chunked prefill {'on' if s.chunked_prefill else 'off'}; engine terms "
+                f"{s.max_seqs} sequences, chunked prefill {'on' if s.chunked_prefill else 'off'}"
+                + (", prompts beside decode" if s.mixed_batches and not s.chunked_prefill else "")
+                + (", KV reserved for whole requests" if s.reserve_kv else "") + "; engine terms "
                 f"{self.pricer.engine.name if hasattr(self.pricer, 'engine') else 'none'}")
 
 
 def make_setup(model: str = "Llama-3-8B", hw: str = "H200-SXM", tp: int = 1, pp: int = 1, ep: int = 1,
                replicas: int = 1, dtype: str = "bf16", cost_model=None, policy=None, max_batched_tokens: int = 8192,
                max_seqs: int = 256, chunked_prefill: bool = True, gpu_memory_utilization: float = 0.9,
-               block_size: int = 16, timer=None, engine=None) -> ServeSetup:
+               block_size: int = 16, timer=None, engine=None, mixed_batches: bool = False,
+               reserve_kv: bool = False, kv_of_free: bool = False) -> ServeSetup:
     """Resolve names into a ServeSetup (KV capacity from the memory model, a StepPricer for the layout).
 
-    engine: the serving engine's terms beyond the kernels (serve/overheads.py ENGINES; None: "none")."""
+    engine: the serving engine's terms beyond the kernels (serve/overheads.py ENGINES; None: "none").
+    mixed_batches / reserve_kv: TensorRT-LLM's in-flight batching and GUARANTEED_NO_EVICT (scheduler.py);
+    kv_of_free: gpu_memory_utilization is a fraction of the memory free after loading (TensorRT-LLM, kv.py)."""
     from c3kit.hw.catalog import get_gpu
     from c3kit.workload.model import get_model
 
@@ -61,9 +66,10 @@ def make_setup(model: str = "Llama-3-8B", hw: str = "H200-SXM", tp: int = 1, pp:
     sched_probe = SchedulerConfig(kv_blocks=1, max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
                                   chunked_prefill=chunked_prefill, block_size=block_size)
     kv = kv_capacity(m, g, tp=tp, pp=pp, ep=ep, dtype=dtype, max_batched_tokens=max_batched_tokens,
-                     gpu_memory_utilization=gpu_memory_utilization, block_size=block_size)
+                     gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, of_free=kv_of_free)
     sched = SchedulerConfig(kv_blocks=kv.blocks, max_batched_tokens=sched_probe.max_batched_tokens,
-                            max_seqs=max_seqs, chunked_prefill=chunked_prefill, block_size=block_size)
+                            max_seqs=max_seqs, chunked_prefill=chunked_prefill, block_size=block_size,
+                            mixed_batches=mixed_batches, reserve_kv=reserve_kv)
     pricer = StepPricer(m, g, tp=tp, pp=pp, ep=ep, dtype=dtype, cost_model=cost_model, policy=policy, timer=timer,
                         engine=engine)
     return ServeSetup(m, g, tp, pp, ep, replicas, dtype, kv, sched, pricer)

@@ -11,7 +11,13 @@ generated. A prefill chunk that finds too few free blocks is shortened to what f
 if nothing at all can run, the newest running request is preempted.
 
 Without chunked prefill (vLLM V0's default) an iteration either prefills whole prompts of newly
-admitted requests (prefill first) or decodes every running request, never both.
+admitted requests (prefill first) or decodes every running request, never both. With `mixed_batches`
+(TensorRT-LLM's in-flight batching without chunked context) whole prompts join the decode batch in
+the same iteration, within the token budget left after one token per decoding request.
+
+`reserve_kv` is TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy: a request is admitted only when
+the blocks of its whole life (prompt plus every output token) are free; they stay reserved for it,
+so a running request never runs out of KV and nothing is preempted.
 
 Decode bookkeeping is O(1) per iteration, not O(batch): a request in decode computes one token in
 every decode iteration, so its KV length is `base + kd` (kd counts decode iterations); requests are
@@ -38,6 +44,8 @@ class SchedulerConfig:
     max_seqs: int = 256
     chunked_prefill: bool = True
     block_size: int = 16
+    mixed_batches: bool = False  # without chunked prefill: whole prompts run beside the decode batch
+    reserve_kv: bool = False  # admit a request only with KV for its whole life reserved (no preemption)
 
     def __post_init__(self) -> None:
         for k in ("kv_blocks", "max_batched_tokens", "max_seqs", "block_size"):
@@ -57,9 +65,11 @@ class SchedulerConfig:
             raise ServeError(f"the KV cache holds {self.kv_blocks * bs} tokens ({self.kv_blocks} blocks of {bs}) "
                              f"but one request needs {longest - 1}: raise --tp/--pp, use a GPU with more memory "
                              "or shorten the requests")
-        if not self.chunked_prefill and longest > self.max_batched_tokens:
+        # a prompt runs whole without chunking; after a preemption (recompute) its output so far too
+        whole = int(w.prompt.max()) if self.reserve_kv else longest
+        if not self.chunked_prefill and whole > self.max_batched_tokens:
             raise ServeError(f"without chunked prefill --max-batched-tokens ({self.max_batched_tokens}) must hold "
-                             f"the longest request ({longest} tokens): raise it or use --chunked-prefill")
+                             f"the longest request ({whole} tokens): raise it or use --chunked-prefill")
 
 
 class Batch:
@@ -116,6 +126,8 @@ class Scheduler:
         self.sum_base = 0
         self.kd = 0
         self.free = config.kv_blocks
+        self.reserved = 0  # blocks reserved for running requests' future tokens (reserve_kv), not free
+        self.resv = [0] * n  # a request's part of `reserved` (prefill state; decode: see _preempt)
         self.done = 0
         self.total_preemptions = 0
 
@@ -127,8 +139,8 @@ class Scheduler:
 
     @property
     def used_blocks(self) -> int:
-        """KV blocks in use."""
-        return self.cfg.kv_blocks - self.free
+        """KV blocks in use (reserved blocks not yet written are not in use)."""
+        return self.cfg.kv_blocks - self.free - self.reserved
 
     def arrive(self, rid: int) -> None:
         """A request joins the end of the queue."""
@@ -146,13 +158,16 @@ class Scheduler:
         b = Batch()
         cfg = self.cfg
         budget = cfg.max_batched_tokens
-        if not cfg.chunked_prefill:
+        if not cfg.chunked_prefill and not cfg.mixed_batches:
             budget = self._admit(b, budget, now, whole=True)
             if b.prefill:
                 return b
         if self.D:
             k = self.kd
             slot = (-k) % self.bs
+            if cfg.reserve_kv:  # the new blocks come out of the decoding requests' reservations
+                self.reserved -= self.phase[slot]
+                self.free += self.phase[slot]
             while self.free < self.phase[slot]:
                 self._preempt(self.running[-1], now)
                 b.preempted += 1
@@ -161,13 +176,21 @@ class Scheduler:
             b.decode_kv = self.sum_base + self.D * (k + 1)
             b.decode_ran = True
             budget -= self.D
-        if cfg.chunked_prefill:
+        if not cfg.chunked_prefill:
+            if cfg.mixed_batches:  # whole prompts in the budget the decode batch left
+                self._admit(b, budget, now, whole=True)
+        else:
             for rid in self.prefilling:
                 if budget <= 0:
                     break
                 c, h = self.comp[rid], self.held[rid]
                 n = min(self.prompt[rid] + self.gen[rid] - c, budget)
                 need = -(-(c + n) // self.bs) - h
+                if cfg.reserve_kv:
+                    take = min(need, self.resv[rid])
+                    self.resv[rid] -= take
+                    self.reserved -= take
+                    self.free += take
                 if need > self.free:
                     n = min(n, (h + self.free) * self.bs - c)
                     if n <= 0:
@@ -202,9 +225,13 @@ class Scheduler:
             else:
                 n = min(target, budget)
             need = -(-n // bs)
-            if need > self.free:
+            extra = max(0, -(-(self.prompt[rid] + self.out[rid] - 1) // bs) - need) if cfg.reserve_kv else 0
+            if need + extra > self.free:
                 break
             w.popleft()
+            self.free -= extra
+            self.reserved += extra
+            self.resv[rid] = extra
             self.status[rid] = PREFILL
             self.running.append(rid)
             self.prefilling.append(rid)
@@ -223,11 +250,17 @@ class Scheduler:
             c = self.base[rid] + self.kd
             self.gen[rid] = c + 1 - self.prompt[rid]
             self.free += -(-c // self.bs)
+            if self.cfg.reserve_kv:  # what is left of its reservation
+                left = -(-(self.prompt[rid] + self.out[rid] - 1) // self.bs) - -(-c // self.bs)
+                self.reserved -= left
+                self.free += left
             self._leave_decode(rid)
             self.last_token[rid] = now
         else:
-            self.free += self.held[rid]
+            self.free += self.held[rid] + self.resv[rid]
+            self.reserved -= self.resv[rid]
             self.prefilling.remove(rid)
+        self.resv[rid] = 0
         self.held[rid] = 0
         self.comp[rid] = 0
         self.status[rid] = WAITING
