@@ -200,3 +200,26 @@ def test_shipped_h200_decode_attention_has_each_measured_head_dim():
     from c3kit.cost.opclass import op_calibration
 
     assert set(op_calibration("H200-SXM").decode_by_hd) == {64, 128, 256}
+
+
+def test_chunked_swiglu_is_never_priced_below_the_contiguous_kernel():
+    from c3kit.cost.opclass import OpCalibration, ScaledCalibration
+
+    contiguous = FeatureCost(3e-6, (1 / 3e12, 0.0, 0.0))
+    chunked = FeatureCost(0.0, (1 / 1.4e12, 0.0, 0.0))  # no fixed cost: below ~12k elements it would undercut
+    cal = ScaledCalibration(OpCalibration("X", {"swiglu": contiguous, "swiglu_chunked": chunked}, {}, None, 1e-6, 7e-6,
+                                          {}, 1e18), 1.0, 1.0, 1e18)
+    small, big = 1024, 1 << 24
+    assert cal.kind_time("swiglu_chunked", small, 256) == pytest.approx(cal.kind_time("swiglu", small, 256))
+    assert cal.kind_time("swiglu_chunked", big, 4096) == pytest.approx(3 * big * 2 / 1.4e12)
+    assert cal.kind_time("swiglu_chunked", big, 4096) > 1.9 * cal.kind_time("swiglu", big, 4096)
+
+
+def test_shipped_h200_chunked_swiglu_costs_about_twice_the_contiguous_one():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    el = 8192 * 7168  # measured: 308 us strided, 142 us contiguous (call 23)
+    ratio = cal.kind_time("swiglu_chunked", el, 7168) / cal.kind_time("swiglu", el, 7168)
+    assert 1.8 < ratio < 2.6

@@ -38,6 +38,10 @@ from c3kit.errors import CostError
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
                 "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
+# Kinds never faster than another kind's kernel over the same elements (the same work through a worse access
+# pattern; every measured row of act_chunked agrees: 1.97-2.26x): priced at least at that kind, which keeps the
+# fit's extrapolation below its smallest rows (2M elements) from undercutting the contiguous kernel.
+AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
 # Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
 # vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
 PER_WIDTH_KINDS = ("argmax",)
@@ -437,7 +441,9 @@ class ScaledCalibration:
         if m is None:
             return None
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+        t = m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+        low = self.kind_time(AT_LEAST[kind], elements, width, itemsize) if kind in AT_LEAST else None
+        return t if low is None else np.maximum(t, low)
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
