@@ -93,3 +93,13 @@ def test_kv_capacity_by_hand():
     free = kv_capacity(M, HW, tp=1, max_batched_tokens=8192, of_free=True)
     assert free.blocks == int(0.9 * (143771 * 2**20 - kv.weights - kv.activations) // (16 * kv.kv_per_token))
     assert free.blocks > kv.blocks
+
+
+def test_engines_price_the_activation_their_code_runs():
+    # serving engines run a fused gated activation; the bare PyTorch loop splits the gate+up output into views
+    def act_kind(engine):
+        p = StepPricer(M, HW, tp=1, cost_model="roofline", engine=engine)
+        g = p._build(M, p.par, "prefill", 16, "bf16", HW.gpus_per_node)
+        return next(n.op.parts[0][0] for n in g.nodes if n.role == "act")
+    assert act_kind("vllm-v0") == act_kind("none") == "swiglu"
+    assert act_kind("loop") == act_kind("loop-eager") == "swiglu_chunked"

@@ -55,6 +55,10 @@ class EngineOverheads:
     host_per_seq_s: float = 0.0  # host seconds per scheduled sequence per iteration
     host_fixed_s: float = 0.0  # host seconds per iteration
     note: str = ""
+    # how the engine's model code runs the gated MLP's activation (workload.layer.GLUE): serving engines run a fused
+    # kernel on the gate+up GEMM output (vLLM's SiluAndMul custom op, TensorRT-LLM's gated-activation plugin);
+    # a bare PyTorch loop splits it into strided views ("split": the measured swiglu_chunked kernel)
+    glue: str = "fused"
 
     def __post_init__(self) -> None:
         if not (self.host_per_seq_s >= 0 and self.host_fixed_s >= 0):
@@ -85,9 +89,10 @@ class EngineOverheads:
 
 ENGINES = {
     "none": EngineOverheads("none", note="GPU kernels alone"),
-    "loop": EngineOverheads("loop", decode_graphs=True, eager_dispatch=True,
+    "loop": EngineOverheads("loop", decode_graphs=True, eager_dispatch=True, glue="split",
                             note="a bare PyTorch loop: decode replays a CUDA graph of its batch, prefill eager"),
-    "loop-eager": EngineOverheads("loop-eager", eager_dispatch=True, note="a bare PyTorch loop, every iteration eager"),
+    "loop-eager": EngineOverheads("loop-eager", eager_dispatch=True, glue="split",
+                                  note="a bare PyTorch loop, every iteration eager"),
     "vllm-v0": EngineOverheads("vllm-v0", decode_graphs=True, capture_sizes=V0_CAPTURE_SIZES, eager_dispatch=True,
                                host_per_seq_s=V0_HOST_GAP_S / V0_HOST_GAP_SEQS,
                                note="vLLM V0 engine, v0.6.x (Oct 2024), async output processing on"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Sequence
 
 from c3kit.errors import C3kitError
@@ -88,8 +89,9 @@ class StepPricer:
             timer = lambda op, h: cost.time(op, h, cm)  # noqa: E731
         self.timer = timer
         self.exact = exact
-        self._build = build_step
-        g = build_step(model, self.par, "prefill", 1, dtype, hw.gpus_per_node)
+        self.engine = get_engine(engine)
+        self._build = partial(build_step, glue=self.engine.glue)
+        g = self._build(model, self.par, "prefill", 1, dtype, hw.gpus_per_node)
         attn = [nd.op for nd in g.nodes if isinstance(nd.op, Attention) and nd.phase == "fwd"]
         if not attn:
             raise C3kitError(f"{model.name}: the step graph has no attention op to price")
@@ -101,7 +103,6 @@ class StepPricer:
         self._sample = samples[0] if samples else None
         self._elem_bytes = dtype_bytes(dtype)  # the layer description's activation element size (Dims.b)
         self._zero_names = {op.name for op in (self._attn, self._head, self._sample) if op is not None}
-        self.engine = get_engine(engine)
         # kernels of one iteration: one per node run of the step graph (every layer, every stage in turn)
         self.kernels = int(round(float(make_plan(g).multiplicity.sum()) * pp))
         self._launch = 0.0
