@@ -131,6 +131,7 @@ class Ctx:
         self.dma_launch = gpu.dma.launch if params.dma_launch is None else params.dma_launch
         self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
         self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
+        self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -314,22 +315,37 @@ def check(spec: ScheduleSpec, prob: OverlapProblem, gpu: GPU) -> str | None:
     return None
 
 
+_STREAMS = {prio: [Stream("compute", 0), Stream("comm", prio), Stream("comm2", prio), Stream("reduce", prio)]
+            for prio in (0, 1)}
+
+
 def build(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> tuple[list[Task], list[Stream]]:
     """Tasks and streams of one schedule; comm_engine is the engine of the serial schedule's collective."""
     prio = 1 if spec.prio else 0
-    streams = [Stream("compute", 0), Stream("comm", prio), Stream("comm2", prio), Stream("reduce", prio)]
+    streams = list(_STREAMS[prio])
+    # a -prio variant differs from its plain twin only in its streams' priorities (ring-dma alone is built
+    # differently: PyTorch's async TP), so the task list is built once per context and shared
+    key = (spec.family, spec.engine, spec.part, spec.group, spec.name == "ring-dma",
+           comm_engine if spec.family == "serial" else "")
+    hit = ctx._built.get(key)
+    if hit is None:
+        hit = ctx._built[key] = _build_tasks(spec, ctx, comm_engine)
+    return list(hit), streams
+
+
+def _build_tasks(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> list[Task]:
     cap = float(ctx.S - ctx.part_sms) if spec.part else 0.0
     fam, pat = spec.family, ctx.p.pattern
     if fam == "serial":
-        return _serial(ctx, comm_engine), streams
+        return _serial(ctx, comm_engine)
     if fam == "bulk":
         g = ctx.gemm("gemm", "compute", ctx.p.m, cap=cap)
-        return [g, *ctx.collective(ctx.p.collective, ctx.p.comm_bytes, spec.engine, red_stream="reduce")], streams
+        return [g, *ctx.collective(ctx.p.collective, ctx.p.comm_bytes, spec.engine, red_stream="reduce")]
     if pat == "ag_gemm":
-        return _ag(spec, ctx, cap), streams
+        return _ag(spec, ctx, cap)
     if pat in ("gemm_rs", "gemm_ar"):
-        return _rs_ar(spec, ctx, cap), streams
-    return _moe(spec, ctx, cap), streams
+        return _rs_ar(spec, ctx, cap)
+    return _moe(spec, ctx, cap)
 
 
 def _serial(ctx: Ctx, engine: str) -> list[Task]:
