@@ -132,6 +132,7 @@ class Ctx:
         self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
         self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
         self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
+        self._fields = cache.derived.setdefault(("task-fields", params), {})
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -153,6 +154,17 @@ class Ctx:
         return hit
 
     def _comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
+        # a transfer's fields other than its name, stream and deps are the same for every pair shape on this
+        # GPU and contention model: built once per cost cache (the sweep prices thousands of shapes)
+        key = ("c", nbytes, width, engine, reduce, hops, trigger, peer)
+        f = self._fields.get(key)
+        if f is None:
+            t = self._new_comm(name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
+            f = self._fields[key] = (t[2:5], t[6:])
+            return t
+        return tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+
+    def _new_comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
         pr = self.params
         lf = self.link_mask(width, peer)
         if engine == "sm":
@@ -186,9 +198,15 @@ class Ctx:
             shape = (max(1, math.ceil(rows / e_loc)), n_cols, p.k, p.dtype, e_loc)
         else:
             shape = (rows, n_cols, p.k, p.dtype, 1)
-        c = self.cache.gemm(*shape)
-        return Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
-                    phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
+        key = ("g", shape, cap)  # as for _comm: a sub-GEMM's fields depend on its shape and cap only
+        f = self._fields.get(key)
+        if f is None:
+            c = self.cache.gemm(*shape)
+            t = Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
+                     phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
+            f = self._fields[key] = (t[2:5], t[6:])
+            return t
+        return tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
 
     def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
         """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
