@@ -32,7 +32,7 @@ from c3kit.hw.catalog import get_gpu
 from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
-from c3kit.overlap.schedules import SCHEDULES, Ctx, build, check
+from c3kit.overlap.schedules import SCHEDULES, Ctx, build, build_key, check
 from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time
 from c3kit.sim.params import ContentionParams
 
@@ -249,16 +249,17 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     engine = _serial_engine(ctx)
     cands = []
-    alone: dict[int, float] = {}  # by task object: schedules share the Ctx's cached tasks
+    alone = ctx.alone  # by task object: schedules share the Ctx's cached tasks
     walked: dict[tuple, tuple] = {}  # by task list: a -prio variant shares its twin's tasks (schedules.build)
     res = ctx.res
+    derived = ctx.cache.derived
 
     for order, (name, spec) in enumerate(SCHEDULES.items()):
         if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
             continue
         tasks, streams = build(spec, ctx, engine)
-        key = tuple(map(id, tasks))
-        hit = walked.get(key)
+        bkey = build_key(spec, engine)
+        hit = walked.get(bkey)
         if hit is None:
             times = []
             for t in tasks:
@@ -266,9 +267,13 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
                 if v is None:
                     v = alone[id(t)] = alone_time(t, res)
                 times.append(v)
-            links = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
+            # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
+            lkey = ("walk-graph", bkey, problem.pattern, problem.gpus)
+            links = derived.get(lkey)
+            if links is None:
+                links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             _, end = _walk_idx(links, times)
-            hit = walked[key] = (max(end, default=0.0), times, links)
+            hit = walked[bkey] = (max(end, default=0.0), times, links)
         cands.append((hit[0], order, name, spec, tasks, streams, hit[1], hit[2]))
     if not cands:
         return "serial"

@@ -18,7 +18,7 @@ from c3kit.errors import OverlapError
 from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
-from c3kit.sim.engine import Resources, Stream, Task
+from c3kit.sim.engine import Resources, Stream, Task, alone_time
 from c3kit.sim.params import ContentionParams
 
 DEPENDENT = ("ag_gemm", "gemm_rs", "gemm_ar", "moe")
@@ -133,6 +133,7 @@ class Ctx:
         self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
         self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
         self._fields = cache.derived.setdefault(("task-fields", params), {})
+        self.alone: dict[int, float] = {}  # alone time of the tasks built here, by id (they live in _tasks)
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -160,9 +161,11 @@ class Ctx:
         f = self._fields.get(key)
         if f is None:
             t = self._new_comm(name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
-            f = self._fields[key] = (t[2:5], t[6:])
-            return t
-        return tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+        else:
+            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+        self.alone[id(t)] = f[2]
+        return t
 
     def _new_comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
         pr = self.params
@@ -204,9 +207,11 @@ class Ctx:
             c = self.cache.gemm(*shape)
             t = Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
                      phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
-            f = self._fields[key] = (t[2:5], t[6:])
-            return t
-        return tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+        else:
+            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+        self.alone[id(t)] = f[2]
+        return t
 
     def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
         """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
@@ -343,12 +348,17 @@ def build(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> tuple[list[Task], l
     streams = list(_STREAMS[prio])
     # a -prio variant differs from its plain twin only in its streams' priorities (ring-dma alone is built
     # differently: PyTorch's async TP), so the task list is built once per context and shared
-    key = (spec.family, spec.engine, spec.part, spec.group, spec.name == "ring-dma",
-           comm_engine if spec.family == "serial" else "")
+    key = build_key(spec, comm_engine)
     hit = ctx._built.get(key)
     if hit is None:
         hit = ctx._built[key] = _build_tasks(spec, ctx, comm_engine)
     return list(hit), streams
+
+
+def build_key(spec: ScheduleSpec, comm_engine: str) -> tuple:
+    """What a schedule's task list depends on besides the context: a -prio variant has its twin's key."""
+    return (spec.family, spec.engine, spec.part, spec.group, spec.name == "ring-dma",
+            comm_engine if spec.family == "serial" else "")
 
 
 def _build_tasks(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> list[Task]:
