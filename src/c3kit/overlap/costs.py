@@ -69,6 +69,9 @@ class CostCache:
         self._mem: dict[float, float] = {}
         self._speed: dict[tuple, float] = {}
         self._fewer: dict[int, GPU] = {}
+        # values derived from these costs that depend on a pair's collectives only, not on its GEMM (the
+        # serial engine, the whole collectives' alone times), by (contention params, ranks, collectives)
+        self.derived: dict[tuple, object] = {}
 
     @classmethod
     def shared(cls, gpu: GPU, tile_m: int, tile_n: int, traffic: float, model=DEFAULT_COST_MODEL,

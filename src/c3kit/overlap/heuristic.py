@@ -32,7 +32,7 @@ from c3kit.hw.catalog import get_gpu
 from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
-from c3kit.overlap.schedules import SCHEDULES, Ctx, build, check
+from c3kit.overlap.schedules import SCHEDULES, Ctx, build, build_key, check
 from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time
 from c3kit.sim.params import ContentionParams
 
@@ -59,33 +59,46 @@ class Estimate:
 def _walk(tasks: list[Task], dur: list[float], index: dict[str, int]) -> tuple[list[float], list[float]]:
     """Start and end of every task: after its deps and after the previous task of its stream (the
     builders list every task after its deps and its stream predecessors, so one pass suffices)."""
-    n = len(tasks)
+    return _walk_idx(_links_of(tasks, index), dur)
+
+
+def _links_of(tasks: list[Task], index: dict[str, int]) -> list[tuple[str, tuple[int, ...]]]:
+    """(stream, dependency indices) of every task: what a walk needs of the graph."""
+    return [(t.stream, tuple(index[d] for d in t.deps)) for t in tasks]
+
+
+def _walk_idx(links: list[tuple[str, tuple[int, ...]]], dur: list[float]) -> tuple[list[float], list[float]]:
+    """_walk on a graph given as (stream, dependency indices) per task."""
+    n = len(links)
     start = [0.0] * n
     end = [0.0] * n
     last: dict[str, float] = {}
-    for i, t in enumerate(tasks):
-        s0 = last.get(t.stream, 0.0)
-        for d in t.deps:
-            e = end[index[d]]
+    for i, (stream, deps) in enumerate(links):
+        s0 = last.get(stream, 0.0)
+        for d in deps:
+            e = end[d]
             if e > s0:
                 s0 = e
         start[i] = s0
-        end[i] = last[t.stream] = s0 + dur[i]
+        end[i] = last[stream] = s0 + dur[i]
     return start, end
 
 
-def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, params: ContentionParams) -> tuple[float, float]:
-    """(estimated time, time of the same graph without contention) by PASSES critical-path walks."""
+def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, params: ContentionParams,
+                  _alone: list[float] | None = None, _links: list | None = None) -> tuple[float, float]:
+    """(estimated time, time of the same graph without contention) by PASSES critical-path walks.
+
+    _alone, _links: the tasks' alone times and walk graph when the caller has them already."""
     n = len(tasks)
     if n == 0:
         return 0.0, 0.0
     prio = {s.name: s.priority for s in streams}
     S, H = res.sms, res.hbm_bw
     share = params.noprio_comm_sm_share
-    index = {t.name: i for i, t in enumerate(tasks)}
-    alone = [alone_time(t, res) for t in tasks]
+    links = _links if _links is not None else _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
+    alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
     work = [alone[i] - t.pre - t.post for i, t in enumerate(tasks)]
-    start, end = _walk(tasks, alone, index)
+    start, end = _walk_idx(links, alone)
     free = max(end)
     # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent)
     hbm_use = [(t.work / work[i] * t.hbm if t.kind == "comm" else t.hbm) if work[i] > 0 else 0.0
@@ -94,29 +107,43 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     all_links = (1 << res.links) - 1
     link_cap = [bin((t.links & all_links) or all_links).count("1") * res.link_bw / res.links for t in tasks]
     costs: dict[tuple[int, int], float] = {}
+    fixed = [t.pre + t.post for t in tasks]
     for _ in range(PASSES - 1):
-        order = sorted(range(n), key=lambda i: start[i])
+        order = sorted(range(n), key=start.__getitem__)
         stretch = [0.0] * n
         for a_pos, i in enumerate(order):
+            end_i = end[i]
+            work_i = work[i]
             for j in order[a_pos + 1:]:
-                if start[j] >= end[i]:
+                start_j = start[j]
+                if start_j >= end_i:
                     break
-                ov = min(end[i], end[j]) - start[j]
+                end_j = end[j]
+                ov = (end_i if end_i < end_j else end_j) - start_j
                 if ov <= 0:
                     continue
-                for x, y in ((i, j), (j, i)):
-                    if work[x] > 0:
-                        c = costs.get((x, y))
-                        if c is None:
-                            c = costs[(x, y)] = _pair_cost(tasks[x], tasks[y], prio, S, H, share, params, hbm_use[y],
-                                                           link_cap[x], rate[x], rate[y], res)
-                        # slowed to 1/(1+c) over the overlap: if y leaves first, x only loses the work it did
-                        # not do in the window (c/(1+c) of it); if x ends inside y, all of x stretches by c
-                        if end[y] <= end[x]:
-                            c = c / (1.0 + c)
-                        stretch[x] += ov / work[x] * c
-        dur = [tasks[i].pre + tasks[i].post + work[i] * (1.0 + stretch[i]) for i in range(n)]
-        start, end = _walk(tasks, dur, index)
+                # both directions: how much i slows beside j, and j beside i
+                if work_i > 0:
+                    c = costs.get((i, j))
+                    if c is None:
+                        c = costs[(i, j)] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
+                                                       link_cap[i], rate[i], rate[j], res)
+                    # slowed to 1/(1+c) over the overlap: if j leaves first, i only loses the work it did
+                    # not do in the window (c/(1+c) of it); if i ends inside j, all of i stretches by c
+                    if end_j <= end_i:
+                        c = c / (1.0 + c)
+                    stretch[i] += ov / work_i * c
+                work_j = work[j]
+                if work_j > 0:
+                    c = costs.get((j, i))
+                    if c is None:
+                        c = costs[(j, i)] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
+                                                       link_cap[j], rate[j], rate[i], res)
+                    if end_i <= end_j:
+                        c = c / (1.0 + c)
+                    stretch[j] += ov / work_j * c
+        dur = [fixed[i] + work[i] * (1.0 + stretch[i]) for i in range(n)]
+        start, end = _walk_idx(links, dur)
     return max(end), free
 
 
@@ -222,29 +249,40 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
     engine = _serial_engine(ctx)
     cands = []
-    alone: dict[int, float] = {}  # by task object: schedules share the Ctx's cached tasks
-
-    def alone_of(t: Task) -> float:
-        v = alone.get(id(t))
-        if v is None:
-            v = alone[id(t)] = alone_time(t, ctx.res)
-        return v
+    alone = ctx.alone  # by task object: schedules share the Ctx's cached tasks
+    walked: dict[tuple, tuple] = {}  # by task list: a -prio variant shares its twin's tasks (schedules.build)
+    res = ctx.res
+    derived = ctx.cache.derived
 
     for order, (name, spec) in enumerate(SCHEDULES.items()):
         if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
             continue
         tasks, streams = build(spec, ctx, engine)
-        index = {t.name: i for i, t in enumerate(tasks)}
-        _, end = _walk(tasks, [alone_of(t) for t in tasks], index)
-        cands.append((max(end, default=0.0), order, name, spec, tasks, streams))
+        bkey = build_key(spec, engine)
+        hit = walked.get(bkey)
+        if hit is None:
+            times = []
+            for t in tasks:
+                v = alone.get(id(t))
+                if v is None:
+                    v = alone[id(t)] = alone_time(t, res)
+                times.append(v)
+            # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
+            lkey = ("walk-graph", bkey, problem.pattern, problem.gpus)
+            links = derived.get(lkey)
+            if links is None:
+                links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
+            _, end = _walk_idx(links, times)
+            hit = walked[bkey] = (max(end, default=0.0), times, links)
+        cands.append((hit[0], order, name, spec, tasks, streams, hit[1], hit[2]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, tasks, streams in cands:
+    for free, order, name, spec, tasks, streams, times, links in cands:
         if best is not None and free > best[0]:
             break
-        t, _ = estimate_time(tasks, streams, ctx.res, p)
+        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)
@@ -253,6 +291,19 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
 
 def _serial_engine(ctx: Ctx) -> str:
     """The faster engine for the whole collective(s), by the alone times of their tasks."""
+    from c3kit.overlap.schedules import comm_of
+
+    from c3kit.overlap.evaluate import _sm_measured
+
+    colls = tuple(comm_of(ctx.p))
+    key = ("serial_engine", ctx.params, ctx.n, colls)
+    hit = ctx.cache.derived.get(key)
+    if hit is None:
+        hit = ctx.cache.derived[key] = _faster_engine(ctx)
+    return hit
+
+
+def _faster_engine(ctx: Ctx) -> str:
     from c3kit.overlap.schedules import comm_of
 
     from c3kit.overlap.evaluate import _sm_measured

@@ -18,7 +18,7 @@ from c3kit.errors import OverlapError
 from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
-from c3kit.sim.engine import Resources, Stream, Task
+from c3kit.sim.engine import Resources, Stream, Task, alone_time
 from c3kit.sim.params import ContentionParams
 
 DEPENDENT = ("ag_gemm", "gemm_rs", "gemm_ar", "moe")
@@ -131,6 +131,9 @@ class Ctx:
         self.dma_launch = gpu.dma.launch if params.dma_launch is None else params.dma_launch
         self.dma_sync = gpu.dma.sync if params.dma_sync is None else params.dma_sync
         self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
+        self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
+        self._fields = cache.derived.setdefault(("task-fields", params), {})
+        self.alone: dict[int, float] = {}  # alone time of the tasks built here, by id (they live in _tasks)
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -152,6 +155,19 @@ class Ctx:
         return hit
 
     def _comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
+        # a transfer's fields other than its name, stream and deps are the same for every pair shape on this
+        # GPU and contention model: built once per cost cache (the sweep prices thousands of shapes)
+        key = ("c", nbytes, width, engine, reduce, hops, trigger, peer)
+        f = self._fields.get(key)
+        if f is None:
+            t = self._new_comm(name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
+            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+        else:
+            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+        self.alone[id(t)] = f[2]
+        return t
+
+    def _new_comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
         pr = self.params
         lf = self.link_mask(width, peer)
         if engine == "sm":
@@ -185,9 +201,17 @@ class Ctx:
             shape = (max(1, math.ceil(rows / e_loc)), n_cols, p.k, p.dtype, e_loc)
         else:
             shape = (rows, n_cols, p.k, p.dtype, 1)
-        c = self.cache.gemm(*shape)
-        return Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
-                    phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
+        key = ("g", shape, cap)  # as for _comm: a sub-GEMM's fields depend on its shape and cap only
+        f = self._fields.get(key)
+        if f is None:
+            c = self.cache.gemm(*shape)
+            t = Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
+                     phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
+            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+        else:
+            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+        self.alone[id(t)] = f[2]
+        return t
 
     def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
         """(SMs, speed) levels a GEMM meets: its own cap, and cap minus what comm kernels take (with and
@@ -314,22 +338,42 @@ def check(spec: ScheduleSpec, prob: OverlapProblem, gpu: GPU) -> str | None:
     return None
 
 
+_STREAMS = {prio: [Stream("compute", 0), Stream("comm", prio), Stream("comm2", prio), Stream("reduce", prio)]
+            for prio in (0, 1)}
+
+
 def build(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> tuple[list[Task], list[Stream]]:
     """Tasks and streams of one schedule; comm_engine is the engine of the serial schedule's collective."""
     prio = 1 if spec.prio else 0
-    streams = [Stream("compute", 0), Stream("comm", prio), Stream("comm2", prio), Stream("reduce", prio)]
+    streams = list(_STREAMS[prio])
+    # a -prio variant differs from its plain twin only in its streams' priorities (ring-dma alone is built
+    # differently: PyTorch's async TP), so the task list is built once per context and shared
+    key = build_key(spec, comm_engine)
+    hit = ctx._built.get(key)
+    if hit is None:
+        hit = ctx._built[key] = _build_tasks(spec, ctx, comm_engine)
+    return list(hit), streams
+
+
+def build_key(spec: ScheduleSpec, comm_engine: str) -> tuple:
+    """What a schedule's task list depends on besides the context: a -prio variant has its twin's key."""
+    return (spec.family, spec.engine, spec.part, spec.group, spec.name == "ring-dma",
+            comm_engine if spec.family == "serial" else "")
+
+
+def _build_tasks(spec: ScheduleSpec, ctx: Ctx, comm_engine: str) -> list[Task]:
     cap = float(ctx.S - ctx.part_sms) if spec.part else 0.0
     fam, pat = spec.family, ctx.p.pattern
     if fam == "serial":
-        return _serial(ctx, comm_engine), streams
+        return _serial(ctx, comm_engine)
     if fam == "bulk":
         g = ctx.gemm("gemm", "compute", ctx.p.m, cap=cap)
-        return [g, *ctx.collective(ctx.p.collective, ctx.p.comm_bytes, spec.engine, red_stream="reduce")], streams
+        return [g, *ctx.collective(ctx.p.collective, ctx.p.comm_bytes, spec.engine, red_stream="reduce")]
     if pat == "ag_gemm":
-        return _ag(spec, ctx, cap), streams
+        return _ag(spec, ctx, cap)
     if pat in ("gemm_rs", "gemm_ar"):
-        return _rs_ar(spec, ctx, cap), streams
-    return _moe(spec, ctx, cap), streams
+        return _rs_ar(spec, ctx, cap)
+    return _moe(spec, ctx, cap)
 
 
 def _serial(ctx: Ctx, engine: str) -> list[Task]:
