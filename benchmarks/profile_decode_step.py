@@ -50,22 +50,14 @@ def _serve_step(torch, case, device, quick: bool):
 
 def _layer_step(torch, case, device, quick: bool):
     """(case label, batch, kv_len, step callable) of LAYER_REPEAT back-to-back one-layer decode steps."""
-    from c3kit.runtime.bench import ops
+    from c3kit.runtime.bench.ops import decode_step
 
-    bf = torch.bfloat16
     name, tp, b, kv = case
-    H, hq, hk, hd, Fl = ops._rank_block(name, tp, quick)
-    p = ops._block(torch, H, hq, hk, hd, Fl, device, bf)
-    K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-    V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-    x = torch.randn(b, 1, H, device=device, dtype=bf)
-    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
-    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
-    pos = torch.tensor([kv - 1], device=device)
+    step = decode_step(torch, name, tp, b, kv, device, quick)
 
     def steps():
         for _ in range(LAYER_REPEAT):
-            ops._block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
+            step()
     return f"layer:{name}:tp{tp}", b, kv, steps
 
 

@@ -88,8 +88,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         if r["pass"] == "decode":
             if backend != "cudnn" or not oc.is_held_out_attention(r):
                 continue
-            hd = int(r["head_dim"])
-            name, m = "attention decode", dec_hd.get(min(dec_hd, key=lambda k: abs(k - hd))) if dec_hd else dec
+            name, m = "attention decode", dec_hd[oc.nearest(dec_hd, r["head_dim"])] if dec_hd else dec
         elif backend in hashed:
             if not oc.is_held_out_attention(r):
                 continue

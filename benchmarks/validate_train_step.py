@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
     from c3kit.studies.validation import default_cost_model
-    from validate_layers import summary  # the same statistics as the block checks (this script's folder)
+    from validate_layers import plot_errors, summary  # the same statistics and figure as the block checks
 
     res = evaluate(a.dir, default_cost_model())
     if not any(res.values()):
@@ -116,23 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in optimizer_rates(a.dir, res["optimizer"]):
         print(line)
     if a.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        for name, rows in res.items():
-            if rows:
-                ax.scatter([m * 1e3 for _, m, _ in rows], [(p / m - 1) * 100 for _, m, p in rows], s=14, label=name)
-        ax.axhline(0, color="0.5", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_xlabel("measured time (ms)")
-        ax.set_ylabel("predicted / measured - 1 (%)")
-        ax.set_title("H200 single-GPU training steps: c3kit vs measured (never fitted)")
-        ax.legend(loc="best")
-        fig.tight_layout()
-        fig.savefig(a.plot, dpi=120)
+        plot_errors(res, a.plot, "H200 single-GPU training steps: c3kit vs measured (never fitted)",
+                    "measured time (ms)")
     return 0
 
 

@@ -145,10 +145,7 @@ class OpCalibration:
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
-        if not self.decode_by_hd:
-            return self.decode
-        hd = float(np.max(head_dim))
-        return self.decode_by_hd[min(self.decode_by_hd, key=lambda k: (abs(np.log(k / hd)), -k))]
+        return self.decode_by_hd[nearest(self.decode_by_hd, head_dim)] if self.decode_by_hd else self.decode
 
     def attention_model(self, backward: bool, head_dim: int, backend: str = "cudnn") -> FeatureCost | None:
         """The fitted model of this backend and pass at the nearest measured head_dim (None when not measured)."""
@@ -219,15 +216,18 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def nearest(measured, value) -> int:
+    """The measured size nearest to value on a log scale (the largest value of an array; a tie goes to the larger)."""
+    v = float(np.max(value))
+    return min(measured, key=lambda k: (abs(np.log(k / v)), -k))
+
+
 def memory_model(memory: dict, kind: str, width) -> FeatureCost | None:
     """The fitted class of a kind (a per-width kind at its nearest measured width), or None."""
     if kind not in PER_WIDTH_KINDS:
         return memory.get(kind)
     widths = [int(k.split("@")[1]) for k in memory if k.startswith(kind + "@")]
-    if not widths:
-        return None
-    w = float(np.max(width))
-    return memory[f"{kind}@{min(widths, key=lambda v: (abs(np.log(v / w)), v))}"]
+    return memory[f"{kind}@{nearest(widths, width)}"] if widths else None
 
 
 def _memory_kind(r: dict) -> str | None:

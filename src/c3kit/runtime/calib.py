@@ -75,6 +75,38 @@ def write_measurement(path: str | Path, kind: str, columns: Sequence[str], rows:
     return path
 
 
+def measured_run_main(argv: Sequence[str] | None, description: str, module: str, kind: str,
+                      columns: Sequence[str], measure) -> int:
+    """The command line of a whole-run benchmark (serving loop, training step): --out, --quick, --gpu, --script,
+    --budget-s; runs measure(device, quick) and writes <gpu>-<kind>.json under --out."""
+    import argparse
+    import time
+
+    from c3kit.cost.calib_store import measured_run_path
+    from c3kit.runtime._torch import require_torch
+    from c3kit.runtime.bench.timing import Budget
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--gpu", default="h200-sxm")
+    ap.add_argument("--script", default=f"python -m {module}")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop taking new cases after this")
+    a = ap.parse_args(argv)
+    torch = require_torch()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    Budget.deadline = t0 + a.budget_s
+    rows = measure(device, a.quick)
+    path = write_measurement(measured_run_path(a.gpu, kind, out), kind, columns, rows,
+                             " ".join([f"python -m {module}"] + list(argv or sys.argv[1:])), a.script)
+    print(f"{kind}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s -> {path}", flush=True)
+    return 0
+
+
 def write_calibration(path: str | Path, kind: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                       meta: dict) -> Path:
     """Write a calibration file through the calibration store (kind and row widths checked here first)."""

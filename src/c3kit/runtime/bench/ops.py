@@ -17,6 +17,7 @@ from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_decode_kernels, bench_moe_train,
                                              bench_optimizer_mix)
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
+from c3kit.runtime.bench.ops_recipes import random_split as _random_split
 from c3kit.runtime.bench.ops_recipes import (bench_attn_backends, bench_eager_ops, bench_fp8, bench_gemm_cold,
                                              bench_moe, bench_optimizer)
 from c3kit.runtime.bench.timing import Budget as _Budget
@@ -152,12 +153,7 @@ def bench_memory(device, quick: bool) -> tuple[list[str], list[list]]:
         for impl in ("fused", "foreach"):
             if _Budget.spent():
                 break
-            shapes = []
-            left = n_params
-            while left > 0:
-                s = min(left, rng.choice([4096 * 4096, 4096 * 1024, 4096 * 14336 // 4, 4096]))
-                shapes.append(s)
-                left -= s
+            shapes = _random_split(n_params, [4096 * 4096, 4096 * 1024, 4096 * 14336 // 4, 4096], rng)
             ps = [torch.zeros(s, device=device, requires_grad=True) for s in shapes]
             for p in ps:
                 p.grad = torch.randn_like(p)
@@ -414,7 +410,6 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
     cuda = device.type == "cuda"
     cols = ["model", "tp", "batch", "kv_len", "hidden", "heads", "kv_heads", "head_dim", "ffn", "graph", "time_s"]
     rows = []
-    bf = torch.bfloat16
     cases = [(name, tp, b, kv) for name, tp in _model_tps() for b in (1, 4, 16, 64, 256)
              for kv in (4096, 16384, 32768, 131072)]
     rng = random.Random(5)
@@ -428,20 +423,26 @@ def bench_decode(device, quick: bool) -> tuple[list[str], list[list]]:
         if b * hk * kv * hd * 2 * 2 > 24e9:
             continue
         with torch.no_grad():
-            p = _block(torch, H, hq, hk, hd, Fl, device, bf)
-            K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-            V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
-            x = torch.randn(b, 1, H, device=device, dtype=bf)
-            cos = torch.randn(1, 1, hd, device=device, dtype=bf)
-            sin = torch.randn(1, 1, hd, device=device, dtype=bf)
-            pos = torch.tensor([kv - 1], device=device)
-
-            def step():
-                return _block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
+            step = decode_step(torch, name, tp, b, kv, device, quick)
             t = _timed(step, device, cuda)
             rows.append([name, tp, b, kv, H, hq, hk, hd, Fl, int(cuda), t])
-        del p, K, V, x
+        del step
     return cols, rows
+
+
+def decode_step(torch, name: str, tp: int, b: int, kv: int, device, quick: bool):
+    """One decode step of one TP rank's block (random weights, KV caches of kv_len kv filled to the last position):
+    the step bench_decode times (benchmarks/profile_decode_step.py profiles the same)."""
+    bf = torch.bfloat16
+    H, hq, hk, hd, Fl = _rank_block(name, tp, quick)
+    p = _block(torch, H, hq, hk, hd, Fl, device, bf)
+    K = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+    V = torch.randn(b, hk, kv, hd, device=device, dtype=bf)
+    x = torch.randn(b, 1, H, device=device, dtype=bf)
+    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+    pos = torch.tensor([kv - 1], device=device)
+    return lambda: _block_fwd(torch, p, x, cos, sin, hq, hk, hd, (K, V), pos)
 
 
 BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_attention, "gemm": bench_gemm,

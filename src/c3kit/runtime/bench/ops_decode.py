@@ -13,6 +13,7 @@ import random
 import sys
 
 from c3kit.runtime._torch import require_torch
+from c3kit.runtime.bench.ops_recipes import fused_adamw, random_split
 from c3kit.runtime.bench.timing import Budget, eager_time, graph_time, timed
 
 DECODE_COLUMNS = ["kind", "batch", "heads", "kv_len", "width", "dtype", "bytes", "time_s"]
@@ -138,20 +139,12 @@ def bench_optimizer_mix(device, quick: bool) -> tuple[list[str], list[list]]:
             print(f"optimizer_mix {name}: {type(ex).__name__}: {ex}", file=sys.stderr)
             continue
         n_params = sum(shapes)
-        mix, left = [], n_params
-        while left > 0:
-            s = min(left, rng.choice([4096 * 4096, 4096 * 1024, 4096 * 14336 // 2, 2048 * 8192]))
-            mix.append(s)
-            left -= s
+        mix = random_split(n_params, [4096 * 4096, 4096 * 1024, 4096 * 14336 // 2, 2048 * 8192], rng)
         for label, sizes in ((f"model:{name}", shapes), ("mix", mix), ("one", [n_params])):
             if Budget.spent():
                 return cols, rows
             try:
-                ps = [torch.zeros(s, device=device, requires_grad=True) for s in sizes]
-                for p in ps:
-                    p.grad = torch.randn_like(p)
-                opt = torch.optim.AdamW(ps, lr=1e-4, fused=device.type == "cuda")
-                opt.step()
+                ps, opt = fused_adamw(torch, sizes, device)
                 rows.append(["adamw_fused", label, len(ps), n_params, 28.0 * n_params,
                              eager_time(opt.step, device, target_s=0.05, repeats=3)])
                 rows.append(["zero_grad", label, len(ps), n_params, 4.0 * n_params,

@@ -249,6 +249,27 @@ def bench_eager_ops(device, quick: bool) -> tuple[list[str], list[list]]:
     return cols, rows
 
 
+def random_split(n_params: int, sizes: list[int], rng: random.Random) -> list[int]:
+    """n_params split into tensors of sizes drawn from `sizes` (the last one cut to what is left)."""
+    out, left = [], n_params
+    while left > 0:
+        s = min(left, rng.choice(sizes))
+        out.append(s)
+        left -= s
+    return out
+
+
+def fused_adamw(torch, sizes: list[int], device):
+    """(fp32 parameters of these element counts with random gradients, AdamW over them (fused on CUDA), stepped once
+    so that its state exists before timing)."""
+    ps = [torch.zeros(s, device=device, requires_grad=True) for s in sizes]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(ps, lr=1e-4, fused=device.type == "cuda")
+    opt.step()
+    return ps, opt
+
+
 def bench_optimizer(device, quick: bool) -> tuple[list[str], list[list]]:
     """Fused AdamW (fp32 master weights, fp32 gradients) and foreach gradient clipping over a model's worth of
     tensors, 64M to 2G parameters, in the memory family's columns (tokens = tensors, width = parameters)."""
@@ -261,17 +282,9 @@ def bench_optimizer(device, quick: bool) -> tuple[list[str], list[list]]:
     for n_params in sizes:
         if Budget.spent():
             break
-        shapes, left = [], n_params
-        while left > 0:
-            s = min(left, rng.choice(per))
-            shapes.append(s)
-            left -= s
+        shapes = random_split(n_params, per, rng)
         try:
-            ps = [torch.zeros(s, device=device, requires_grad=True) for s in shapes]
-            for p in ps:
-                p.grad = torch.randn_like(p)
-            opt = torch.optim.AdamW(ps, lr=1e-4, fused=device.type == "cuda")
-            opt.step()
+            ps, opt = fused_adamw(torch, shapes, device)
             rows.append(["adamw_fused", "step", len(ps), n_params, 28.0 * n_params,
                          eager_time(opt.step, device, target_s=0.05, repeats=3)])
             rows.append(["clip_grad_norm", "step", len(ps), n_params, 4.0 * n_params * 2,

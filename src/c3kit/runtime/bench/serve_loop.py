@@ -8,11 +8,8 @@ Writes <gpu>-serve-loop.json: {"meta", "kind", "columns", "rows"}; one row per m
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-import time as _time
-from pathlib import Path
 
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.timing import Budget, eager_time, timed
@@ -132,28 +129,10 @@ def measure(device, quick: bool) -> list[list]:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure the serving-loop iterations and write <gpu>-serve-loop.json under --out."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--gpu", default="h200-sxm")
-    ap.add_argument("--script", default="python -m c3kit.runtime.bench.serve_loop")
-    ap.add_argument("--budget-s", type=float, default=float("inf"), help="stop taking new cases after this")
-    a = ap.parse_args(argv)
-    torch = require_torch()
-    from c3kit.cost.calib_store import serve_loop_path
-    from c3kit.runtime.calib import write_measurement
+    from c3kit.runtime.calib import measured_run_main
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    t0 = _time.perf_counter()
-    Budget.deadline = t0 + a.budget_s
-    rows = measure(device, a.quick)
-    path = write_measurement(serve_loop_path(a.gpu, out), "serve-loop", COLUMNS, rows,
-                             " ".join(["python -m c3kit.runtime.bench.serve_loop"] + (argv or sys.argv[1:])), a.script)
-    print(f"serve-loop: {len(rows)} rows in {_time.perf_counter() - t0:.1f} s -> {path}", flush=True)
-    return 0
+    return measured_run_main(argv, __doc__.splitlines()[0], "c3kit.runtime.bench.serve_loop", "serve-loop", COLUMNS,
+                             measure)
 
 
 if __name__ == "__main__":
