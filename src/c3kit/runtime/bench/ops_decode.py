@@ -3,8 +3,10 @@ writes (index_copy into [batch, kv_heads, max_len, head_dim] caches), the greedy
 the token embedding gather, and sequences of different kernels in one CUDA graph against the sum of their
 back-to-back prices (does a kernel that follows a different kernel cost more than one that repeats?).
 Fused AdamW over the parameter tensors of whole models against the same parameter count in a random mix.
+The small kernels of a decode step inside a CUDA graph right after a weight stream that empties L2 (cold) against
+the same kernels repeated back to back (warm); AdamW right after a burst of GEMMs against an idle GPU.
 
-Families of `python -m c3kit.runtime.bench.ops --only decode_kernels,optimizer_mix`.
+Families of `python -m c3kit.runtime.bench.ops --only decode_kernels,optimizer_mix,decode_cold,optimizer_burst`.
 """
 
 from __future__ import annotations
@@ -249,4 +251,159 @@ def bench_act_chunked(device, quick: bool) -> tuple[list[str], list[list]]:
             with torch.no_grad():  # the same kernel on contiguous halves (kind swiglu), timed in the same run
                 rows.append(["swiglu", "fwd", T, W, 3.0 * e, timed(lambda: F.silu(gc_) * uc, device, cuda)])
             del h, g, u, y, gy, gc_, uc
+    return cols, rows
+
+
+DECODE_COLD_COLUMNS = ["op", "batch", "hidden", "width", "bytes", "warm_s", "cold_s", "stream_s"]
+STREAM_BYTES = 160e6  # the weight stream before each cold kernel: over three times the H200's 50 MB L2
+
+
+def _replays(graph, device, n: int) -> list[float]:
+    """Seconds of n replays of a captured CUDA graph, each timed on its own."""
+    from c3kit.runtime.bench.timing import elapsed
+
+    return [elapsed(graph.replay, device) for _ in range(n)]
+
+
+def _capture(torch, device, fns):
+    """A CUDA graph of the calls fns (in order), warmed outside the capture first."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for f in fns:
+            f()
+    torch.cuda.current_stream(device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    g.replay()
+    torch.cuda.synchronize(device)
+    return g
+
+
+def _cold_pair(torch, device, stream, op, n_rep: int = 12, repeats: int = 15) -> tuple[float, float, float]:
+    """(warm, cold, stream) seconds per call: op repeated back to back in a graph; op right after the weight
+    stream (graph of [stream, op] x n minus the graph of [stream] x n); the stream alone. The stream-only and
+    pair graphs are replayed interleaved so that clock drift falls on both."""
+    import statistics
+
+    warm_g = _capture(torch, device, [op] * n_rep)
+    only_g = _capture(torch, device, [stream] * n_rep)
+    pair_g = _capture(torch, device, [f for _ in range(n_rep) for f in (stream, op)])
+    only, pair = [], []
+    for _ in range(repeats):
+        only += _replays(only_g, device, 1)
+        pair += _replays(pair_g, device, 1)
+    warm = statistics.median(_replays(warm_g, device, repeats)) / n_rep
+    t_only, t_pair = statistics.median(only) / n_rep, statistics.median(pair) / n_rep
+    return warm, t_pair - t_only, t_only
+
+
+def _decode_small_ops(torch, b: int, H: int, device) -> list[tuple[str, int, float, object]]:
+    """(op, width, bytes, call) of the small kernels of a Llama-style decode step at batch b and hidden H, written
+    as ops.decode_step writes them (head dim 128, 8 KV heads, FFN 3.5 H per rank at TP 1)."""
+    from c3kit.runtime.bench.ops import _rope
+
+    F = torch.nn.functional
+    bf = torch.bfloat16
+    hd, hk, hq, Ff = 128, 8, H // 128, int(3.5 * H) // 256 * 256
+    x = torch.randn(b, H, device=device, dtype=bf)
+    y = torch.randn(b, H, device=device, dtype=bf)
+    w = torch.ones(H, device=device, dtype=bf)
+    gu = torch.randn(b, 2 * Ff, device=device, dtype=bf)
+    q = torch.randn(b, 1, hq, hd, device=device, dtype=bf)
+    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+    L = 4096
+    K = torch.zeros(b, hk, L, hd, device=device, dtype=bf)
+    k = torch.randn(b, 1, hk, hd, device=device, dtype=bf).transpose(1, 2)
+    pos = torch.tensor([L - 1], device=device)
+    logits = torch.randn(b, 128256, device=device, dtype=bf)
+    emb = torch.randn(128256, H, device=device, dtype=bf)
+    tok = torch.randint(0, 128256, (b, 1), device=device)
+
+    def swiglu():
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g) * u
+    return [("rmsnorm", H, 4.0 * b * H, lambda: F.rms_norm(x, (H,), w, 1e-5)),
+            ("add", H, 6.0 * b * H, lambda: torch.add(x, y, out=y)),
+            ("swiglu_chunked", Ff, 6.0 * b * Ff, swiglu),
+            ("rope", hq * hd, 4.0 * b * hq * hd, lambda: _rope(q, cos, sin)),
+            ("index_copy", hk * hd, 4.0 * b * hk * hd, lambda: K.index_copy_(2, pos, k)),
+            ("argmax", 128256, 2.0 * b * 128256, lambda: logits.argmax(dim=-1)),
+            ("embedding", H, 4.0 * b * H, lambda: F.embedding(tok, emb))]
+
+
+def bench_decode_cold(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Small decode kernels in a CUDA graph right after a GEMV that streams STREAM_BYTES of weights (their own
+    weights and inputs evicted from L2, as in a real decode step) against the same kernel back to back."""
+    torch = require_torch()
+    rows: list[list] = []
+    if device.type != "cuda":
+        return DECODE_COLD_COLUMNS, rows  # needs CUDA graphs and an L2 to empty: nothing to time on the CPU
+    bf = torch.bfloat16
+    cases = [(b, H) for H in (2048, 4096, 8192) for b in (1, 4, 16, 64, 256)]
+    if quick:
+        cases = [(2, 256)]
+    with torch.no_grad():
+        for (b, H) in cases:
+            if Budget.spent():
+                break
+            N = int(STREAM_BYTES / (2 * H)) // 128 * 128
+            xs = torch.randn(b, H, device=device, dtype=bf)
+            W = torch.randn(H, N, device=device, dtype=bf) * 0.02
+            out = torch.empty(b, N, device=device, dtype=bf)
+            stream = (lambda xs=xs, W=W, out=out: torch.matmul(xs, W, out=out))
+            for (op, width, nbytes, call) in _decode_small_ops(torch, b, H, device):
+                if Budget.spent():
+                    break
+                warm, cold, t_stream = _cold_pair(torch, device, stream, call)
+                rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
+            del xs, W, out
+            torch.cuda.empty_cache()
+    return DECODE_COLD_COLUMNS, rows
+
+
+def bench_optimizer_burst(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Fused AdamW timed once right after a burst of large GEMMs, once after the GPU idled, and in a steady loop,
+    in the memory family's columns (op adamw_fused, pass after_burst / after_idle / steady)."""
+    import statistics
+    import time as _t
+
+    from c3kit.runtime.bench.timing import elapsed, sync
+
+    torch = require_torch()
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    cuda = device.type == "cuda"
+    n_gemm = 8192 if not quick else 64
+    a = torch.randn(n_gemm, n_gemm, device=device, dtype=torch.bfloat16 if cuda else torch.float32)
+    rng = random.Random(47)
+    for n_params in ((1e8, 5e8, 1e9) if not quick else (1e5,)):
+        if Budget.spent():
+            break
+        sizes = random_split(int(n_params), [4096 * 4096, 4096 * 1024, 4096 * 14336 // 2, 2048 * 8192]
+                             if not quick else [1000], rng)
+        ps, opt = fused_adamw(torch, sizes, device)
+        opt.step()
+        sync(device)
+        burst, idle = [], []
+        for _ in range(5 if not quick else 1):
+            t0 = _t.perf_counter()
+            while _t.perf_counter() - t0 < (0.5 if not quick else 0.01):
+                for _ in range(8):
+                    a @ a
+                sync(device)
+            burst.append(elapsed(opt.step, device))
+            _t.sleep(1.0 if not quick else 0.01)
+            idle.append(elapsed(opt.step, device))
+        steady = eager_time(opt.step, device, target_s=0.05, repeats=3)
+        n = int(n_params)
+        for label, t in (("after_burst", statistics.median(burst)), ("after_idle", statistics.median(idle)),
+                         ("steady", steady)):
+            rows.append(["adamw_fused", label, len(ps), n, 28.0 * n, t])
+        ps = opt = None
+        if cuda:
+            torch.cuda.empty_cache()
     return cols, rows
