@@ -137,3 +137,13 @@ def test_decode_profile_writes_per_kernel_rows_per_step(tmp_path):
     assert doc["kind"] == "decode-profile-layers" and doc["rows"]
     # per step: the captured repeats are divided out (CPU events of LAYER_REPEAT steps counted once per step)
     assert all(r[5] > 0 and r[0].startswith("layer:") for r in doc["rows"])
+
+
+def test_decode_cold_and_optimizer_burst_families(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "decode_cold,optimizer_burst"]) == 0
+    cold = json.loads(op_calibration_path("h200-sxm", "decode_cold", tmp_path).read_text())
+    # no L2 to empty and no CUDA graphs on the CPU: the family writes its columns and no rows there
+    assert cold["columns"][:2] == ["op", "batch"] and cold["rows"] == []
+    burst = json.loads(op_calibration_path("h200-sxm", "optimizer_burst", tmp_path).read_text())
+    assert [r[1] for r in burst["rows"]] == ["after_burst", "after_idle", "steady"]
+    assert all(r[0] == "adamw_fused" and r[-1] > 0 for r in burst["rows"])

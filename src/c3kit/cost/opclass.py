@@ -37,7 +37,8 @@ from c3kit.errors import CostError
 # pattern (their own bytes): a row-wise softmax reads and writes each element once around a per-row
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
-                "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
+                "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
+                "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add"}
 # Kinds never faster than another kind's kernel over the same elements (the same work through a worse access
 # pattern; every measured row of act_chunked agrees: 1.97-2.26x): priced at least at that kind, which keeps the
 # fit's extrapolation below its smallest rows (2M elements) from undercutting the contiguous kernel.
@@ -214,6 +215,16 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
         out.append({"op": kind, "pass": "fwd", "tokens": r["batch"], "width": width, "bytes": r["bytes"],
                     "time_s": r["time_s"]})
     return out
+
+
+def decode_cold_rows(rows: list[dict]) -> list[dict]:
+    """The decode_cold family's norm and residual-add rows timed right after a weight stream as memory rows of kinds
+    rmsnorm_cold and residual_add_cold (memops.COLD_IN_DECODE; tokens = the batch, width = hidden)."""
+    from c3kit.workload.memops import COLD_IN_DECODE
+
+    kinds = {"rmsnorm": COLD_IN_DECODE["rmsnorm"], "add": COLD_IN_DECODE["residual_add"]}
+    return [{"op": kinds[str(r["op"])], "pass": "fwd", "tokens": r["batch"], "width": r["width"], "bytes": r["bytes"],
+             "time_s": r["cold_s"]} for r in rows if str(r["op"]) in kinds and r["cold_s"] and r["cold_s"] > 0]
 
 
 def nearest(measured, value) -> int:
@@ -393,7 +404,8 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
-MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels")
+MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
+                   "decode_cold")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -416,6 +428,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
+    mem_rows += decode_cold_rows(docs.get("decode_cold", []))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []

@@ -252,8 +252,21 @@ class Structure:
 
     @property
     def norm_kind(self) -> str:
-        """The memory-op kind of the layer's norm (RMSNorm written out in fp32 when norm_rope is eager)."""
-        return "rmsnorm_eager" if self.norm == "rmsnorm" and self.norm_rope == "eager" else self.norm
+        """The memory-op kind of the layer's norm (RMSNorm written out in fp32 when norm_rope is eager; its weight read
+        cold from HBM in a decode step)."""
+        kind = "rmsnorm_eager" if self.norm == "rmsnorm" and self.norm_rope == "eager" else self.norm
+        return self.cold(kind)
+
+    @property
+    def add_kind(self) -> str:
+        """The memory-op kind of the residual add before each norm (the residual read cold in a decode step)."""
+        return self.cold("residual_add")
+
+    def cold(self, kind: str) -> str:
+        """The kind a decode step runs for `kind` (memops.COLD_IN_DECODE), or kind itself in other phases."""
+        from c3kit.workload.memops import COLD_IN_DECODE
+
+        return COLD_IN_DECODE.get(kind, kind) if self.phase == "decode" else kind
 
     @property
     def rope_kind(self) -> str:
@@ -603,7 +616,7 @@ class _Builder(_Ops):
     def norm(self, name: str, dep, ph: str, role: str) -> str:
         """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
         Tsp, H = self.Tsp, self.d.hidden
-        parts = (("residual_add", Tsp * H, H), (self.s.norm_kind, Tsp * H, H))
+        parts = ((self.s.add_kind, Tsp * H, H), (self.s.norm_kind, Tsp * H, H))
         return self.compute(name, MemShape(self._norm_bytes(4, Tsp * H), 5 * Tsp * H, parts), (dep,), ph, role)
 
     def _norm_bytes(self, fused_traffic: float, elements, backward: bool = False):
@@ -611,7 +624,7 @@ class _Builder(_Ops):
         from c3kit.workload.memops import MEMOP_KINDS
 
         extra = 0.0
-        if self.s.norm_kind != self.s.norm:
+        if self.s.norm_kind not in (self.s.norm, self.s.cold(self.s.norm)):
             sfx = ".bwd" if backward else ""
             extra = MEMOP_KINDS[self.s.norm_kind + sfx][0] - MEMOP_KINDS[self.s.norm + sfx][0]
         return (fused_traffic + extra) * elements * self.d.b

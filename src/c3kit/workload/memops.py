@@ -47,9 +47,21 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     # RoPE as a complex multiply in fp32: cast up (1 + 2), complex multiply (2 + 2), cast down (2 + 1) = 10
     "rope_complex": (10.0, 6.0),
     "rope_complex.bwd": (10.0, 6.0),
+    # the same kernels inside a decode step, where the weights of the whole model stream through L2 between two
+    # uses of a norm's weight vector and of the residual it adds: their rows are timed after a weight stream that
+    # empties L2 (runtime/bench/ops_decode.py, decode_cold); same bytes, colder operands
+    "rmsnorm_cold": (2.0, 4.0),
+    "residual_add_cold": (3.0, 1.0),
     # fused AdamW step per parameter: workload.layer.ADAM_BYTES_PER_PARAM (30 B) in 2-byte units
     "adamw": (15.0, 6.0),
 }
+
+
+# the kind a decode step runs for each kind whose operands are cold there (not the activations just written by the
+# previous kernel, which stay in L2: in the decode_cold rows only the norm and the residual add run measurably
+# slower after a weight stream with the operands a real step leaves cold; index_copy, RoPE and the activation read
+# what the GEMM before them just wrote)
+COLD_IN_DECODE = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold"}
 
 
 def memop_traffic(kind: str, elements: float, itemsize: float) -> tuple[float, float]:
