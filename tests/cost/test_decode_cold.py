@@ -41,3 +41,16 @@ def test_cold_kinds_fall_back_to_their_warm_kernel():
     for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add")):
         assert MEMORY_PROXY[cold] == warm
         assert float(sc.kind_time(cold, 4 * 4096, 4096)) == float(sc.kind_time(warm, 4 * 4096, 4096))
+
+
+def test_cold_kind_never_below_its_warm_kernel_at_many_rows():
+    from c3kit.cost.opclass import ScaledCalibration
+
+    cal = op_calibration("H200-SXM")
+    sc = ScaledCalibration(cal, 1.0, 1.0, cal.l2_bytes)
+    for rows in (1, 16, 256, 4096, 32768):
+        for H in (2048, 5120, 8192):
+            for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add")):
+                assert float(sc.kind_time(cold, rows * H, H)) >= float(sc.kind_time(warm, rows * H, H))
+    # at prefill sizes the bandwidth-bound warm kernel is the price
+    assert float(sc.kind_time("rmsnorm_cold", 32768 * 4096, 4096)) == float(sc.kind_time("rmsnorm", 32768 * 4096, 4096))

@@ -39,7 +39,7 @@ def test_llama70b_tp8_sp_hand_checked():
     assert (ag.kind, ag.bytes, ag.ranks, ag.group, ag.block) == ("all_gather", T * 8192 * 2, 8, "tp", 8)
     assert shape(layer, "proj.rs").kind == "reduce_scatter"
     e = 1024 * 8192  # Tsp = 8192 / 8 rows of H
-    assert shape(layer, "attn_norm") == MemShape(4 * e * 2, 5 * e, (("residual_add", e, 8192), ("rmsnorm", e, 8192)))
+    assert shape(layer, "attn_norm") == MemShape(4 * e * 2, 5 * e, (("residual_add_cold", e, 8192), ("rmsnorm_cold", e, 8192)))
     # RoPE on this GPU's 8 query and 1 KV heads of all 8192 tokens (SP gathers them before QKV)
     assert shape(layer, "rope").parts == (("rope", 8192 * 8 * 128, 128), ("rope", 8192 * 1 * 128, 128))
     assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * 8 * 128, 128), ("rope.bwd", 8192 * 1 * 128, 128))
@@ -408,8 +408,8 @@ def test_eager_norm_rope_prices_the_fp32_passes():
     eager = describe(L70, Parallelism(tp=8, sp=True), "train", 4096, norm_rope="eager")
     f, e = shape(fused, "attn_norm"), shape(eager, "attn_norm")
     # residual add + norm over the Tsp x H activation: kinds swapped, bytes grow by the eager passes (18 - 2)
-    assert [k for k, _, _ in f.parts] == ["residual_add", "rmsnorm"]
-    assert [k for k, _, _ in e.parts] == ["residual_add", "rmsnorm_eager"]
+    assert [k for k, _, _ in f.parts] == ["residual_add_cold", "rmsnorm_cold"]
+    assert [k for k, _, _ in e.parts] == ["residual_add_cold", "rmsnorm_eager"]
     el = 4096 // 8 * 8192
     assert e.bytes - f.bytes == (MEMOP_KINDS["rmsnorm_eager"][0] - MEMOP_KINDS["rmsnorm"][0]) * el * 2
     assert [k for k, _, _ in shape(eager, "rope").parts] == ["rope_complex", "rope_complex"]

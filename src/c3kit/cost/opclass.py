@@ -42,7 +42,9 @@ MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "
 # Kinds never faster than another kind's kernel over the same elements (the same work through a worse access
 # pattern; every measured row of act_chunked agrees: 1.97-2.26x): priced at least at that kind, which keeps the
 # fit's extrapolation below its smallest rows (2M elements) from undercutting the contiguous kernel.
-AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
+AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
+            # colder operands never make a kernel faster; the cold rows stop at 256 rows (workload.memops.COLD_KINDS)
+            "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add"}
 # Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
 # vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
 PER_WIDTH_KINDS = ("argmax",)
@@ -219,10 +221,10 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
 
 def decode_cold_rows(rows: list[dict]) -> list[dict]:
     """The decode_cold family's norm and residual-add rows timed right after a weight stream as memory rows of kinds
-    rmsnorm_cold and residual_add_cold (memops.COLD_IN_DECODE; tokens = the batch, width = hidden)."""
-    from c3kit.workload.memops import COLD_IN_DECODE
+    rmsnorm_cold and residual_add_cold (memops.COLD_KINDS; tokens = the batch, width = hidden)."""
+    from c3kit.workload.memops import COLD_KINDS
 
-    kinds = {"rmsnorm": COLD_IN_DECODE["rmsnorm"], "add": COLD_IN_DECODE["residual_add"]}
+    kinds = {"rmsnorm": COLD_KINDS["rmsnorm"], "add": COLD_KINDS["residual_add"]}
     return [{"op": kinds[str(r["op"])], "pass": "fwd", "tokens": r["batch"], "width": r["width"], "bytes": r["bytes"],
              "time_s": r["cold_s"]} for r in rows if str(r["op"]) in kinds and r["cold_s"] and r["cold_s"] > 0]
 

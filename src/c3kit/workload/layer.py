@@ -252,21 +252,25 @@ class Structure:
 
     @property
     def norm_kind(self) -> str:
-        """The memory-op kind of the layer's norm (RMSNorm written out in fp32 when norm_rope is eager; its weight read
-        cold from HBM in a decode step)."""
-        kind = "rmsnorm_eager" if self.norm == "rmsnorm" and self.norm_rope == "eager" else self.norm
-        return self.cold(kind)
+        """The memory-op kind of the layer's norm (RMSNorm written out in fp32 when norm_rope is eager)."""
+        return "rmsnorm_eager" if self.norm == "rmsnorm" and self.norm_rope == "eager" else self.norm
+
+    @property
+    def norm_fwd_kind(self) -> str:
+        """The kind a forward norm runs: norm_kind with its weight read cold from HBM (memops.COLD_KINDS)."""
+        return self.cold(self.norm_kind)
 
     @property
     def add_kind(self) -> str:
-        """The memory-op kind of the residual add before each norm (the residual read cold in a decode step)."""
+        """The memory-op kind of the residual add before each norm (the residual read cold, memops.COLD_KINDS)."""
         return self.cold("residual_add")
 
-    def cold(self, kind: str) -> str:
-        """The kind a decode step runs for `kind` (memops.COLD_IN_DECODE), or kind itself in other phases."""
-        from c3kit.workload.memops import COLD_IN_DECODE
+    @staticmethod
+    def cold(kind: str) -> str:
+        """The kind a forward pass runs for `kind` with its weight and residual cold (memops.COLD_KINDS)."""
+        from c3kit.workload.memops import COLD_KINDS
 
-        return COLD_IN_DECODE.get(kind, kind) if self.phase == "decode" else kind
+        return COLD_KINDS.get(kind, kind)
 
     @property
     def rope_kind(self) -> str:
@@ -616,7 +620,7 @@ class _Builder(_Ops):
     def norm(self, name: str, dep, ph: str, role: str) -> str:
         """Residual add + norm of one layer (2 reads, 2 writes of a Tsp x H activation)."""
         Tsp, H = self.Tsp, self.d.hidden
-        parts = ((self.s.add_kind, Tsp * H, H), (self.s.norm_kind, Tsp * H, H))
+        parts = ((self.s.add_kind, Tsp * H, H), (self.s.norm_fwd_kind, Tsp * H, H))
         return self.compute(name, MemShape(self._norm_bytes(4, Tsp * H), 5 * Tsp * H, parts), (dep,), ph, role)
 
     def _norm_bytes(self, fused_traffic: float, elements, backward: bool = False):
@@ -624,7 +628,7 @@ class _Builder(_Ops):
         from c3kit.workload.memops import MEMOP_KINDS
 
         extra = 0.0
-        if self.s.norm_kind not in (self.s.norm, self.s.cold(self.s.norm)):
+        if self.s.norm_kind != self.s.norm:
             sfx = ".bwd" if backward else ""
             extra = MEMOP_KINDS[self.s.norm_kind + sfx][0] - MEMOP_KINDS[self.s.norm + sfx][0]
         return (fused_traffic + extra) * elements * self.d.b
@@ -848,7 +852,7 @@ class _Builder(_Ops):
         Vl = cdiv(d.vocab, d.tp)
         rows = self.Tsp if train else T_out
         fn = self.compute("final_norm", MemShape(self._norm_bytes(2, rows * d.hidden), 0,
-                                                 ((self.s.norm_kind, rows * d.hidden, d.hidden),)),
+                                                 ((self.s.norm_fwd_kind, rows * d.hidden, d.hidden),)),
                           (last_fwd,), "fwd", "norm", "micro")
         hag = self.tp_gather("lm_head_in", fn, "fwd", "micro") if train else None
         lm = self.compute("lm_head", GemmShape(T_out, Vl, d.hidden), (hag or fn,), "fwd", "lm_head", "micro")

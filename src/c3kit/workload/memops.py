@@ -47,8 +47,8 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     # RoPE as a complex multiply in fp32: cast up (1 + 2), complex multiply (2 + 2), cast down (2 + 1) = 10
     "rope_complex": (10.0, 6.0),
     "rope_complex.bwd": (10.0, 6.0),
-    # the same kernels inside a decode step, where the weights of the whole model stream through L2 between two
-    # uses of a norm's weight vector and of the residual it adds: their rows are timed after a weight stream that
+    # the same kernels as a model's forward runs them: the weights of the whole model stream through L2 between two
+    # uses of a norm's weight vector and of the residual it adds, so their rows are timed after a weight stream that
     # empties L2 (runtime/bench/ops_decode.py, decode_cold); same bytes, colder operands
     "rmsnorm_cold": (2.0, 4.0),
     "residual_add_cold": (3.0, 1.0),
@@ -57,11 +57,12 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
 }
 
 
-# the kind a decode step runs for each kind whose operands are cold there (not the activations just written by the
-# previous kernel, which stay in L2: in the decode_cold rows only the norm and the residual add run measurably
-# slower after a weight stream with the operands a real step leaves cold; index_copy, RoPE and the activation read
-# what the GEMM before them just wrote)
-COLD_IN_DECODE = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold"}
+# the kind a forward pass runs for each kind whose operands are cold there: a norm's weight and the residual stream
+# were last touched a whole layer's weights ago. The activations just written by the previous kernel stay in L2:
+# index_copy, RoPE and the activation read what the GEMM before them just wrote and are priced warm. The cold rows
+# go up to 256 rows; over many rows only the first wave waits on HBM, and cost.opclass.AT_LEAST prices a cold kind
+# never below its warm kernel, which is what a prefill or training forward of thousands of rows pays.
+COLD_KINDS = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold"}
 
 
 def memop_traffic(kind: str, elements: float, itemsize: float) -> tuple[float, float]:
