@@ -14,8 +14,9 @@ import sys
 import time as _time
 
 from c3kit.runtime._torch import require_torch
-from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_decode_cold, bench_decode_kernels,
-                                             bench_moe_train, bench_optimizer_burst, bench_optimizer_mix)
+from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_decode_cold, bench_decode_fresh,
+                                             bench_decode_kernels, bench_moe_train, bench_optimizer_burst,
+                                             bench_optimizer_mix, bench_optimizer_setup)
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
 from c3kit.runtime.bench.ops_recipes import random_split as _random_split
 from c3kit.runtime.bench.ops_recipes import (bench_attn_backends, bench_eager_ops, bench_fp8, bench_gemm_cold,
@@ -27,7 +28,8 @@ from c3kit.runtime.bench.timing import timed as _timed
 
 FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "moe", "attn_backends",
             "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix",
-            "moe_train", "act_chunked", "decode_cold", "optimizer_burst")
+            "moe_train", "act_chunked", "decode_cold", "optimizer_burst",
+            "decode_fresh", "optimizer_setup")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -452,7 +454,8 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "optimizer": bench_optimizer, "gemm_cold": bench_gemm_cold,
            "decode_kernels": bench_decode_kernels, "optimizer_mix": bench_optimizer_mix,
            "moe_train": bench_moe_train, "act_chunked": bench_act_chunked, "decode_cold": bench_decode_cold,
-           "optimizer_burst": bench_optimizer_burst}
+           "optimizer_burst": bench_optimizer_burst, "decode_fresh": bench_decode_fresh,
+           "optimizer_setup": bench_optimizer_setup}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -407,3 +407,114 @@ def bench_optimizer_burst(device, quick: bool) -> tuple[list[str], list[list]]:
         if cuda:
             torch.cuda.empty_cache()
     return cols, rows
+
+
+def _fresh_ops(torch, b: int, H: int, out, device) -> list[tuple[str, int, float, object]]:
+    """(op, width, bytes, call) of the decode kernels whose input a real step has just written: each reads a slice
+    of `out`, the output of the weight stream before it (RoPE and the KV write on q / k, SwiGLU on gate and up,
+    RMSNorm on the residual sum with its weight cold, the residual add with the residual cold)."""
+    from c3kit.runtime.bench.ops import _rope
+
+    F = torch.nn.functional
+    bf = torch.bfloat16
+    hd, hk, hq = 128, 8, H // 128
+    N = out.shape[1]
+    Ff = min(int(3.5 * H) // 256 * 256, N // 2)
+    w = torch.ones(H, device=device, dtype=bf)
+    resid = torch.randn(b, H, device=device, dtype=bf)
+    cos = torch.randn(1, 1, hd, device=device, dtype=bf)
+    sin = torch.randn(1, 1, hd, device=device, dtype=bf)
+    K = torch.zeros(b, hk, 4096, hd, device=device, dtype=bf)
+    pos = torch.tensor([4095], device=device)
+    q = out[:, :hq * hd].view(b, 1, hq, hd)
+    k = out[:, :hk * hd].view(b, 1, hk, hd).transpose(1, 2)
+    x = out[:, :H]
+
+    def swiglu():
+        g, u = out[:, :2 * Ff].chunk(2, dim=-1)
+        return F.silu(g) * u
+    return [("rmsnorm", H, 4.0 * b * H, lambda: F.rms_norm(x, (H,), w, 1e-5)),
+            ("add", H, 6.0 * b * H, lambda: torch.add(x, resid, out=resid)),
+            ("swiglu_chunked", Ff, 6.0 * b * Ff, swiglu),
+            ("rope", hq * hd, 4.0 * b * hq * hd, lambda: _rope(q, cos, sin)),
+            ("index_copy", hk * hd, 4.0 * b * hk * hd, lambda: K.index_copy_(2, pos, k))]
+
+
+def bench_decode_fresh(device, quick: bool) -> tuple[list[str], list[list]]:
+    """The decode_cold measurement with each kernel reading what the weight stream just wrote (as in a real decode
+    step), so that only the operands a real step leaves cold (norm weight, residual, KV cache) are cold."""
+    torch = require_torch()
+    rows: list[list] = []
+    if device.type != "cuda":
+        return DECODE_COLD_COLUMNS, rows  # needs CUDA graphs and an L2 to empty: nothing to time on the CPU
+    bf = torch.bfloat16
+    with torch.no_grad():
+        for (b, H) in [(b, H) for H in (2048, 4096, 8192) for b in (1, 4, 16, 64, 256)]:
+            if Budget.spent():
+                break
+            N = int(STREAM_BYTES / (2 * H)) // 128 * 128
+            xs = torch.randn(b, H, device=device, dtype=bf)
+            W = torch.randn(H, N, device=device, dtype=bf) * 0.02
+            out = torch.empty(b, N, device=device, dtype=bf)
+            stream = (lambda xs=xs, W=W, out=out: torch.matmul(xs, W, out=out))
+            for (op, width, nbytes, call) in _fresh_ops(torch, b, H, out, device):
+                if Budget.spent():
+                    break
+                warm, cold, t_stream = _cold_pair(torch, device, stream, call)
+                rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
+            del xs, W, out
+            torch.cuda.empty_cache()
+    return DECODE_COLD_COLUMNS, rows
+
+
+def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Fused AdamW over a training-step model's fp32 master copies built as the train_step benchmark builds them,
+    timed in a steady loop before any forward + backward, after five, with random instead of zero gradients, and
+    over fresh zero tensors of the same sizes (ops_recipes.fused_adamw), in one process (memory family columns)."""
+    torch = require_torch()
+    from c3kit.runtime.bench.train_step import TRAIN_MODELS, _flat, _loss, _params
+
+    cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
+    rows: list[list] = []
+    names = ["llama-3.2-1b", "qwen2.5-7b-4L"] if not quick else ["llama-3.2-1b"]
+    for name in names:
+        if Budget.spent():
+            break
+        shape = TRAIN_MODELS[name] if not quick else (1, 64, 2, 1, 32, 128, 256)
+        L, H, hq, hk, hd, F_, V = shape
+        P = _params(torch, *shape, device)
+        flat = _flat(P)
+        master = [t.detach().float().requires_grad_() for t in flat]
+        for m_ in master:
+            m_.grad = torch.zeros_like(m_)
+        opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
+        opt.step()
+        n = sum(t.numel() for t in flat)
+
+        def row(label, o):
+            rows.append(["adamw_fused", label, len(flat), n, 28.0 * n,
+                         eager_time(o.step, device, target_s=0.1 if not quick else 0.005, repeats=3)])
+        row("train_setup", opt)
+        s = 2048 if not quick else 16
+        tokens = torch.randint(0, V, (1, s), device=device)
+        pos = torch.arange(s, device=device, dtype=torch.float32)
+        inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+        emb = torch.cat((torch.outer(pos, inv),) * 2, dim=-1)
+        rot = (emb.cos().to(torch.bfloat16)[:, None, :], emb.sin().to(torch.bfloat16)[:, None, :])
+        for _ in range(5):
+            _loss(torch, P, tokens, rot, shape, "fused").backward()
+        row("after_fwd_bwd", opt)
+        for m_ in master:
+            m_.grad = torch.randn_like(m_)
+        row("random_grads", opt)
+        sizes = [t.numel() for t in flat]
+        P = flat = master = opt = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        ps, opt2 = fused_adamw(torch, sizes, device)
+        rows.append(["adamw_fused", "fresh_zeros", len(ps), n, 28.0 * n,
+                     eager_time(opt2.step, device, target_s=0.1 if not quick else 0.005, repeats=3)])
+        ps = opt2 = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return cols, rows
