@@ -147,3 +147,13 @@ def test_decode_cold_and_optimizer_burst_families(tmp_path):
     burst = json.loads(op_calibration_path("h200-sxm", "optimizer_burst", tmp_path).read_text())
     assert [r[1] for r in burst["rows"]] == ["after_burst", "after_idle", "steady"]
     assert all(r[0] == "adamw_fused" and r[-1] > 0 for r in burst["rows"])
+
+
+def test_decode_fresh_and_optimizer_setup_families(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "decode_fresh,optimizer_setup"]) == 0
+    fresh = json.loads(op_calibration_path("h200-sxm", "decode_fresh", tmp_path).read_text())
+    assert fresh["columns"][:2] == ["op", "batch"] and fresh["rows"] == []
+    setup = json.loads(op_calibration_path("h200-sxm", "optimizer_setup", tmp_path).read_text())
+    assert [r[1] for r in setup["rows"]] == ["train_setup", "after_fwd_bwd", "random_grads", "fresh_zeros"]
+    # one parameter count for every variant of the model
+    assert len({r[3] for r in setup["rows"]}) == 1 and all(r[-1] > 0 for r in setup["rows"])
