@@ -95,3 +95,18 @@ def test_copy_engine_rate_is_the_published_per_copy_measurement(name):
     # p2pBandwidthLatencyTest on 8 x H100 SXM (NVIDIA/nccl#1264): 371-377 GB/s per peer copy; H200: same fabric
     g = get_gpu(name)
     assert g.dma.bw_per_engine == 375e9 and g.dma.engines == 3
+
+
+@pytest.mark.parametrize("gpus", [2, 3, 5, 8])
+def test_streams_alternate_and_the_output_copy_follows_the_group_size_parity(gpus):
+    # step j runs on the backend stream when j is odd; the all-gather output copy goes on the current stream
+    # when the group size is even, on the backend stream when it is odd (as PyTorch issues it)
+    ctx = Ctx(OverlapProblem("ag_gemm", 64 * gpus, 256, 128, "bf16", gpus), H100, P,
+              CostCache(H100, P.tile_m, P.tile_n, 1.0))
+    t = {x.name: x for x in build(SCHEDULES["ring-dma"], ctx, "sm")[0]}
+    for j in range(1, gpus):
+        want = BACK if j % 2 else CUR
+        assert t[f"ag-{j}"].stream == t[f"gemm-{j}"].stream == want
+    assert t["ag-out"].stream == (CUR if gpus % 2 == 0 else BACK)
+    # the last barrier waits for the last task of each stream: the output copy and the last step's GEMM
+    assert set(t["barrier-end"].deps) == {"ag-out", f"gemm-{gpus - 1}"}
