@@ -16,6 +16,16 @@ def test_rows_map_to_cold_kinds_with_the_cold_time():
     got = decode_cold_rows(rows)
     assert [(r["op"], r["tokens"], r["width"], r["time_s"]) for r in got] == [
         ("rmsnorm_cold", 4, 4096, 7.7e-6), ("residual_add_cold", 4, 4096, 1.8e-6)]
+    # RoPE and SwiGLU come from the rows that read what the stream just wrote; RoPE per head (head dim 128)
+    fresh = [{"op": "rope", "batch": 4, "hidden": 4096, "width": 4096, "bytes": 65536.0, "warm_s": 1.08e-5,
+              "cold_s": 1.2e-5, "stream_s": 4.5e-5},
+             {"op": "swiglu_chunked", "batch": 4, "hidden": 4096, "width": 14336, "bytes": 344064.0, "warm_s": 4.9e-6,
+              "cold_s": 5.6e-6, "stream_s": 4.5e-5},
+             {"op": "index_copy", "batch": 4, "hidden": 4096, "width": 1024, "bytes": 16384.0, "warm_s": 2.8e-6,
+              "cold_s": 2.8e-6, "stream_s": 4.5e-5}]
+    got = decode_cold_rows([], fresh)
+    assert [(r["op"], r["tokens"], r["width"], r["time_s"]) for r in got] == [
+        ("rope_cold", 128, 128, 1.2e-5), ("swiglu_chunked_cold", 4, 14336, 5.6e-6)]
 
 
 def test_h200_cold_norm_is_slower_than_warm_at_decode_sizes():
@@ -38,7 +48,8 @@ def test_cold_kinds_fall_back_to_their_warm_kernel():
     cal = op_calibration("H200-SXM")
     warm_only = replace(cal, memory={k: v for k, v in cal.memory.items() if not k.endswith("_cold")})
     sc = ScaledCalibration(warm_only, 1.0, 1.0, cal.l2_bytes)
-    for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add")):
+    for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add"), ("rope_cold", "rope"),
+                       ("swiglu_chunked_cold", "swiglu_chunked")):
         assert MEMORY_PROXY[cold] == warm
         assert float(sc.kind_time(cold, 4 * 4096, 4096)) == float(sc.kind_time(warm, 4 * 4096, 4096))
 
@@ -50,7 +61,8 @@ def test_cold_kind_never_below_its_warm_kernel_at_many_rows():
     sc = ScaledCalibration(cal, 1.0, 1.0, cal.l2_bytes)
     for rows in (1, 16, 256, 4096, 32768):
         for H in (2048, 5120, 8192):
-            for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add")):
+            for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add"),
+                               ("rope_cold", "rope"), ("swiglu_chunked_cold", "swiglu_chunked")):
                 assert float(sc.kind_time(cold, rows * H, H)) >= float(sc.kind_time(warm, rows * H, H))
     # at prefill sizes the bandwidth-bound warm kernel is the price
     assert float(sc.kind_time("rmsnorm_cold", 32768 * 4096, 4096)) == float(sc.kind_time("rmsnorm", 32768 * 4096, 4096))

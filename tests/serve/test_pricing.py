@@ -102,4 +102,4 @@ def test_engines_price_the_activation_their_code_runs():
         g = p._build(M, p.par, "prefill", 16, "bf16", HW.gpus_per_node)
         return next(n.op.parts[0][0] for n in g.nodes if n.role == "act")
     assert act_kind("vllm-v0") == act_kind("none") == "swiglu"
-    assert act_kind("loop") == act_kind("loop-eager") == "swiglu_chunked"
+    assert act_kind("loop") == act_kind("loop-eager") == "swiglu_chunked_cold"

@@ -18,6 +18,15 @@ def test_forward_norms_and_adds_take_the_cold_kinds(phase):
     assert set(_norm_parts(phase)) == {"rmsnorm_cold", "residual_add_cold"}
 
 
+@pytest.mark.parametrize("phase", ["decode", "prefill", "train"])
+def test_forward_rope_and_chunked_swiglu_take_the_after_stream_kinds(phase):
+    g = build_step(get_model("llama-3-8b"), Parallelism(tp=2, micro_batch=4), phase, 4096)
+    kinds = {k for n in g.nodes if n.role in ("rope", "act") and n.phase == "fwd" for (k, _, _) in n.op.parts}
+    assert kinds == {"rope_cold", "swiglu_chunked_cold"}
+    bwd = {k for n in g.nodes if n.role in ("rope", "act") and n.phase == "bwd" for (k, _, _) in n.op.parts}
+    assert phase != "train" or bwd == {"rope.bwd", "swiglu_chunked.bwd"}
+
+
 def test_backward_keeps_the_warm_kinds():
     kinds = set(_norm_parts("train", "bwd"))
     assert "rmsnorm.bwd" in kinds and not any("cold" in k for k in kinds)

@@ -41,11 +41,11 @@ def test_llama70b_tp8_sp_hand_checked():
     e = 1024 * 8192  # Tsp = 8192 / 8 rows of H
     assert shape(layer, "attn_norm") == MemShape(4 * e * 2, 5 * e, (("residual_add_cold", e, 8192), ("rmsnorm_cold", e, 8192)))
     # RoPE on this GPU's 8 query and 1 KV heads of all 8192 tokens (SP gathers them before QKV)
-    assert shape(layer, "rope").parts == (("rope", 8192 * 8 * 128, 128), ("rope", 8192 * 1 * 128, 128))
+    assert shape(layer, "rope").parts == (("rope_cold", 8192 * 8 * 128, 128), ("rope_cold", 8192 * 1 * 128, 128))
     assert shape(layer, "rope.bwd").parts == (("rope.bwd", 8192 * 8 * 128, 128), ("rope.bwd", 8192 * 1 * 128, 128))
     assert shape(layer, "mlp_norm.bwd").parts == (("rmsnorm.bwd", e, 8192), ("residual_add", e, 8192))
     # the default glue "split": SwiGLU over the two strided halves of the one gate+up GEMM output
-    assert shape(layer, "act").parts == (("swiglu_chunked", 8192 * 28672 // 8, 28672 // 8),)
+    assert shape(layer, "act").parts == (("swiglu_chunked_cold", 8192 * 28672 // 8, 28672 // 8),)
     sep = describe(L70, Parallelism(tp=8, sp=True), "train", 8192, glue="separate")
     assert shape(sep, "act").parts == (("swiglu", 8192 * 28672 // 8, 28672 // 8),)
     assert shape(sep, "act.bwd").parts == (("swiglu.bwd", 8192 * 28672 // 8, 28672 // 8),)

@@ -38,13 +38,15 @@ from c3kit.errors import CostError
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
                 "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
-                "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add"}
+                "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add", "rope_cold": "rope",
+                "swiglu_chunked_cold": "swiglu_chunked"}
 # Kinds never faster than another kind's kernel over the same elements (the same work through a worse access
 # pattern; every measured row of act_chunked agrees: 1.97-2.26x): priced at least at that kind, which keeps the
 # fit's extrapolation below its smallest rows (2M elements) from undercutting the contiguous kernel.
 AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
             # colder operands never make a kernel faster; the cold rows stop at 256 rows (workload.memops.COLD_KINDS)
-            "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add"}
+            "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add", "rope_cold": "rope",
+            "swiglu_chunked_cold": "swiglu_chunked"}
 # Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
 # vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
 PER_WIDTH_KINDS = ("argmax",)
@@ -145,6 +147,7 @@ class OpCalibration:
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
     unfused: dict = field(default_factory=dict)  # pass -> FeatureCost over unfused_features
     decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
+    after_stream_cap: dict = field(default_factory=dict)  # COLD_KINDS kind -> the most elements its rows measured
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
@@ -219,14 +222,26 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def decode_cold_rows(rows: list[dict]) -> list[dict]:
-    """The decode_cold family's norm and residual-add rows timed right after a weight stream as memory rows of kinds
-    rmsnorm_cold and residual_add_cold (memops.COLD_KINDS; tokens = the batch, width = hidden)."""
+def decode_cold_rows(cold: list[dict], fresh: list[dict] = ()) -> list[dict]:
+    """The kernels timed right after a weight stream as memory rows of the memops.COLD_KINDS kinds: the norm and
+    the residual add from the decode_cold rows (contiguous rows, weight / residual cold), RoPE and SwiGLU from the
+    decode_fresh rows (on the views of what the stream just wrote). Tokens and width as the layer description
+    prices each kind: RoPE per head (tokens = batch x heads, width = 128, the benchmark's head dim), the others
+    per row (tokens = the batch, width = the row)."""
     from c3kit.workload.memops import COLD_KINDS
 
-    kinds = {"rmsnorm": COLD_KINDS["rmsnorm"], "add": COLD_KINDS["residual_add"]}
-    return [{"op": kinds[str(r["op"])], "pass": "fwd", "tokens": r["batch"], "width": r["width"], "bytes": r["bytes"],
-             "time_s": r["cold_s"]} for r in rows if str(r["op"]) in kinds and r["cold_s"] and r["cold_s"] > 0]
+    def rows_of(rows, kinds):
+        out = []
+        for r in rows:
+            kind = kinds.get(str(r["op"]))
+            if kind is None or not r["cold_s"] or r["cold_s"] <= 0:
+                continue
+            rope = kind == COLD_KINDS["rope"]
+            out.append({"op": kind, "pass": "fwd", "tokens": r["batch"] * (r["width"] // 128 if rope else 1),
+                        "width": 128 if rope else r["width"], "bytes": r["bytes"], "time_s": r["cold_s"]})
+        return out
+    return (rows_of(cold, {"rmsnorm": COLD_KINDS["rmsnorm"], "add": COLD_KINDS["residual_add"]})
+            + rows_of(fresh, {"rope": COLD_KINDS["rope"], "swiglu_chunked": COLD_KINDS["swiglu_chunked"]}))
 
 
 def nearest(measured, value) -> int:
@@ -407,7 +422,7 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
-                   "decode_cold")
+                   "decode_cold", "decode_fresh")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -430,14 +445,18 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
-    mem_rows += decode_cold_rows(docs.get("decode_cold", []))
+    cold_rows = decode_cold_rows(docs.get("decode_cold", []), docs.get("decode_fresh", []))
+    mem_rows += cold_rows
+    cap: dict = {}
+    for r in cold_rows:
+        cap[r["op"]] = max(cap.get(r["op"], 0.0), float(r["tokens"]) * float(r["width"]))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows))
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), cap)
 
 
 @dataclass(frozen=True)
@@ -455,10 +474,28 @@ class ScaledCalibration:
         m = memory_model(self.cal.memory, kind, width) or self.cal.memory.get(MEMORY_PROXY.get(kind, ""))
         if m is None:
             return None
-        f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
-        t = m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+        cap = self.cal.after_stream_cap.get(kind) if kind in self.cal.memory else None
+        if cap is not None:
+            return self._after_stream(kind, m, cap, elements, width, itemsize)
+        t = self._fitted(kind, m, elements, width, itemsize)
         low = self.kind_time(AT_LEAST[kind], elements, width, itemsize) if kind in AT_LEAST else None
         return t if low is None else np.maximum(t, low)
+
+    def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float):
+        """The class's fitted seconds, bandwidth terms scaled to this GPU."""
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+
+    def _after_stream(self, kind: str, m: FeatureCost, cap: float, elements, width, itemsize: float):
+        """A kernel right after a weight stream (memops.COLD_KINDS): its warm kernel plus what the stream adds,
+        taken at the size where it was measured (up to cap elements) and held beyond: the wait on HBM is the first
+        wave's, and the cold rows' fit extrapolated to thousands of rows would price bandwidth it never measured."""
+        warm = self.kind_time(AT_LEAST[kind], elements, width, itemsize)
+        if warm is None:
+            return None
+        e_c = np.minimum(np.asarray(elements, dtype=float), cap)
+        extra = self._fitted(kind, m, e_c, width, itemsize) - self.kind_time(AT_LEAST[kind], e_c, width, itemsize)
+        return warm + np.maximum(extra, 0.0)
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);

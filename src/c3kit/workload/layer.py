@@ -645,7 +645,8 @@ class _Builder(_Ops):
         """The activation's measured kernel: SwiGLU (gated) or GELU, forward or backward."""
         # one gate+up GEMM split by views (glue "split") feeds SwiGLU strided halves: the measured chunked kernel
         gated = "swiglu_chunked" if self.s.glue == "split" else "swiglu"
-        kind = (gated if self.s.gated else "gelu") + (".bwd" if backward else "")
+        kind = gated if self.s.gated else "gelu"
+        kind = kind + ".bwd" if backward else self.s.cold(kind)
         return ((kind, elements, width),)
 
     def rope(self, name: str, dep: str, ph: str, role: str) -> str | None:
@@ -656,7 +657,7 @@ class _Builder(_Ops):
         d = self.d
         from c3kit.workload.memops import MEMOP_KINDS
 
-        kind = self.s.rope_kind + (".bwd" if name.endswith(".bwd") else "")
+        kind = self.s.rope_kind + ".bwd" if name.endswith(".bwd") else self.s.cold(self.s.rope_kind)
         q_el, k_el = self.T * self.qn * d.head_dim, self.T * self.kvn * d.head_dim
         parts = ((kind, q_el, d.head_dim), (kind, k_el, d.head_dim))
         traffic = MEMOP_KINDS[kind][0]

@@ -52,17 +52,24 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
     # empties L2 (runtime/bench/ops_decode.py, decode_cold); same bytes, colder operands
     "rmsnorm_cold": (2.0, 4.0),
     "residual_add_cold": (3.0, 1.0),
+    # RoPE on the q / k the QKV GEMM just wrote (cos / sin tables cold) and SwiGLU on the gate / up halves the
+    # gate+up GEMM just wrote, timed right after the weight stream that wrote them (decode_fresh)
+    "rope_cold": (2.0, 3.0),
+    "swiglu_chunked_cold": (3.0, 6.0),
     # fused AdamW step per parameter: workload.layer.ADAM_BYTES_PER_PARAM (30 B) in 2-byte units
     "adamw": (15.0, 6.0),
 }
 
 
-# the kind a forward pass runs for each kind whose operands are cold there: a norm's weight and the residual stream
-# were last touched a whole layer's weights ago. The activations just written by the previous kernel stay in L2:
-# index_copy, RoPE and the activation read what the GEMM before them just wrote and are priced warm. The cold rows
-# go up to 256 rows; over many rows only the first wave waits on HBM, and cost.opclass.AT_LEAST prices a cold kind
-# never below its warm kernel, which is what a prefill or training forward of thousands of rows pays.
-COLD_KINDS = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold"}
+# the kind a forward pass runs for each small kernel that follows a weight stream: a norm's weight, RoPE's cos / sin
+# tables and the residual stream were last touched a whole layer's weights ago (cold in L2), while the activation
+# just written by the GEMM before it stays in L2. Each is priced from rows timed in that situation: the norm and
+# the residual add on contiguous rows with their weight / residual cold (decode_cold), RoPE and SwiGLU on the
+# strided views of the output the stream just wrote (decode_fresh). The KV write (index_copy) runs no slower
+# there and keeps its warm rows. The rows go up to 256 rows; over many rows only the first wave waits, and
+# cost.opclass.AT_LEAST prices each never below its warm kernel, which a prefill or training forward pays.
+COLD_KINDS = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold", "rope": "rope_cold",
+              "swiglu_chunked": "swiglu_chunked_cold"}
 
 
 def memop_traffic(kind: str, elements: float, itemsize: float) -> tuple[float, float]:

@@ -315,7 +315,7 @@ def _decode_small_ops(torch, b: int, H: int, device) -> list[tuple[str, int, flo
     q = torch.randn(b, 1, hq, hd, device=device, dtype=bf)
     cos = torch.randn(1, 1, hd, device=device, dtype=bf)
     sin = torch.randn(1, 1, hd, device=device, dtype=bf)
-    L = 4096
+    L = 4096 if b <= 256 else 64  # prefill-sized rows: a short cache keeps it in memory
     K = torch.zeros(b, hk, L, hd, device=device, dtype=bf)
     k = torch.randn(b, 1, hk, hd, device=device, dtype=bf).transpose(1, 2)
     pos = torch.tensor([L - 1], device=device)
@@ -335,7 +335,11 @@ def _decode_small_ops(torch, b: int, H: int, device) -> list[tuple[str, int, flo
             ("embedding", H, 4.0 * b * H, lambda: F.embedding(tok, emb))]
 
 
-def bench_decode_cold(device, quick: bool) -> tuple[list[str], list[list]]:
+DECODE_ROWS = (1, 4, 16, 64, 256)
+LARGE_ROWS = (1024, 4096, 16384)  # prefill / training forward sizes: does the after-stream cost stay, grow or go?
+
+
+def bench_decode_cold(device, quick: bool, rows_of: tuple = DECODE_ROWS) -> tuple[list[str], list[list]]:
     """Small decode kernels in a CUDA graph right after a GEMV that streams STREAM_BYTES of weights (their own
     weights and inputs evicted from L2, as in a real decode step) against the same kernel back to back."""
     torch = require_torch()
@@ -343,7 +347,8 @@ def bench_decode_cold(device, quick: bool) -> tuple[list[str], list[list]]:
     if device.type != "cuda":
         return DECODE_COLD_COLUMNS, rows  # needs CUDA graphs and an L2 to empty: nothing to time on the CPU
     bf = torch.bfloat16
-    cases = [(b, H) for H in (2048, 4096, 8192) for b in (1, 4, 16, 64, 256)]
+    cases = [(b, H) for H in (2048, 4096, 8192) for b in rows_of]
+    n_rep = 12 if max(rows_of) <= 256 else 4
     if quick:
         cases = [(2, 256)]
     with torch.no_grad():
@@ -358,7 +363,7 @@ def bench_decode_cold(device, quick: bool) -> tuple[list[str], list[list]]:
             for (op, width, nbytes, call) in _decode_small_ops(torch, b, H, device):
                 if Budget.spent():
                     break
-                warm, cold, t_stream = _cold_pair(torch, device, stream, call)
+                warm, cold, t_stream = _cold_pair(torch, device, stream, call, n_rep)
                 rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
             del xs, W, out
             torch.cuda.empty_cache()
@@ -424,8 +429,9 @@ def _fresh_ops(torch, b: int, H: int, out, device) -> list[tuple[str, int, float
     resid = torch.randn(b, H, device=device, dtype=bf)
     cos = torch.randn(1, 1, hd, device=device, dtype=bf)
     sin = torch.randn(1, 1, hd, device=device, dtype=bf)
-    K = torch.zeros(b, hk, 4096, hd, device=device, dtype=bf)
-    pos = torch.tensor([4095], device=device)
+    L = 4096 if b <= 256 else 64  # prefill-sized rows: a short cache keeps it in memory
+    K = torch.zeros(b, hk, L, hd, device=device, dtype=bf)
+    pos = torch.tensor([L - 1], device=device)
     q = out[:, :hq * hd].view(b, 1, hq, hd)
     k = out[:, :hk * hd].view(b, 1, hk, hd).transpose(1, 2)
     x = out[:, :H]
@@ -440,7 +446,7 @@ def _fresh_ops(torch, b: int, H: int, out, device) -> list[tuple[str, int, float
             ("index_copy", hk * hd, 4.0 * b * hk * hd, lambda: K.index_copy_(2, pos, k))]
 
 
-def bench_decode_fresh(device, quick: bool) -> tuple[list[str], list[list]]:
+def bench_decode_fresh(device, quick: bool, rows_of: tuple = DECODE_ROWS) -> tuple[list[str], list[list]]:
     """The decode_cold measurement with each kernel reading what the weight stream just wrote (as in a real decode
     step), so that only the operands a real step leaves cold (norm weight, residual, KV cache) are cold."""
     torch = require_torch()
@@ -449,7 +455,8 @@ def bench_decode_fresh(device, quick: bool) -> tuple[list[str], list[list]]:
         return DECODE_COLD_COLUMNS, rows  # needs CUDA graphs and an L2 to empty: nothing to time on the CPU
     bf = torch.bfloat16
     with torch.no_grad():
-        for (b, H) in [(b, H) for H in (2048, 4096, 8192) for b in (1, 4, 16, 64, 256)]:
+        n_rep = 12 if max(rows_of) <= 256 else 4
+        for (b, H) in [(b, H) for H in (2048, 4096, 8192) for b in rows_of]:
             if Budget.spent():
                 break
             N = int(STREAM_BYTES / (2 * H)) // 128 * 128
@@ -460,7 +467,7 @@ def bench_decode_fresh(device, quick: bool) -> tuple[list[str], list[list]]:
             for (op, width, nbytes, call) in _fresh_ops(torch, b, H, out, device):
                 if Budget.spent():
                     break
-                warm, cold, t_stream = _cold_pair(torch, device, stream, call)
+                warm, cold, t_stream = _cold_pair(torch, device, stream, call, n_rep)
                 rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
             del xs, W, out
             torch.cuda.empty_cache()
@@ -518,3 +525,11 @@ def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return cols, rows
+
+
+def bench_after_stream_large(device, quick: bool) -> tuple[list[str], list[list]]:
+    """decode_cold and decode_fresh at prefill / training-forward row counts (LARGE_ROWS), ops of the fresh rows
+    named fresh:<op>."""
+    cols, cold = bench_decode_cold(device, quick, LARGE_ROWS)
+    _, fresh = bench_decode_fresh(device, quick, LARGE_ROWS)
+    return cols, cold + [["fresh:" + r[0]] + r[1:] for r in fresh]
