@@ -55,17 +55,28 @@ def predict(r: dict, cost_model) -> dict:
 
 
 def evaluate(directory: Path, cost_model) -> dict:
-    """{set: [(case, measured_s, predicted_s), ...]} with sets fused, eager and optimizer."""
+    """{set: [(case, measured_s, predicted_s), ...]} with sets fused, eager, optimizer and optimizer_grads.
+
+    The step benchmark's optimizer rows (set optimizer) step fp32 master copies whose gradients stay zero (the
+    backward fills the bf16 weights' .grad, never the masters'); the optimizer_setup rows time the same model's
+    tensors built the same way with random gradients in one process (set optimizer_grads), as training runs them."""
     from c3kit.cost.opclass import _rows as rows_of
 
-    out: dict = {"fused": [], "eager": [], "optimizer": []}
+    out: dict = {"fused": [], "eager": [], "optimizer": [], "optimizer_grads": []}
+    opt_price: dict = {}
     for path in sorted(directory.glob("*-train-step.json")):
         for r in rows_of(json.loads(path.read_text())):
             p = predict(r, cost_model)
             if r["part"] == "optimizer":
                 out["optimizer"].append((f"{r['model']} {r['params'] / 1e9:.2f}B params", r["time_s"], p["optimizer"]))
+                opt_price[int(r["params"])] = p["optimizer"]
             else:
                 out[r["impl"]].append((f"{r['model']} b{r['batch']} s{r['seq']}", r["time_s"], p["fwd_bwd"]))
+    for path in sorted(directory.glob("*-ops-optimizer_setup.json")):
+        for r in rows_of(json.loads(path.read_text())):
+            n = int(r["width"])
+            if r["pass"] == "random_grads" and n in opt_price:
+                out["optimizer_grads"].append((f"{n / 1e9:.2f}B params, random grads", r["time_s"], opt_price[n]))
     return out
 
 
@@ -115,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
               f"worst {s['worst']:+6.1f}%")
     for line in optimizer_rates(a.dir, res["optimizer"]):
         print(line)
+    if res["optimizer_grads"]:
+        print("  the step benchmark's optimizer rows stepped zero gradients (its fp32 masters never receive the "
+              "backward's); set optimizer_grads times the same tensors with random gradients (ops-optimizer_setup)")
     if a.plot:
         plot_errors(res, a.plot, "H200 single-GPU training steps: c3kit vs measured (never fitted)",
                     "measured time (ms)")
