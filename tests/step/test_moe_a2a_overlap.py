@@ -64,3 +64,31 @@ def test_exposure_hand_checked():
 def test_layouts_megatron_refuses(bad):
     with pytest.raises(WorkloadError, match="moe_a2a_overlap"):
         Parallelism(**{"dp": 2, "ep": 2, "micro_batch": 1, "global_batch": 4, "moe_a2a_overlap": True, **bad})
+
+
+def test_resolve_carries_the_option_and_searches_only_layouts_megatron_accepts():
+    from c3kit.step.config import resolve
+
+    cfg = resolve(model="mixtral", hw="H100-SXM", gpus=16, tp=1, dp=8, ep=8, pp=2, vpp=4, seq=4096, batch=128,
+                  micro_batch=1, dtype="fp8", recompute="none", dist_optimizer=True, moe_a2a_overlap=True)
+    assert cfg.par.moe_a2a_overlap and cfg.graph.par.moe_a2a_overlap
+    plan = make_plan(cfg.graph)
+    for ph, other in (("fwd", "bwd"), ("bwd", "fwd")):
+        for b in ep_blocking(plan, cfg.graph, ph):
+            assert set(b.partners) <= set(plan.layer[other].compute)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--ep", "1"], "use it with --ep > 1"),
+    (["--ep", "8", "--recompute", "full"], "full recomputation"),
+    (["--ep", "8", "--pp", "2"], "--vpp > 1"),
+])
+def test_cli_refuses_bad_requests(args, msg, capsys, tmp_path):
+    from c3kit.cli.main import main
+
+    out = tmp_path / "o"
+    assert main(["analyze", "--model", "mixtral", "--hw", "H100-SXM", "--gpus", "16", "--moe-a2a-overlap",
+                 "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and msg in err[0]
+    assert not out.exists()
