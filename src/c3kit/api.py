@@ -159,7 +159,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
-            recompute_every: int = 2) -> AnalyzeResult:
+            recompute_every: int = 2, moe_a2a_overlap: bool = False) -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -186,6 +186,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     (once per step, parameters kept unsharded over the micro-batches: torchtitan with pipeline parallelism);
     workload.parallel.FSDP_SYNC, FSDP_SYNC_SOURCES. recompute: none, selective, full, op or layer
     (workload.parallel.RECOMPUTE_SOURCES); recompute_every: with "layer", every N-th layer is recomputed.
+    moe_a2a_overlap: a MoE model's expert-parallel all-to-alls overlap another micro-batch's compute (Megatron-Core
+    overlap_moe_expert_parallel_comm; workload.parallel.MOE_A2A_OVERLAP_SOURCE).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -223,7 +225,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
-                  recompute_every=recompute_every)
+                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

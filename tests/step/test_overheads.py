@@ -7,8 +7,8 @@ from c3kit.errors import C3kitError
 from c3kit.hw import get_gpu
 from c3kit.step import make_plan, node_times, project
 from c3kit.step.overheads import (
-    DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, fp8_cast_elements, fp8_cast_time, pipeline_factor,
-    step_overheads)
+    DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, eager_launch_s, fp8_cast_elements, fp8_cast_time,
+    pipeline_factor, step_overheads)
 from c3kit.workload.graph import ADAM_BYTES_PER_PARAM, Node, build_step
 from c3kit.workload.model import ModelConfig
 from c3kit.workload.ops import Collective, Gemm, MemOp
@@ -138,6 +138,25 @@ def test_moe_imbalance_and_permute_in_the_graph():
     assert heavy == pytest.approx(0.25 * experts)
 
 
+def test_moe_host_sync_hand_checked():
+    # 4 layers x 8 micro-batches, no pipeline: one host wait per MoE layer forward = 32 waits, one eager launch each
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    got, _ = terms(g)
+    each = eager_launch_s(H100)
+    assert 5e-6 < each < 10e-6  # the H200 host's measured eager tiny_add slope (7.1 us), transferred to H100
+    assert got["moe_host_sync"].runs == 4 * 8
+    assert got["moe_host_sync"].seconds == pytest.approx(32 * each)
+    # full recomputation runs every forward twice: twice the waits
+    re = terms(graph(MOE, dp=2, ep=2, global_batch=16, recompute="full"))[0]["moe_host_sync"]
+    assert re.runs == 64
+    # a pipeline scales it like every per-micro-batch term: (m + (pp - 1) / vpp) / m
+    pp = graph(MOE, pp=2, dp=1, global_batch=8)
+    assert terms(pp)[0]["moe_host_sync"].seconds == pytest.approx(2 * 8 * each * (8 + 1) / 8)
+    assert "moe_host_sync" not in terms(graph())[0]
+    assert "moe_host_sync" not in terms(g, OverheadModel(moe_host_sync=False))[0]
+    assert "moe_host_sync" not in terms(g, NO_OVERHEADS)[0]
+
+
 def test_dp_bucket_only_for_small_layers_without_fsdp():
     g = graph(dp=4)
     got, _ = terms(g)
@@ -162,7 +181,7 @@ def test_project_shows_overheads_as_rows_and_adds_them():
 
 def test_every_term_has_a_source():
     assert set(SOURCES) == {"launch_gaps", "grad_clip", "moe_imbalance", "fp8_casts",
-                            "dp_bucket", "fsdp_copy_out"}
+                            "dp_bucket", "fsdp_copy_out", "moe_host_sync"}
     assert all(len(s) > 40 for s in SOURCES.values())
 
 

@@ -93,3 +93,25 @@ def test_expert_tp_reductions_keep_their_gemm_pairs():
     assert pairs[("gemm_rs", "fc1.dgrad.rs")] == "expert_fc1.dgrad"
     # the router's input gradient (sequence-parallel rows) joins after the reduction
     assert set(layer.op("mlp_norm.bwd").deps) == {"fc1.dgrad.rs", "router.dgrad"}
+
+
+def test_token_count_gather_and_aux_loss_hand_checked():
+    # Megatron-Core's alltoall dispatcher all-gathers every rank's int64 count per expert over the EP group before the
+    # permute; the load-balancing loss scores the T x E logits a second time, forward and backward (training only)
+    layer = describe(QWEN3, Parallelism(tp=1, dp=8, ep=8, micro_batch=1), "train", 4096)
+    cnt = layer.op("moe_counts.ag")
+    assert cnt.shape.kind == "all_gather" and cnt.shape.bytes == 128 * 8 * 8 and cnt.shape.ranks == 8
+    assert cnt.stream == "ep" and cnt.role == "moe_counts" and cnt.phase == "fwd"
+    assert set(cnt.deps) == {"router_topk", "router_aux"}
+    assert "moe_counts.ag" in layer.op("moe_permute").deps
+    el = 4096 * 128
+    assert shape(layer, "router_aux") == MemShape(3 * el * 4, 5 * el, (("cross_entropy", el, 128),))
+    assert shape(layer, "router_aux.bwd") == MemShape(3 * el * 4, 2 * el, (("cross_entropy.bwd", el, 128),))
+    assert "router_aux.bwd" in layer.op("router.dgrad").deps
+    assert not any(o.name.startswith("moe_counts") for o in layer.ops if o.phase == "bwd" and "re." not in o.name)
+    # recomputed forward gathers the counts again; inference has no aux loss; ep 1 has no all-to-all to size
+    full = describe(QWEN3, Parallelism(tp=1, dp=8, ep=8, micro_batch=1, recompute="full"), "train", 4096)
+    assert {"re.moe_counts.ag", "re.router_aux"} <= {o.name for o in full.ops}
+    pre = describe(QWEN3, Parallelism(tp=1, dp=8, ep=8, micro_batch=1), "prefill", 4096)
+    assert "router_aux" not in {o.name for o in pre.ops} and "moe_counts.ag" in {o.name for o in pre.ops}
+    assert "moe_counts.ag" not in {o.name for o in describe(QWEN3, Parallelism(tp=2, sp=True), "train", 4096).ops}

@@ -100,6 +100,10 @@ def analyze(
                                        "gradients reduce-scattered, every micro-batch) or step (gathered once and kept "
                                        "unsharded over the step's micro-batches, gradients reduce-scattered once after "
                                        "the last backward: torchtitan with pipeline parallelism)."),
+    moe_a2a_overlap: bool = typer.Option(_D["moe_a2a_overlap"], "--moe-a2a-overlap/--no-moe-a2a-overlap",
+                                         help="MoE with --ep > 1: the expert-parallel all-to-alls run behind another "
+                                              "micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm; "
+                                              "needs --vpp > 1 with --pp > 1, no full recomputation)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -116,7 +120,7 @@ def analyze(
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
-                      recompute_every=recompute_every)
+                      recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

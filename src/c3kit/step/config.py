@@ -63,7 +63,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             dtype: str = "bf16", phase: str = "train", recompute: str | None = None, vpp: int = 1,
             dist_optimizer: bool | None = None, cp: int = 1, pp_split: str = "even", cost_model=None,
             policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
-            grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2) -> StepConfig:
+            grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
+            moe_a2a_overlap: bool = False) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -77,7 +78,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     pp x dp) and needs the sequence to split into 2 x cp load-balanced chunks. pp_split: how layers split
     over pipeline stages (workload.parallel.PP_SPLITS); the search tries only depths the split accepts.
     fsdp_sync: how often FSDP layouts gather and reduce-scatter (workload.parallel.FSDP_SYNC); recompute_every:
-    with recompute "layer", every N-th layer is recomputed.
+    with recompute "layer", every N-th layer is recomputed. moe_a2a_overlap: a MoE model's expert-parallel
+    all-to-alls overlap another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm: needs ep > 1;
+    the search then skips full recomputation and, without vpp > 1, pipeline stages).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -100,6 +103,13 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         raise C3kitError(f"unknown FSDP sync {fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
     if fsdp_sync != "micro" and fsdp is False:
         raise C3kitError(f"--fsdp-sync {fsdp_sync} gathers FSDP-sharded parameters: use it with --fsdp (or drop it)")
+    if moe_a2a_overlap and ep == 1:
+        raise C3kitError("--moe-a2a-overlap hides expert-parallel all-to-alls: use it with --ep > 1")
+    if moe_a2a_overlap and recompute == "full":
+        raise C3kitError("--moe-a2a-overlap does not run with full recomputation (Megatron-Core refuses it): "
+                         "use --recompute none or selective")
+    if moe_a2a_overlap and pp is not None and pp > 1 and vpp == 1:
+        raise C3kitError("--moe-a2a-overlap with --pp > 1 needs virtual pipeline stages (--vpp > 1), as Megatron-Core")
     if pp_split not in PP_SPLITS:
         raise C3kitError(f"unknown pipeline split {pp_split!r}: use one of {', '.join(PP_SPLITS)}")
     if cp > 1 and seq % (2 * cp):
@@ -134,6 +144,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                             + f" x pp {pp} = {tp * cp * pp}: change --gpus, --tp" + (", --cp" if cp > 1 else "")
                             + " or --pp")
     rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if train else ["none"])
+    if moe_a2a_overlap:
+        rcs = [rc for rc in rcs if rc != "full"]
     if fsdp:
         shardings = ["fsdp"]
     elif dist_optimizer is not None:
@@ -148,7 +160,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         if pp is not None:
             return [pp]
         return [p for p in range(1, min(m.layers, 64) + 1) if n % (tp * cp * p) == 0 and _splits(p)
-                and (p > 1 or vpp == 1) and (dp is None or tp * cp * p * dp == n)]
+                and (p > 1 or vpp == 1) and (dp is None or tp * cp * p * dp == n)
+                and not (moe_a2a_overlap and p > 1 and vpp == 1)]
 
     def _splits(p: int) -> bool:
         try:
@@ -179,7 +192,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
                            global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
                            dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync,
-                           recompute_every=recompute_every)
+                           recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
 
     tried: list[Candidate] = []
     last_fit: Exception | None = None

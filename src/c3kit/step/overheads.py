@@ -32,6 +32,15 @@ SOURCES = {
     "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
                      "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
                      "balanced over experts; set it from a measured router histogram for free routing.",
+    "moe_host_sync": "Megatron-Core (core_v0.16.0) moe/token_dispatcher.py: the alltoall dispatcher copies the token "
+                     "counts per expert to the host and waits for them (_maybe_dtoh_and_synchronize at cuda_sync_point "
+                     "'before_ep_alltoall', dropless; 'before_permutation_1' with a capacity factor; 'before_finish' "
+                     "without ep / tp), and the allgather dispatcher calls .cpu() on them: the grouped expert GEMM takes "
+                     "its per-expert row counts as host integers. Once per MoE layer forward (and recomputed forward) "
+                     "the host waits until the GPU has drained its queue, so the GPU then idles while the host launches "
+                     "the next kernel: priced as one eager kernel launch of the host, measured (ops-floor tiny_add "
+                     "eager slope, H200 host where the GPU has no measurement of its own). A lower bound: the host's "
+                     "Python and NCCL launch of the all-to-all after the wait were not measured.",
     "fp8_casts": "Every FP8 GEMM operand is quantized from BF16 by a cast kernel: the activation and the weight "
                  "before each forward GEMM, the output gradient before each dgrad GEMM (the wgrad reuses the "
                  "transposed copies). Recipes (FP8_SCALING): Transformer Engine DelayedScaling (its default: one "
@@ -87,6 +96,7 @@ class OverheadModel:
     dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
     dp_bucket: bool = True
     fsdp_impl: str = "fsdp2"  # "fsdp2" (per-parameter sharding, copy-out) or "flat" (FSDP1, Megatron FSDP)
+    moe_host_sync: bool = True  # the host waits for the token counts once per MoE layer forward (SOURCES)
 
     def __post_init__(self) -> None:
         if self.fsdp_impl not in FSDP_IMPLS:
@@ -102,7 +112,7 @@ class OverheadModel:
 
 DEFAULT_OVERHEADS = OverheadModel()
 NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, fp8_recipe=False,
-                             dp_bucket=False)
+                             dp_bucket=False, moe_host_sync=False)
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,26 @@ def pipeline_factor(graph) -> float:
     m = max(int(graph.micro_batches), 1)
     pp, vpp = int(getattr(graph.par, "pp", 1)), max(int(getattr(graph.par, "vpp", 1)), 1)
     return (m + (pp - 1) / vpp) / m
+
+
+def eager_launch_s(hw) -> float:
+    """Seconds the host takes to launch one eager kernel: the ops-floor calibration of hw's floor basis, else the
+    H200 host's measured figure (cost/basis.py); C3kitError when no calibration is shipped."""
+    import math
+
+    from c3kit.cost.basis import source_gpu
+    from c3kit.cost.opclass import op_calibration
+
+    for name in (source_gpu(hw.name, "floor"), "H200-SXM"):
+        cal = op_calibration(name) if name else None
+        if cal is not None and math.isfinite(cal.floor_eager_s) and cal.floor_eager_s > 0:
+            return float(cal.floor_eager_s)
+    raise C3kitError("no measured eager kernel launch (ops-floor calibration) is shipped")
+
+
+def is_router_forward(nd) -> bool:
+    """A MoE layer's forward (or recomputed forward) top-k: where the dispatcher's host synchronisation follows."""
+    return nd.stream == "compute" and nd.name.removeprefix("re.") == "router_topk"
 
 
 def fp8_cast_elements(nd) -> tuple[float, float]:
@@ -217,6 +247,15 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                 imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
         out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
                             SOURCES["moe_imbalance"]))
+
+    # MoE dispatchers: the host waits for the token counts once per MoE layer forward; the GPU idles one launch
+    if model.moe_host_sync and graph.model.is_moe and graph.phase == "train":
+        syncs = [i for i, nd in enumerate(nodes) if is_router_forward(nd)]
+        if syncs:
+            each = eager_launch_s(hw)
+            n_sync = float(sum(runs[i] for i in syncs))
+            out.append(Overhead("moe_host_sync", each * n_sync * pf, n_sync,
+                                f"{n_sync:,.0f} host waits x {each * 1e6:.2f} us", SOURCES["moe_host_sync"]))
 
     # FSDP2: the all-gather copy-out on the compute stream, once per all-gather run
     if model.fsdp_impl == "fsdp2" and getattr(graph.par, "fsdp", False):

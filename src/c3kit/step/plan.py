@@ -19,6 +19,12 @@ The timeline model ("ops overlap where dependencies allow", two kinds of streams
   per step (FSDP parameters gathered once and kept unsharded, Parallelism.fsdp_sync "step") is
   prefetched behind the first micro-batch's forward: that forward's span becomes
   pre + D1 + C + (L - 1) * pair(C, D + D1) + post (D1: the once-per-step gathers of one layer).
+- Expert-parallel all-to-alls with Parallelism.moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm:
+  the forward of one micro-batch and the backward of another run merged, layer by layer): a layer's
+  EP-stream collectives of one phase are paired with the other phase's layer compute that no other
+  collective of that phase hides behind (independent pairs). The pipeline's warm-up and cool-down chunks,
+  which have no partner pass, are priced the same way (a small optimism: 2 (pp - 1) + (vpp - 1) pp of
+  m vpp chunks).
 - Micro-batch and step scope nodes (embedding, head, loss, pipeline send/recv, the embedding
   gradient all-reduce, the optimizer) are serial: their comm is exposed.
 - Pipeline: step = m * T_micro + bubble + tail, T_micro being the fullest rank's micro-batch time.
@@ -193,6 +199,8 @@ def make_plan(graph) -> Plan:
         dp_post[ph] = tuple(i for i in dp if not (desc[i] & comp))
         micro[ph] = _segment(nodes, index, groups.get(("micro", ph), []), allow_hiding=False)
         step_nodes += groups.get(("step", ph), [])
+    if getattr(par, "moe_a2a_overlap", False):
+        layer = _cross_phase_ep(nodes, layer)
     dp_step += groups.get(("last", "bwd"), [])
     dp_first = tuple(groups.get(("first", "fwd"), []))
     if dp_first:
@@ -213,6 +221,25 @@ def make_plan(graph) -> Plan:
         multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
         in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
+
+
+def _cross_phase_ep(nodes, layer: dict) -> dict:
+    """Layer segments whose EP-stream collectives hide behind the other phase's free layer compute (moe_a2a_overlap):
+    the compute no collective of the other phase pairs with, dealt round-robin (in op order) among this phase's EP
+    collectives, so no compute hides two collectives."""
+    out = {}
+    for ph, other in (("fwd", "bwd"), ("bwd", "fwd")):
+        seg = layer[ph]
+        taken = {i for b in layer[other].blocking if nodes[b.node].stream != "ep" for i in b.partners}
+        free = [i for i in layer[other].compute if i not in taken]
+        ep = [k for k, b in enumerate(seg.blocking) if nodes[b.node].stream == "ep"]
+        blocking = list(seg.blocking)
+        for j, k in enumerate(ep):
+            share = tuple(free[j::len(ep)])
+            if share:
+                blocking[k] = Blocking(seg.blocking[k].node, share, dependent=False)
+        out[ph] = Segment(seg.compute, tuple(blocking))
+    return out
 
 
 def _other_layers(graph, L: int, pp: int) -> float:

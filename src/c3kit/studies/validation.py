@@ -181,6 +181,7 @@ BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
+MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -273,6 +274,24 @@ def recompute_of(run: str, stated: str, table: pd.DataFrame | None = None) -> st
     return _first_match(run, recompute_modes() if table is None else table, "recompute", stated)
 
 
+def _check_flag(v: str) -> str:
+    if v not in ("0", "1"):
+        raise StudyError(f"moe options: a2a_overlap must be 0 or 1, got {v!r}")
+    return v
+
+
+def moe_options(path=None) -> pd.DataFrame:
+    """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
+    Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
+    the published one."""
+    return _run_table("moe_options.csv", MOE_OPTION_COLUMNS, _check_flag, path)
+
+
+def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
+    """Whether a run's EP all-to-alls overlap another micro-batch's compute (first matching row; off when none)."""
+    return _first_match(run, moe_options() if table is None else table, "a2a_overlap", "0") == "1"
+
+
 def model_of(row):
     """The ModelConfig of one run (0 in kv_heads / head_dim / ffn sizes: ModelConfig's defaults)."""
     from c3kit.workload.model import ModelConfig
@@ -319,7 +338,8 @@ def layout_of(row):
               global_batch=int(row["global_batch"]), recompute=recompute_of(str(row["run"]), str(row["recompute"])),
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
               pp_split=pipeline_splits().get(str(row["run"]), "even"),
-              fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))))
+              fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
+              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
     if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
@@ -510,7 +530,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "whether RMSNorm and RoPE ran as fused kernels or eager fp32 code (studies/data/norm_rope.csv), which "
              "FP8 scaling recipe cast the FP8 GEMMs' operands (studies/data/fp8_recipes.csv), what a run's selective "
              "activation checkpointing recomputes (studies/data/recompute_modes.csv: torchtitan's op policy or "
-             "every-N-th-layer checkpointing), "
+             "every-N-th-layer checkpointing), whether a MoE run's expert-parallel all-to-alls overlap another micro-batch's "
+             "compute (studies/data/moe_options.csv: Megatron-Core overlap_moe_expert_parallel_comm, from the recipe "
+             "whose layout matches the published one), "
              "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
              "adds, or none with Megatron-Core and Transformer Engine), how gradients accumulate over "
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "

@@ -27,7 +27,7 @@ STREAMS = ("compute", "tp", "dp", "ep", "pp", "cp")
 ROLES = ("embed", "norm", "qkv", "rope", "attn", "proj", "fc1", "act", "fc2", "router", "permute", "experts", "lm_head",
          "sample",
          "loss", "kv_cache", "optimizer", "glue", "tp_ar", "tp_rs", "tp_ag", "loss_ar", "ep_dispatch",
-         "ep_combine", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
+         "ep_combine", "moe_counts", "dp_grad", "dp_param_ag", "fsdp_ag", "fsdp_rs", "pp_fwd", "pp_bwd", "cp_kv")
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "ADAM_FLOPS_PER_PARAM", "NODE_PHASES", "PHASES", "ROLES", "SCOPES", "STREAMS",
            "Node", "StepGraph", "build_step", "span_of"]

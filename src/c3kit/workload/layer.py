@@ -44,6 +44,18 @@ Num = Any  # a Python int/float or a numpy array of them
 # (megatron/core/transformer/moe/router.py); torchao Float8Linear as torchtitan applies it converts the
 # nn.Linear layers of the blocks and skips the output projection (torchtitan docs/float8.md).
 FP8_GEMM_ROLES = ("qkv", "proj", "fc1", "fc2", "experts")
+# Megatron-Core (core_v0.16.0) megatron/core/transformer/moe/router.py TopKRouter.routing: in training with a
+# load-balancing loss (moe_router_load_balancing_type "aux_loss" / "seq_aux_loss" / "global_aux_loss" with a
+# coefficient > 0; Megatron-Bridge's Qwen3MoEModelProvider: aux_loss, 1e-3) compute_routing_scores_for_aux_loss runs
+# the score function and top-k over the logits a second time (one fused kernel under moe_router_fusion), and its
+# gradient flows back into the logits: one more T x E pass forward and backward.
+MOE_AUX_SOURCE = "Megatron-Core core_v0.16.0 moe/router.py TopKRouter.routing, compute_routing_scores_for_aux_loss"
+# Megatron-Core (core_v0.16.0) megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess:
+# with ep (or tp) > 1 every rank's tokens per expert (int64 [num_experts]) are all-gathered over the tp x ep group
+# (gather_from_sequence_parallel_region) to size the all-to-all's input and output splits, which the host needs:
+# a device-to-host copy and a synchronisation at cuda_sync_point "before_ep_alltoall" (dropless; "before_permutation_1"
+# with a capacity factor), once per MoE layer forward.
+MOE_COUNTS_SOURCE = "Megatron-Core core_v0.16.0 moe/token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess"
 
 
 def cdiv(a: Num, b: Num) -> Num:
@@ -814,7 +826,8 @@ class _Builder(_Ops):
         d, H, g, F, b, s = self.d, self.d.hidden, self.d.g, self.F, self.d.b, self.s
         tk = self.moe_router(pre, ph, r, n2)
         el, me, a2a = self.moe_ep_sizes()
-        pm = self.moe_permute(pre + "moe_permute", cdiv(self.T, d.tp) * d.top_k, (tk,), ph, r)
+        cnt = self.moe_counts(pre, ph)  # on the compute stream before the permute (dispatch_preprocess)
+        pm = self.moe_permute(pre + "moe_permute", cdiv(self.T, d.tp) * d.top_k, (tk, cnt), ph, r)
         dsp = self.a2a(pre + "ep_dispatch", a2a, (pm,), ph, "ep_dispatch")
         srt = self.moe_permute(pre + "moe_sort", me * el, (dsp,), ph, r) if s.moe_chunks else None
         e1 = self.compute(pre + "expert_fc1", GemmShape(me, g * F, H, el), (dsp, srt), ph, r + "experts")
@@ -831,12 +844,26 @@ class _Builder(_Ops):
     def moe_router(self, pre: str, ph: str, r: str, n2: str) -> str:
         """Router GEMM over this rank's tokens and the softmax / top-k over its T x E logits; returns the top-k.
         The fused router kernel (Megatron-Core moe_router_fusion) was not measured: the softmax / top-k is priced
-        as the measured row-softmax kernel (cross_entropy kind) over the same logits."""
+        as the measured row-softmax kernel (cross_entropy kind) over the same logits. In training the load-balancing
+        loss scores the same logits a second time (router_aux, MOE_AUX_SOURCE)."""
         d, E = self.d, self.d.n_experts
         rt = self.compute(pre + "router", GemmShape(self.Tsp, E, d.hidden), (n2,), ph, r + "router")
         el = self.Tsp * E
-        return self.compute(pre + "router_topk", MemShape(3 * el * 4, 5 * el, (("cross_entropy", el, E),)), (rt,), ph,
-                            r + "router")
+        tk = self.compute(pre + "router_topk", MemShape(3 * el * 4, 5 * el, (("cross_entropy", el, E),)), (rt,), ph,
+                          r + "router")
+        if self.s.phase == "train":
+            self.compute(pre + "router_aux", MemShape(3 * el * 4, 5 * el, (("cross_entropy", el, E),)), (rt,), ph,
+                         r + "router")
+        return tk
+
+    def moe_counts(self, pre: str, ph: str) -> str:
+        """The all-gather of every rank's token count per expert over the expert-parallel group, which sizes the
+        all-to-all's splits (Megatron-Core MoEAlltoAllTokenDispatcher.preprocess, dropless or not: one int64 per
+        expert per rank, MOE_COUNTS_SOURCE); the host then waits for these counts (step.overheads moe_host_sync)."""
+        d = self.d
+        return self.add(pre + "moe_counts.ag", CollShape("all_gather", d.n_experts * 8 * d.ep, d.ep, "ep", self.ep_blk),
+                        tuple(dict.fromkeys((pre + "router_topk", self.last()))), ph, _L, "ep", self.mb,
+                        "moe_counts")  # after the router's kernels
 
     def moe_permute(self, name: str, rows, deps, ph: str, r: str) -> str:
         """Token rows gathered into (or scattered back from) expert order: one kernel that reads and writes
@@ -976,7 +1003,9 @@ class _Builder(_Ops):
         el = self.Tsp * E
         tb = self.compute("router_topk.bwd", MemShape(3 * el * 4, 2 * el, (("cross_entropy.bwd", el, E),)), deps,
                           "bwd", "router")
-        dg, wg = self.bwd_gemm("router", self.Tsp, E, d.hidden, (tb,), "router")
+        ab = self.compute("router_aux.bwd", MemShape(3 * el * 4, 2 * el, (("cross_entropy.bwd", el, E),)), (), "bwd",
+                          "router")
+        dg, wg = self.bwd_gemm("router", self.Tsp, E, d.hidden, (tb, ab), "router")
         wgrads.append(wg)
         return dg
 

@@ -31,6 +31,14 @@ RECOMPUTE_SOURCES = {
 # How often FSDP (ZeRO-3) gathers a stage's parameters and reduce-scatters its gradients over a step of several
 # micro-batches (Parallelism.fsdp_sync).
 FSDP_SYNC = ("micro", "step")
+# Megatron-Core core_v0.16.0 model_parallel_config.py overlap_moe_expert_parallel_comm ("Overlap EP A2A
+# communications with independent computations of different micro-batches in 1f1b phase of pipelining or
+# non-pipelining schedule"; moe/README.md "EP A2A Overlap": merges the forward and backward passes of adjacent
+# micro-batches); transformer_config.py requires ep > 1, virtual pipeline stages when pp > 1, no full recomputation.
+# Megatron-Bridge's performance recipes turn it on with moe_a2a_overlap (scripts/performance/utils/overrides.py
+# _set_moe_a2a_overlap_overrides: overlap_moe_expert_parallel_comm and delay_wgrad_compute).
+MOE_A2A_OVERLAP_SOURCE = ("Megatron-Core core_v0.16.0 model_parallel_config.py overlap_moe_expert_parallel_comm, "
+                          "transformer_config.py checks, moe/README.md EP A2A Overlap")
 FSDP_SYNC_SOURCES = {
     "micro": "every micro-batch: parameters all-gathered before each forward and again before each backward "
              "(resharded after forward), gradients reduce-scattered at the end of each backward (PyTorch FSDP's "
@@ -158,6 +166,8 @@ class Parallelism:
     micro-batch; "step" gathers once per step, keeps the stage's parameters unsharded across its micro-batches
     and reduce-scatters the accumulated gradients once after the last backward (torchtitan with pipeline
     parallelism, FSDP_SYNC_SOURCES). Without fsdp it is "micro" (nothing is sharded).
+    moe_a2a_overlap (ep > 1): the expert-parallel all-to-alls of one micro-batch run behind the compute of
+    another (Megatron-Core overlap_moe_expert_parallel_comm, MOE_A2A_OVERLAP_SOURCE; step/plan.py).
     """
 
     tp: int = 1
@@ -178,6 +188,7 @@ class Parallelism:
     pp_split: str = "even"  # how layers split over virtual pipeline stages (PP_SPLITS)
     fsdp_sync: str = "micro"  # FSDP gathers / reduce-scatters every micro-batch or once per step (FSDP_SYNC)
     recompute_every: int = 2  # recompute "layer": every N-th layer fully recomputed (torchtitan's default '2')
+    moe_a2a_overlap: bool = False  # EP all-to-alls hidden behind another micro-batch's compute (MOE_A2A_OVERLAP_SOURCE)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
@@ -207,6 +218,9 @@ class Parallelism:
             raise WorkloadError(f"parallelism: fsdp_sync {self.fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sync", "micro")  # nothing sharded: nothing to gather or reduce-scatter
+        if self.moe_a2a_overlap and (self.ep == 1 or (self.pp > 1 and self.vpp == 1) or self.recompute == "full"):
+            raise WorkloadError("parallelism: moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) needs "
+                                "ep > 1, virtual pipeline stages (vpp > 1) when pp > 1, and no full recomputation")
         if 0 < self.moe_capacity < 1:
             raise WorkloadError(f"parallelism: moe_capacity {self.moe_capacity} drops tokens of a balanced routing: "
                                 "use 0 (dropless) or a factor >= 1")
