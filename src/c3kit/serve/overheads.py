@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from c3kit.step.overheads import eager_launch_s  # noqa: F401 - one measured launch for serving and training
 from c3kit.errors import C3kitError
 
 V0_CAPTURE_SIZES = (1, 2, 4) + tuple(8 * i for i in range(1, 33))
@@ -109,17 +110,3 @@ def get_engine(engine) -> EngineOverheads:
     if e is None:
         raise C3kitError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     return e
-
-
-def eager_launch_s(hw) -> float:
-    """Seconds the host takes to launch one eager kernel (the H200 host's measured figure where hw has none)."""
-    import math
-
-    from c3kit.cost.basis import source_gpu
-    from c3kit.cost.opclass import op_calibration
-
-    for name in (source_gpu(hw.name, "floor"), "H200-SXM"):
-        cal = op_calibration(name) if name else None
-        if cal is not None and math.isfinite(cal.floor_eager_s) and cal.floor_eager_s > 0:
-            return float(cal.floor_eager_s)
-    raise C3kitError("no measured eager kernel launch (ops-floor calibration) is shipped")
