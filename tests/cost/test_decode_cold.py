@@ -64,5 +64,10 @@ def test_cold_kind_never_below_its_warm_kernel_at_many_rows():
             for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add"),
                                ("rope_cold", "rope"), ("swiglu_chunked_cold", "swiglu_chunked")):
                 assert float(sc.kind_time(cold, rows * H, H)) >= float(sc.kind_time(warm, rows * H, H))
-    # at prefill sizes the bandwidth-bound warm kernel is the price
-    assert float(sc.kind_time("rmsnorm_cold", 32768 * 4096, 4096)) == float(sc.kind_time("rmsnorm", 32768 * 4096, 4096))
+    # beyond the measured rows (256 per hidden size) the after-stream effect is not measured: the warm kernel
+    cap = cal.after_stream_cap["rmsnorm_cold"]
+    assert cap == 256 * 8192
+    for rows in (257, 4096, 32768):
+        assert float(sc.kind_time("rmsnorm_cold", rows * 8192, 8192)) == float(sc.kind_time("rmsnorm", rows * 8192, 8192))
+    # inside them the cold rows' fit: a 4-row norm at hidden 4096 is priced near its measured 7.7 us, warm near 4.6
+    assert 6.5e-6 < float(sc.kind_time("rmsnorm_cold", 4 * 4096, 4096)) < 9e-6

@@ -487,15 +487,15 @@ class ScaledCalibration:
         return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
 
     def _after_stream(self, kind: str, m: FeatureCost, cap: float, elements, width, itemsize: float):
-        """A kernel right after a weight stream (memops.COLD_KINDS): its warm kernel plus what the stream adds,
-        taken at the size where it was measured (up to cap elements) and held beyond: the wait on HBM is the first
-        wave's, and the cold rows' fit extrapolated to thousands of rows would price bandwidth it never measured."""
+        """A kernel right after a weight stream (memops.COLD_KINDS): its rows' fit, never below the warm kernel,
+        inside the measured sizes (up to cap elements); the warm kernel beyond them, where the stream's effect is
+        not measured (the rows' fit extrapolated to thousands of rows would price bandwidth it never saw, and the
+        norm's extra already shrinks from 64 to 256 rows)."""
         warm = self.kind_time(AT_LEAST[kind], elements, width, itemsize)
         if warm is None:
             return None
-        e_c = np.minimum(np.asarray(elements, dtype=float), cap)
-        extra = self._fitted(kind, m, e_c, width, itemsize) - self.kind_time(AT_LEAST[kind], e_c, width, itemsize)
-        return warm + np.maximum(extra, 0.0)
+        inside = np.asarray(elements, dtype=float) <= cap
+        return np.where(inside, np.maximum(self._fitted(kind, m, elements, width, itemsize), warm), warm)
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
