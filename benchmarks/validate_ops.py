@@ -57,8 +57,9 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     mem_rows = _family_rows(directory, "memory", "eager_ops")
     from c3kit.hw.catalog import get_gpu
 
-    l2 = get_gpu("H200-SXM").l2_bytes
-    fit = oc.fit_memory(mem_rows, l2_bytes=l2)
+    gpu = get_gpu("H200-SXM")
+    l2, sms = gpu.l2_bytes, gpu.sms
+    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms)
     for r in mem_rows:
         kind = oc._memory_kind(r)
         if kind not in fit or int(r["width"]) != oc.HELD_OUT_WIDTH:
@@ -66,17 +67,17 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         elements = float(r["tokens"]) * float(r["width"])
         if kind.endswith(".bwd") and elements < oc.BWD_MIN_ELEMENTS:
             continue
-        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
+        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
     dec_rows = oc.decode_kernel_rows(_family_rows(directory, "decode_kernels"))
     for r in dec_rows:  # the decode kernels: each row against a fit of its kind without it (leave-one-out)
         kind = r["op"]
-        fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, held_out_width=None)
-        m = oc.memory_model(fit, kind, r["width"])
+        fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, sms=sms, held_out_width=None)
+        m = fit.get(kind)
         if m is not None:
             elements = float(r["tokens"]) * float(r["width"])
-            name = f"memory {kind} (decode kernels, leave-one-out)"
-            out.setdefault(name, []).append(m(oc.memory_features(kind, elements, r["width"], l2)) / r["time_s"] - 1)
+            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"))
+            out.setdefault(f"memory {kind} (decode kernels, leave-one-out)", []).append(m(f) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     dec_hd = oc.fit_decode_by_head_dim(att_rows)
