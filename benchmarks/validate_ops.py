@@ -154,7 +154,7 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
     pairs_moe = gc.moe_train_pairs(_rows(moe) if moe else [])
     rows += [f for f, _ in pairs_moe]  # the MoE layers' forwards join the grouped class's rows
     grouped = gc.fit_grouped(rows)
-    wgrad = gc.fit_grouped_wgrad(pairs_moe, grouped)
+    wgrad = gc.fit_grouped_wgrad(pairs_moe, grouped, sms=gpu.sms)
     for r in gc.wgrad_rows(pairs_moe, grouped):
         if wgrad is not None and gc.is_held_out_grouped(r):
             out.setdefault("gemm grouped wgrad (MoE training)", []).append(
