@@ -24,6 +24,26 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_P90 = 5.0, 10.0
+# What the rows show about a class that still misses the target (printed under its FAIL line; the status of the model,
+# not an excuse for it): the mechanism seen in the measured rows and what was tried.
+NOT_YET_MODELLED = {
+    "attention cudnn bwd": "rows of <= 1024 tokens take 115-170 us whatever their size (cudnn 1 x 8 heads x 512: "
+                           "125 us, 4 x 16 x 512: 151 us): a floor of the eager backward, not FLOPs; a max(floor, "
+                           "linear) form fitted on the training split reached p90 18-19%",
+    "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 125 us, "
+                            "1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
+    "attention flash2 fwd": "few blocks (batch x heads <= 16 at 2k-8k tokens) run up to 37% longer than their FLOPs "
+                            "say (the causal last query tile's critical path); a makespan feature (max(work / slots, "
+                            "longest tile row)) did not fit the training split better",
+    "attention cudnn fwd d128": "p90 from the smallest shapes (fixed cost of the fused kernel)",
+    "gemm grouped (_grouped_mm)": "balanced rows at M = 256 sit at the weight-streaming / math crossover (+12 to +27%), "
+                                  "the MoE layers' forwards run at routed (uneven) counts (-15 to -20%)",
+    "gemm grouped wgrad": "rows are differences (forward + backward - forward - the grouped class's dgrad): they "
+                          "carry the dgrad's error and the routed counts",
+    "gemm fp8": "4 held-out rows; the miss is the smallest shapes (1024^3: FP8 / BF16 = 0.88 measured, 0.50-0.53 "
+                "for the large ones)",
+    "fp8 cast": "4 held-out rows; 1024 x 1024 (21.5 us) is launch-bound, above the fitted fixed cost",
+}
 
 
 def _doc(directory: Path | None, fam: str, missing_ok: bool = False) -> dict | None:
@@ -237,6 +257,15 @@ def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndar
     return {k: np.array(v, dtype=float) for k, v in out.items()}
 
 
+def _note(name: str, good: bool) -> None:
+    """Print what the rows show about a failing class that is not modelled yet (NOT_YET_MODELLED)."""
+    if good:
+        return
+    hit = next((v for k, v in NOT_YET_MODELLED.items() if name.startswith(k)), None)
+    if hit:
+        print(f"    not yet modelled: {hit}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the held-out error per op class and the verdict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -260,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
         ok &= good
         print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+        _note(name, good)
     print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them):")
     for name, e in gemm_held_out_errors(a.dir).items():
         bias = float(np.mean(e)) * 100
@@ -272,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         if "(in-sample)" in name:
             verdict = "(composition of fitted classes, not a held-out check)"
         print(f"{name:44s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  bias {bias:+5.1f}%  -> {verdict}")
+        if "[before" not in name and "(in-sample)" not in name:
+            _note(name, good)
     print("MoE ops of the ops-moe file, none used by a fit, priced as the layer description prices them:")
     for name, e in moe_out_of_sample_errors(a.dir).items():
         bias = float(np.mean(e)) * 100
