@@ -260,7 +260,7 @@ def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
                held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
     """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit); l2_bytes: the L2's
     effective capacity (memory_features), sms: the measured GPU's SM count."""
-    return {k: v[0] for k, v in _fit_memory_kinds(rows, l2_bytes, sms, held_out_width).items()}
+    return {k: v[0] for k, v in _fit_memory_kinds(_memory_points(rows, sms, held_out_width), l2_bytes).items()}
 
 
 L2_FRACTIONS = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))  # 0.30 .. 1.00 of the catalog L2
@@ -270,17 +270,16 @@ def fit_l2_fraction(rows: list[dict], *, l2_bytes: float, sms: int | None = None
                     held_out_width: int | None = HELD_OUT_WIDTH) -> float:
     """The fraction of the GPU's L2 that best splits the fitted rows into L2-resident and HBM-bound working sets
     (least squares of the relative residuals over every kind; among equal fits, the middle of the tied range)."""
-    sse = []
-    for frac in L2_FRACTIONS:
-        fits = _fit_memory_kinds(rows, l2_bytes * frac, sms, held_out_width)
-        sse.append(sum(v[1] for v in fits.values()))
+    pts = _memory_points(rows, sms, held_out_width)
+    sse = [sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes * frac).values()) for frac in L2_FRACTIONS]
     best = min(sse)
     tied = [f for f, e in zip(L2_FRACTIONS, sse) if e <= best * (1 + 1e-9)]
     return tied[len(tied) // 2]
 
 
-def _fit_memory_kinds(rows: list[dict], l2_bytes: float, sms: int | None, held_out_width: int | None) -> dict:
-    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows)."""
+def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
+    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes past
+    the L2) is filled in by _fit_memory_kinds for each capacity tried."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
@@ -293,14 +292,20 @@ def _fit_memory_kinds(rows: list[dict], l2_bytes: float, sms: int | None, held_o
         elements = float(r["tokens"]) * float(r["width"])
         if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
             continue
-        f = memory_features(kind, elements, r["width"], l2_bytes, sms=sms, cache_bytes=r.get("cache_bytes"))
+        f = memory_features(kind, elements, r["width"], np.inf, sms=sms, cache_bytes=r.get("cache_bytes"))
         groups.setdefault(kind, []).append((f, float(r["time_s"])))
+    return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
+
+
+def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
+    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity."""
     out = {}
-    for kind, pts in groups.items():
-        if len(pts) >= max(4, len(pts[0][0]) + 1):
-            X, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    for kind, (X, t) in points.items():
+        if len(t) >= max(4, X.shape[1] + 1):
+            X = X.copy()
+            X[:, 2] = np.where(X[:, 0] > l2_bytes, X[:, 0], 0.0)
             c = fit_nonneg(X, t)
-            out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts)),
+            out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
     return out
 
