@@ -225,6 +225,10 @@ def test_shipped_h200_prices_the_decode_kernels_by_their_launch_shape():
     small = cal.kind_time("index_copy", 64 * 1024, 1024)
     split = cal.kind_time("index_copy", 64 * 1024, 1024, cache_bytes=kv_cache_span(64, 8, 32768, 128))
     assert 1.8e-6 < small < 3.0e-6 and split == pytest.approx(2 * small, rel=0.1)
+    # a layer's parts may carry the cache's span as a fourth item
+    span = kv_cache_span(64, 8, 32768, 128)
+    assert cal.parts_time((("index_copy", 64 * 1024, 1024, span),)) == split
+    assert cal.parts_time((("index_copy", 64 * 1024, 1024),)) == small
 
 
 def test_decode_attention_is_fitted_per_head_dim_and_priced_at_the_nearest():

@@ -572,11 +572,12 @@ class ScaledCalibration:
         return t if low is None else np.maximum(t, low)
 
     def parts_time(self, parts, itemsize: float = 2.0):
-        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
-        None when any part's kind is not measured here (the op then keeps its roofline price)."""
+        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an
+        index_copy part may carry a fourth item, kv_cache_span of its cache); None when any part's kind is not
+        measured here (the op then keeps its roofline price)."""
         total = 0.0
-        for kind, elements, width in parts:
-            t = self.kind_time(kind, elements, width, itemsize)
+        for kind, elements, width, *cache in parts:
+            t = self.kind_time(kind, elements, width, itemsize, cache[0] if cache else None)
             if t is None:
                 return None
             total = total + t
