@@ -37,6 +37,9 @@ NOT_YET_MODELLED = {
                             "longest tile row)) did not fit the training split better",
     "attention cudnn fwd": "few blocks run longer than their FLOPs say, as in flash2 (1 x 8 heads x 4096: -22%, "
                            "1 x 16 x 2048: -16%): the causal last query tile's critical path",
+    "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
+                        "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
+                        "(fixed, bytes) fitted on the training split did no better",
     "gemm grouped (_grouped_mm)": "balanced rows at M = 256 sit at the weight-streaming / math crossover (+12 to +27%), "
                                   "the MoE layers' forwards run at routed (uneven) counts (-15 to -20%)",
     "gemm grouped wgrad": "rows are differences (forward + backward - forward - the grouped class's dgrad): they "
