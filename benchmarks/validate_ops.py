@@ -30,8 +30,8 @@ NOT_YET_MODELLED = {
     "attention cudnn bwd": "rows of <= 1024 tokens take 115-170 us whatever their size (cudnn 1 x 8 heads x 512: "
                            "125 us, 4 x 16 x 512: 151 us): a floor of the eager backward, not FLOPs; a max(floor, "
                            "linear) form fitted on the training split reached p90 18-19%",
-    "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 125 us, "
-                            "1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
+    "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 "
+                            "125 us, 1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
     "attention flash2 fwd": "few blocks (batch x heads <= 16 at 2k-8k tokens) run up to 37% longer than their FLOPs "
                             "say (the causal last query tile's critical path); a makespan feature (max(work / slots, "
                             "longest tile row)) did not fit the training split better",
@@ -40,7 +40,8 @@ NOT_YET_MODELLED = {
     "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
                         "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
                         "(fixed, bytes) fitted on the training split did no better",
-    "gemm grouped (_grouped_mm)": "balanced rows at M = 256 sit at the weight-streaming / math crossover (+12 to +27%), "
+    "gemm grouped (_grouped_mm)": "balanced rows at M = 256 sit at the weight-streaming / math crossover "
+                                  "(+12 to +27%), "
                                   "the MoE layers' forwards run at routed (uneven) counts (-15 to -20%)",
     "gemm grouped wgrad": "rows are differences (forward + backward - forward - the grouped class's dgrad): they "
                           "carry the dgrad's error and the routed counts",

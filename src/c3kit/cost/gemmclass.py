@@ -12,10 +12,10 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   wave quantization over the SMs (WaveGemm): the output tiles of all groups run one per SM a wave, each tile's
   time a fixed part (prologue, epilogue: writing the tile) plus a part per row of the reduction,
       t = fixed + ceil(groups x ceil(K / 128) x ceil(N / 128) / SMs) x (a + b x M),
-  (its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: the forward + backward rows were timed
-  eagerly, and the attention backward rows show the same 115-170 us floor), fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward
-  and forward + backward by autograd) as t_wgrad = t(forward + backward) - t(forward) - the grouped class's
-  dgrad at (M, K, N): a composition with the grouped class, held out by the same rule on the wgrad shape.
+  fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward and forward +
+  backward by autograd; its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: those rows were
+  timed eagerly, and the attention backward rows show the same 115-170 us floor) as t_wgrad = t(forward +
+  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out by the same rule on the wgrad shape.
   Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
@@ -88,7 +88,7 @@ class StreamingGemm:
         return replace(self, bw=self.bw * bw_ratio, peak=self.peak * flops_ratio)
 
 
-WAVE_TILE = 128  # output tile edge of the wave class (CUTLASS's Hopper grouped kernels; 128 x 256 fits these rows alike)
+WAVE_TILE = 128  # output tile edge of the wave class (CUTLASS's Hopper grouped kernels; 128 x 256 fits alike)
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,9 @@ class FeatureCost:
 
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
                     cache_bytes=None):
-    """[bytes, width, bytes of a working set past the L2] of a memory-bound kind, then the launch-shape columns of the kinds whose
-    kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last axis.
-    sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache an
+    """[bytes, width, bytes of a working set past the L2] of a memory-bound kind, then the launch-shape columns of
+    the kinds whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on
+    the last axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache an
     index_copy writes into (kv_cache_span; None: under 2 GiB, one launch). l2_bytes: the L2's effective capacity
     (GPU L2 x the fitted fraction, fit_l2_fraction): a kernel timed over and over on the same buffers finds them in
     the L2 while they fit and, a cyclic stream through an LRU cache smaller than it, misses on every line once they
@@ -558,8 +558,8 @@ class ScaledCalibration:
 
     def kind_time(self, kind: str, elements, width, itemsize: float = 2.0, cache_bytes=None):
         """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
-        arrays; cache_bytes: kv_cache_span of the KV cache an index_copy writes into, None for one under 2 GiB); None when the kind
-        is not measured here."""
+        arrays; cache_bytes: kv_cache_span of the KV cache an index_copy writes into, None for one under 2 GiB);
+        None when the kind is not measured here."""
         m = self.cal.memory.get(kind)
         if m is None and kind in MEMORY_PROXY:
             m = self.cal.memory.get(MEMORY_PROXY[kind])
