@@ -15,7 +15,8 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward and forward +
   backward by autograd; its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: those rows were
   timed eagerly, and the attention backward rows show the same 115-170 us floor) as t_wgrad = t(forward +
-  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out by the same rule on the wgrad shape.
+  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out
+  by the same rule on the wgrad shape.
   Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its

@@ -91,11 +91,11 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
                     cache_bytes=None):
     """[bytes, width, bytes of a working set past the L2] of a memory-bound kind, then the launch-shape columns of
     the kinds whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on
-    the last axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache an
-    index_copy writes into (kv_cache_span; None: under 2 GiB, one launch). l2_bytes: the L2's effective capacity
-    (GPU L2 x the fitted fraction, fit_l2_fraction): a kernel timed over and over on the same buffers finds them in
-    the L2 while they fit and, a cyclic stream through an LRU cache smaller than it, misses on every line once they
-    do not; all its bytes then come from HBM (the third column is all or nothing, not the excess)."""
+    the last axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of
+    the KV cache an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch). l2_bytes: the L2's
+    effective capacity (GPU L2 x the fitted fraction, fit_l2_fraction): a kernel timed over and over on the same
+    buffers finds them in the L2 while they fit and, a cyclic stream through an LRU cache smaller than it, misses
+    on every line once they do not; all its bytes then come from HBM (the third column is all or nothing)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
