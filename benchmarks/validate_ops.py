@@ -24,6 +24,39 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_P90 = 5.0, 10.0
+# What the rows show about a class that still misses the target (printed under its FAIL line; the status of the model,
+# not an excuse for it): the mechanism seen in the measured rows and what was tried.
+NOT_YET_MODELLED = {
+    "attention cudnn bwd": "rows of <= 1024 tokens take 115-170 us whatever their size (cudnn 1 x 8 heads x 512: "
+                           "125 us, 4 x 16 x 512: 151 us): a floor of the eager backward, not FLOPs; a max(floor, "
+                           "linear) form fitted on the training split reached p90 18-19%",
+    "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 "
+                            "125 us, 1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
+    "attention flash2 fwd": "few blocks (batch x heads <= 16 at 2k-8k tokens) run up to 37% longer than their FLOPs "
+                            "say (the causal last query tile's critical path); a makespan feature (max(work / slots, "
+                            "longest tile row)) did not fit the training split better",
+    "attention cudnn fwd": "few blocks run longer than their FLOPs say, as in flash2 (1 x 8 heads x 4096: -22%, "
+                           "1 x 16 x 2048: -16%): the causal last query tile's critical path",
+    "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
+                        "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
+                        "(fixed, bytes) fitted on the training split did no better",
+    "gemm grouped (_grouped_mm)": "balanced rows at M = 256 sit at the weight-streaming / math crossover "
+                                  "(+12 to +27%), "
+                                  "the MoE layers' forwards run at routed (uneven) counts (-15 to -20%)",
+    "gemm grouped wgrad": "rows are differences (forward + backward - forward - the grouped class's dgrad): they "
+                          "carry the dgrad's error and the routed counts",
+    "gemm fp8": "4 held-out rows; the miss is the smallest shapes (1024^3: FP8 / BF16 = 0.88 measured, 0.50-0.53 "
+                "for the large ones)",
+    "fp8 cast": "4 held-out rows; 1024 x 1024 (21.5 us) is launch-bound, above the fitted fixed cost",
+    "memory gelu.bwd": "rows not monotone in size (8192 x 2048: 77.8 us, 16384 x 2048: 66.0 us; 4096 x 4096: 63.7 us, "
+                       "4096 x 5120: 55.0 us): host time of the eager autograd in the timing",
+    "memory rmsnorm.bwd": "the fitted widths are powers of two; width 5120 runs 1.43-1.51 TB/s at 8k-32k tokens where "
+                          "4096 runs 1.72-1.82",
+    "memory layernorm": "width 5120 streams at 2.4-2.9 TB/s like 4096, 8192 at 2.3-2.5: a per-width kernel effect the "
+                        "power-of-two fitted widths do not pin (held-out rows +8 to +11%)",
+    "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
+                            "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
+}
 
 
 def _doc(directory: Path | None, fam: str, missing_ok: bool = False) -> dict | None:
@@ -57,8 +90,10 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     mem_rows = _family_rows(directory, "memory", "eager_ops")
     from c3kit.hw.catalog import get_gpu
 
-    l2 = get_gpu("H200-SXM").l2_bytes
-    fit = oc.fit_memory(mem_rows, l2_bytes=l2)
+    gpu = get_gpu("H200-SXM")
+    sms = gpu.sms
+    l2 = gpu.l2_bytes * oc.fit_l2_fraction(mem_rows, l2_bytes=gpu.l2_bytes, sms=sms)  # on the fitted rows only
+    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms)
     for r in mem_rows:
         kind = oc._memory_kind(r)
         if kind not in fit or int(r["width"]) != oc.HELD_OUT_WIDTH:
@@ -66,17 +101,17 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         elements = float(r["tokens"]) * float(r["width"])
         if kind.endswith(".bwd") and elements < oc.BWD_MIN_ELEMENTS:
             continue
-        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2))
+        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms))
         out.setdefault("memory " + kind, []).append(p / r["time_s"] - 1)
     dec_rows = oc.decode_kernel_rows(_family_rows(directory, "decode_kernels"))
     for r in dec_rows:  # the decode kernels: each row against a fit of its kind without it (leave-one-out)
         kind = r["op"]
-        fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, held_out_width=None)
-        m = oc.memory_model(fit, kind, r["width"])
+        fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, sms=sms, held_out_width=None)
+        m = fit.get(kind)
         if m is not None:
             elements = float(r["tokens"]) * float(r["width"])
-            name = f"memory {kind} (decode kernels, leave-one-out)"
-            out.setdefault(name, []).append(m(oc.memory_features(kind, elements, r["width"], l2)) / r["time_s"] - 1)
+            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"))
+            out.setdefault(f"memory {kind} (decode kernels, leave-one-out)", []).append(m(f) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     dec_hd = oc.fit_decode_by_head_dim(att_rows)
@@ -152,7 +187,7 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
     pairs_moe = gc.moe_train_pairs(_rows(moe) if moe else [])
     rows += [f for f, _ in pairs_moe]  # the MoE layers' forwards join the grouped class's rows
     grouped = gc.fit_grouped(rows)
-    wgrad = gc.fit_grouped_wgrad(pairs_moe, grouped)
+    wgrad = gc.fit_grouped_wgrad(pairs_moe, grouped, sms=gpu.sms)
     for r in gc.wgrad_rows(pairs_moe, grouped):
         if wgrad is not None and gc.is_held_out_grouped(r):
             out.setdefault("gemm grouped wgrad (MoE training)", []).append(
@@ -235,6 +270,15 @@ def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndar
     return {k: np.array(v, dtype=float) for k, v in out.items()}
 
 
+def _note(name: str, good: bool) -> None:
+    """Print what the rows show about a failing class that is not modelled yet (NOT_YET_MODELLED)."""
+    if good:
+        return
+    hit = next((v for k, v in NOT_YET_MODELLED.items() if name == k or name.startswith(k + " ")), None)
+    if hit:
+        print(f"    not yet modelled: {hit}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the held-out error per op class and the verdict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -244,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
 
     floor = oc.fit_floor(oc._rows(_doc(a.dir, "floor")))
     print(f"kernel floor: {floor[0] * 1e6:.2f} us per kernel in a CUDA graph, {floor[1] * 1e6:.2f} us eager")
+    from c3kit.hw.catalog import get_gpu
+
+    gpu = get_gpu("H200-SXM")
+    frac = oc.fit_l2_fraction(_family_rows(a.dir, "memory", "eager_ops"), l2_bytes=gpu.l2_bytes, sms=gpu.sms)
+    print(f"memory kinds: working sets past {frac:.2f} x the {gpu.l2_bytes / 1e6:.0f} MB L2 priced from HBM "
+          "(fraction fitted on the fitted rows); launch shapes by PyTorch's kernel configuration for index_copy, "
+          "embedding, argmax")
     ok = True
     for name, e in sorted(held_out_errors(a.dir).items()):
         e = np.abs(e) * 100
@@ -251,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
         ok &= good
         print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+        _note(name, good)
     print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them):")
     for name, e in gemm_held_out_errors(a.dir).items():
         bias = float(np.mean(e)) * 100
@@ -263,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         if "(in-sample)" in name:
             verdict = "(composition of fitted classes, not a held-out check)"
         print(f"{name:44s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  bias {bias:+5.1f}%  -> {verdict}")
+        if "[before" not in name and "(in-sample)" not in name:
+            _note(name, good)
     print("MoE ops of the ops-moe file, none used by a fit, priced as the layer description prices them:")
     for name, e in moe_out_of_sample_errors(a.dir).items():
         bias = float(np.mean(e)) * 100

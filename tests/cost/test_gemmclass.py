@@ -166,3 +166,22 @@ def test_expert_wgrad_takes_the_wgrad_class():
     dg = Gemm("expert_fc1.dgrad", 256, 2048, 1536, "bf16", 128)
     assert cost.time(dg, hw, "efficiency") == pytest.approx(cls.grouped(256, 2048, 1536, 128), rel=1e-12)
 
+
+
+def test_wave_gemm_counts_waves_of_output_tiles_by_hand():
+    # 128 groups of 2048 x 1536 outputs: 16 x 12 tiles of 128 x 128 each, 24576 tiles = ceil(186.2) = 187 waves of 132
+    w = gc.WaveGemm(2e-6, 1e-6, 1e-9, 132)
+    assert w(2048, 1536, 256, 128) == pytest.approx(2e-6 + 187 * (1e-6 + 1e-9 * 256), rel=1e-12)
+    # one tile more than a wave costs a whole second wave
+    assert w(128, 128 * 133, 512, 1) - w(128, 128 * 132, 512, 1) == pytest.approx(1e-6 + 1e-9 * 512, rel=1e-9)
+    # a GPU with twice the math rate halves the tile times, not the fixed cost
+    assert w.scaled(2.0, 1.0)(2048, 1536, 256, 128) == pytest.approx(2e-6 + 187 * (1e-6 + 1e-9 * 256) / 2, rel=1e-12)
+
+
+def test_fit_wave_recovers_known_tile_costs():
+    m, n, k, g = (np.array(v, dtype=float) for v in zip(*[(mm, nn, kk, gg) for mm in (768, 2048) for nn in (1536, 4096)
+                                                           for kk in (256, 2048, 8192) for gg in (8, 128)]))
+    t = 5e-6 + gc.WaveGemm.features(m, n, k, g, 132) @ np.array([2e-6, 3e-9])
+    w = gc.fit_wave(m, n, k, g, t, sms=132)
+    assert (w.fixed_s, w.per_tile_s, w.per_k_s) == pytest.approx((5e-6, 2e-6, 3e-9), rel=1e-6)
+    assert w.n_rows == len(t) and w.min_nk == 768

@@ -78,7 +78,20 @@ def test_fit_memory_holds_out_width_5120():
 
 def test_memory_features_hand_checked():
     f = memory_features("residual_add", 1000 * 4096, 4096, l2_bytes=20e6)
-    assert list(f) == [3 * 2 * 1000 * 4096, 4096, 3 * 2 * 1000 * 4096 - 20e6]
+    # 24.6 MB past a 20 MB L2: every byte from HBM (a cyclic stream larger than the cache hits nothing)
+    assert list(f) == [3 * 2 * 1000 * 4096, 4096, 3 * 2 * 1000 * 4096]
+    assert list(memory_features("residual_add", 1000 * 4096, 4096, l2_bytes=30e6)) == [3 * 2 * 1000 * 4096, 4096, 0]
+
+
+def test_l2_fraction_is_fitted_where_the_rows_change_bandwidth():
+    from c3kit.cost.opclass import fit_l2_fraction
+
+    # 6 TB/s while the working set fits 0.5 x a 100 MB L2, 4 TB/s from HBM beyond: the fit puts the edge there
+    rows = [{"op": "residual_add", "pass": "fwd", "tokens": t, "width": 4096,
+             "time_s": 2e-6 + 6 * t * 4096 / (6e12 if 6 * t * 4096 <= 50e6 else 4e12)}
+            for t in (256, 512, 1024, 1536, 1800, 2200, 3000, 4096, 8192)]
+    frac = fit_l2_fraction(rows, l2_bytes=100e6, held_out_width=None)
+    assert 6 * 1800 * 4096 / 100e6 <= frac < 6 * 2200 * 4096 / 100e6
 
 
 @settings(max_examples=30, deadline=None)
@@ -151,31 +164,71 @@ def test_decode_kernel_rows_map_to_memory_kinds():
     assert memop_traffic("argmax", 16 * 128256, 2)[0] == 4104192.0
 
 
-def test_argmax_is_fitted_per_vocabulary_and_priced_at_the_nearest():
-    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, memory_model
+def test_argmax_launch_shape_follows_reduce_config_by_hand():
+    from c3kit.cost.opclass import argmax_shape
 
-    rows = [{"op": "argmax", "pass": "fwd", "tokens": b, "width": V, "time_s": fixed + b * V * 2 / bw}
-            for V, fixed, bw in ((32000, 8e-6, 3e12), (128256, 26e-6, 3e12)) for b in (1, 4, 16, 64, 256)]
-    fit = fit_memory(rows, l2_bytes=1e18)
-    assert set(fit) == {"argmax@32000", "argmax@128256"}
-    one = fit["argmax@128256"](memory_features("argmax", 128256, 128256, 1e18))
-    assert one == pytest.approx(26e-6 + 128256 * 2 / 3e12, rel=1e-6)
-    assert memory_model(fit, "argmax", 131072) is fit["argmax@128256"]
-    assert memory_model(fit, "argmax", 50000) is fit["argmax@32000"]
-    assert memory_model(fit, "gelu", 4096) is None
-    cal = ScaledCalibration(OpCalibration("X", fit, {}, None, 1e-6, 7e-6, {}, 1e18), 1.0, 1.0, 1e18)
-    t = cal.parts_time((("argmax", 2 * 128256, 128256),))
-    assert t == pytest.approx(26e-6 + 2 * 128256 * 2 / 3e12, rel=1e-6)
+    # one row of 128256: a 512-thread block reads ceil(128256 / 512) = 251 values a thread, under 256: one block
+    assert [float(v) for v in argmax_shape(1, 128256, 132)] == [251.0, 0.0, 251.0]
+    # 152064: 297 values a thread >= 256, grid 1 <= 132 x 4: split over max(min(528, ceil(297 / 16)), 2) = 19 blocks,
+    # ceil(297 / 19) = 16 values a thread, reduced through global memory
+    assert [float(v) for v in argmax_shape(1, 152064, 132)] == [16.0, 1.0, 16.0]
+    # 256 rows of 256000: blocks of 32 x 16 threads; 500 values a thread >= 256; grid 256 <= 528: ctas
+    # max(min(ceil(528 / 256) = 3, 32), 2) = 3; 768 blocks = ceil(5.8) = 6 a SM, ceil(500 / 3) = 167 values a thread
+    assert [float(v) for v in argmax_shape(256, 256000, 132)] == [167.0, 1.0, 6.0 * 167.0]
+    # on 66 SMs the target grid is 264: 2 blocks a row of ceil(500 / 2) = 250 values, 512 blocks = 8 a SM
+    assert [float(v) for v in argmax_shape(256, 256000, 66)] == [250.0, 1.0, 8.0 * 250.0]
 
 
-def test_shipped_h200_prices_the_decode_kernels_from_their_rows():
-    from c3kit.cost.opclass import op_calibration
+def test_index_copy_and_embedding_launch_shapes_by_hand():
+    from c3kit.cost.opclass import embedding_small_index_loop, index_copy_shape, kv_cache_span
 
-    cal = op_calibration("H200-SXM")
-    assert "index_copy" in cal.memory and "argmax@128256" in cal.memory and "argmax@152064" in cal.memory
-    # one token's K of 8 KV heads x 128 into the cache: measured 2.3-2.5 us in a CUDA graph at batch 1-64
-    t = cal.memory["index_copy"](memory_features("index_copy", 16 * 1024, 1024, cal.l2_bytes))
-    assert 1.8e-6 < t < 3.0e-6
+    # 128 threads a block, up to 4 elements each in turn
+    assert [float(index_copy_shape(e)[0]) for e in (64, 128, 256, 512, 4096)] == [1.0, 1.0, 2.0, 4.0, 4.0]
+    # a 64 x 8 x 32768 x 128 bf16 cache spans 4 GiB: past 2^31 - 1, split in two launches; 256 x 8 x 4096 x 128
+    # spans 2 GiB less one position's slab: one launch
+    big, fits = kv_cache_span(64, 8, 32768, 128), kv_cache_span(256, 8, 4096, 128)
+    assert fits == 2 ** 31 - 4096 * 128 * 2 + 2 * 128 - 1
+    assert float(index_copy_shape(1024, big)[1]) == 1.0 and float(index_copy_shape(1024, fits)[1]) == 0.0
+    assert float(index_copy_shape(1024, 4 * big)[1]) == 7.0  # 16 GiB: eight launches
+    assert [float(embedding_small_index_loop(n)) for n in (1, 16, 17, 256)] == [1.0, 16.0, 0.0, 0.0]
+
+
+def test_decode_kernel_classes_recover_their_launch_costs():
+    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, argmax_shape
+
+    rows = []
+    for V in (32000, 128256, 152064, 256000):
+        for b in (1, 4, 16, 64, 256):
+            vpt, split, work = (float(v) for v in argmax_shape(b, V, 132))
+            rows.append({"op": "argmax", "pass": "fwd", "tokens": b, "width": V,
+                         "time_s": 3e-6 + 0.08e-6 * vpt + 4e-6 * split + 0.02e-6 * work})
+    fit = fit_memory(rows, l2_bytes=1e18, sms=132)
+    cal = ScaledCalibration(OpCalibration("X", fit, {}, None, 1e-6, 7e-6, {}, 1e18, sms=132), 1.0, 1.0, 1e18)
+    assert cal.parts_time((("argmax", 128256, 128256),)) == pytest.approx(3e-6 + (0.08e-6 + 0.02e-6) * 251, rel=1e-6)
+    assert cal.parts_time((("argmax", 152064, 152064),)) == pytest.approx(3e-6 + 4e-6 + 0.1e-6 * 16, rel=1e-6)
+    with pytest.raises(CostError, match="SM count"):
+        memory_features("argmax", 1000, 1000, 1e18)
+
+
+def test_shipped_h200_prices_the_decode_kernels_by_their_launch_shape():
+    from c3kit.cost.opclass import calibration_for, kv_cache_span
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    # measured (call 21): V = 128256 26.6 us, V = 152064 8.6 us at batch 1: the larger vocabulary is the faster
+    slow, fast = cal.kind_time("argmax", 128256, 128256), cal.kind_time("argmax", 152064, 152064)
+    assert 22e-6 < slow < 31e-6 and 7e-6 < fast < 10e-6
+    # embedding of 16 tokens (small-index loop) measured 7.5 us against 1.8 us for one token and for 256
+    one, sixteen = cal.kind_time("embedding", 4096, 4096), cal.kind_time("embedding", 16 * 4096, 4096)
+    assert sixteen > 3 * one
+    # one token's K (8 heads x 128, batch 64) into a 4 GiB cache: two launches, about twice one (4.96 us measured)
+    small = cal.kind_time("index_copy", 64 * 1024, 1024)
+    split = cal.kind_time("index_copy", 64 * 1024, 1024, cache_bytes=kv_cache_span(64, 8, 32768, 128))
+    assert 1.8e-6 < small < 3.0e-6 and split == pytest.approx(2 * small, rel=0.1)
+    # a layer's parts may carry the cache's span as a fourth item
+    span = kv_cache_span(64, 8, 32768, 128)
+    assert cal.parts_time((("index_copy", 64 * 1024, 1024, span),)) == split
+    assert cal.parts_time((("index_copy", 64 * 1024, 1024),)) == small
 
 
 def test_decode_attention_is_fitted_per_head_dim_and_priced_at_the_nearest():

@@ -9,9 +9,14 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
 - grouped GEMM (MoE experts, torch._grouped_mm: `groups` GEMMs of M x N x K in one launch): the same
   form over all groups (bytes and padded FLOPs summed over the groups).
 - grouped wgrad (the weight gradient of MoE experts: per group a K x N output reduced over the group's M rows):
-  the same form, fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward
-  and forward + backward by autograd) as t_wgrad = t(forward + backward) - t(forward) - the grouped class's
-  dgrad at (M, K, N): a composition with the grouped class, held out by the same rule on the wgrad shape.
+  wave quantization over the SMs (WaveGemm): the output tiles of all groups run one per SM a wave, each tile's
+  time a fixed part (prologue, epilogue: writing the tile) plus a part per row of the reduction,
+      t = fixed + ceil(groups x ceil(K / 128) x ceil(N / 128) / SMs) x (a + b x M),
+  fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward and forward +
+  backward by autograd; its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: those rows were
+  timed eagerly, and the attention backward rows show the same 115-170 us floor) as t_wgrad = t(forward +
+  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out
+  by the same rule on the wgrad shape.
   Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
@@ -82,6 +87,50 @@ class StreamingGemm:
     def scaled(self, flops_ratio: float, bw_ratio: float) -> "StreamingGemm":
         """The same kernel on a GPU with flops_ratio x the peak and bw_ratio x the HBM bandwidth."""
         return replace(self, bw=self.bw * bw_ratio, peak=self.peak * flops_ratio)
+
+
+WAVE_TILE = 128  # output tile edge of the wave class (CUTLASS's Hopper grouped kernels; 128 x 256 fits alike)
+
+
+@dataclass(frozen=True)
+class WaveGemm:
+    """t = fixed + waves x (per_tile_s + per_k_s x K), waves = ceil(groups x ceil(M / tile) x ceil(N / tile) / sms):
+    an M x N output per group reduced over K (see the module docstring)."""
+
+    fixed_s: float
+    per_tile_s: float
+    per_k_s: float
+    sms: int
+    n_rows: int = 0
+    min_nk: float = 0.0  # the smallest output edge (M or N) among the fitted rows
+
+    def covers(self, n, m):
+        """True (elementwise) where the output edges are at least half the smallest measured ones."""
+        return (np.asarray(n) >= 0.5 * self.min_nk) & (np.asarray(m) >= 0.5 * self.min_nk)
+
+    @staticmethod
+    def features(m, n, k, groups, sms):
+        """[waves, waves x K] of `groups` M x N outputs reduced over K on `sms` SMs."""
+        m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
+        waves = np.ceil(g * np.ceil(m / WAVE_TILE) * np.ceil(n / WAVE_TILE) / sms)
+        return np.stack(np.broadcast_arrays(waves, waves * k), axis=-1)
+
+    def __call__(self, m, n, k, groups=1, itemsize: float = 2.0):
+        """Seconds (scalars or arrays)."""
+        t = self.fixed_s + self.features(m, n, k, groups, self.sms) @ np.array([self.per_tile_s, self.per_k_s])
+        return float(t) if np.ndim(t) == 0 else t
+
+    def scaled(self, flops_ratio: float, bw_ratio: float) -> "WaveGemm":
+        """The same kernel on a GPU with flops_ratio x the peak (the tile times scale with the math rate)."""
+        return replace(self, per_tile_s=self.per_tile_s / flops_ratio, per_k_s=self.per_k_s / flops_ratio)
+
+
+def fit_wave(m, n, k, groups, t, sms: int) -> WaveGemm:
+    """WaveGemm by non-negative relative least squares."""
+    t = np.asarray(t, dtype=float)
+    c = fit_nonneg(WaveGemm.features(m, n, k, groups, sms), t)
+    return WaveGemm(float(c[0]), float(c[1]), float(c[2]), int(sms), len(t),
+                    float(min(np.min(m), np.min(n))))
 
 
 def fit_streaming(m, n, k, groups, t) -> StreamingGemm:
@@ -229,14 +278,15 @@ def wgrad_rows(pairs: list[tuple[dict, dict]], grouped: StreamingGemm) -> list[d
 
 
 def fit_grouped_wgrad(pairs: list[tuple[dict, dict]], grouped: StreamingGemm | None,
-                      hold_out: bool = True) -> StreamingGemm | None:
-    """The grouped-wgrad class from moe_train pairs (held-out wgrad shapes left out unless hold_out is False)."""
+                      hold_out: bool = True, *, sms: int) -> WaveGemm | None:
+    """The grouped-wgrad class from moe_train pairs (held-out wgrad shapes left out unless hold_out is False) on a
+    GPU of `sms` SMs."""
     if grouped is None:
         return None
     rows = [r for r in wgrad_rows(pairs, grouped) if not (hold_out and is_held_out_grouped(r))]
     if len(rows) < 8:
         return None
-    return fit_streaming(*([r[c] for r in rows] for c in ("m", "n", "k", "groups", "time_s")))
+    return fit_wave(*([r[c] for r in rows] for c in ("m", "n", "k", "groups", "time_s")), sms=sms)
 
 
 @dataclass(frozen=True)
@@ -248,7 +298,7 @@ class GemmCalibration:
     grouped: StreamingGemm | None
     cast: FeatureCost | None
     origin: str
-    grouped_wgrad: StreamingGemm | None = None
+    grouped_wgrad: WaveGemm | None = None
 
 
 def gemm_rows(gpu_name: str, families: tuple[str, ...] = ("gemm", "gemm_cold")) -> list[dict] | None:
@@ -281,11 +331,13 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     if rows is None:
         return None
     from c3kit.cost.calib_store import op_calibration_path
+    from c3kit.hw.catalog import get_gpu
 
     pairs = moe_train_pairs(gemm_rows(gpu_name, ("moe_train",)) or [])
     grouped = fit_grouped(rows + [f for f, _ in pairs])
     return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
-                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(pairs, grouped))
+                           op_calibration_path(gpu_name, "gemm").name,
+                           fit_grouped_wgrad(pairs, grouped, sms=get_gpu(gpu_name).sms))
 
 
 @dataclass(frozen=True)
@@ -296,7 +348,7 @@ class ScaledGemmClasses:
     grouped: StreamingGemm | None
     cast_fixed_s: float | None
     cast_s_per_element: float | None
-    grouped_wgrad: StreamingGemm | None = None
+    grouped_wgrad: WaveGemm | None = None
 
     def cast_time(self, elements):
         """Seconds of one measured amax + scale + cast of a BF16 tensor of `elements` elements, or None."""

@@ -47,9 +47,6 @@ AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
             # colder operands never make a kernel faster; the cold rows stop at 256 rows (workload.memops.COLD_KINDS)
             "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add", "rope_cold": "rope",
             "swiglu_chunked_cold": "swiglu_chunked"}
-# Kinds whose kernel changes with the row width in ways bytes do not follow (the argmax reduction over a
-# vocabulary of 128256 runs 3x longer than over 152064, call 21): fitted per measured width, priced at the nearest.
-PER_WIDTH_KINDS = ("argmax",)
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
 
@@ -95,13 +92,110 @@ class FeatureCost:
         return 1.0 / self.coefs[0] if self.coefs and self.coefs[0] > 0 else float("inf")
 
 
-def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0):
-    """[bytes, width, bytes beyond L2] of a memory-bound kind (arrays or scalars, stacked on the last axis)."""
+def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
+                    cache_bytes=None):
+    """[bytes, width, bytes of a working set past the L2] of a memory-bound kind, then the launch-shape columns of
+    the kinds whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on
+    the last axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of
+    the KV cache an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch). l2_bytes: the L2's
+    effective capacity (GPU L2 x the fitted fraction, fit_l2_fraction): a kernel timed over and over on the same
+    buffers finds them in the L2 while they fit and, a cyclic stream through an LRU cache smaller than it, misses
+    on every line once they do not; all its bytes then come from HBM (the third column is all or nothing)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
     w = np.broadcast_to(np.asarray(width, dtype=float), nbytes.shape)
-    return np.stack([nbytes, w, np.maximum(nbytes - l2_bytes, 0.0)], axis=-1)
+    cols = [nbytes, w, np.where(nbytes > l2_bytes, nbytes, 0.0)]
+    if kind == "index_copy":
+        cols += index_copy_shape(elements, cache_bytes)
+    elif kind == "embedding":
+        cols += [embedding_small_index_loop(np.asarray(elements, float) / np.maximum(w, 1.0))]
+    elif kind == "argmax":
+        if not sms:
+            raise CostError("argmax's launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
+        cols += argmax_shape(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)
+    return np.stack(np.broadcast_arrays(*cols), axis=-1)
+
+
+# Launch shapes of the kernels PyTorch picks by size (ATen CUDA sources of the torch the rows were timed with);
+# each is a column of the kind's fit so that its coefficient, not a guess, prices it:
+# - index_copy_ (IndexKernel.cu): 128 threads a block, up to 4 elements each in turn, so a write of under 512
+#   elements runs ceil(elements / 128) dependent steps per thread and a larger one 4 (more blocks in parallel);
+#   an iterator whose byte offsets pass 2^31 - 1 (a KV cache of 2 GiB or more) is split in halves, one launch each.
+# - embedding = index_select (Indexing.cu): up to 16 indices take the small-index kernel, whose threads walk the
+#   indices one after another; more take the large-index kernel, parallel over index x column.
+# - argmax (Reduce.cuh, setReduceConfig): blocks of 512 threads; a row of V values is read V / 512 values per thread
+#   by one block, unless that is 256 or more and the grid is short, when the row is split over ctas blocks and
+#   reduced through global memory (V = 128256 stays in one block at 251 values a thread, 27 us; V = 152064 splits
+#   into 19, 8.6 us).
+KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
+                         "embedding": ("small-index loop",),
+                         "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread")}
+INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
+SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
+REDUCE_THREADS, REDUCE_MAX_VPT, REDUCE_MIN_VPT = 512, 256, 16  # Reduce.cuh MAX_NUM_THREADS, values per thread
+THREADS_PER_SM = 2048  # Hopper / Ampere resident threads per SM (the reduction's target grid)
+INT32_MAX = 2 ** 31 - 1
+
+
+def kv_cache_span(batch, kv_heads, kv_len, head_dim, itemsize: float = 2.0) -> float:
+    """Bytes between the first and last element an index_copy_ of one position into a [batch, kv_heads, kv_len,
+    head_dim] cache can touch (TensorIterator's max offset, the indexed dimension collapsed): what its 32-bit
+    indexing check compares with 2^31 - 1."""
+    s = float(itemsize)
+    return 1.0 + ((batch - 1) * kv_heads * kv_len * head_dim + (kv_heads - 1) * kv_len * head_dim + head_dim - 1) * s
+
+
+def index_copy_shape(elements, cache_bytes=None) -> list:
+    """[dependent steps per thread, extra launches of a 32-bit split] of an index_copy_ writing `elements`."""
+    el = np.asarray(elements, float)
+    steps = np.minimum(np.ceil(el / INDEX_NT), INDEX_VT)
+    if cache_bytes is None:
+        return [steps, np.zeros_like(el)]
+    cb = np.asarray(cache_bytes, float)
+    pieces = np.exp2(np.ceil(np.log2(np.maximum(cb / INT32_MAX, 1.0))))
+    return [steps, pieces - 1.0]
+
+
+def embedding_small_index_loop(indices):
+    """Indices walked one after another by index_select's small-index kernel (0 when the large-index kernel runs)."""
+    n = np.asarray(indices, float)
+    return np.where(n <= SMALL_INDEX_MAX, n, 0.0)
+
+
+def _last_pow2(n):
+    return np.exp2(np.floor(np.log2(np.maximum(n, 1.0))))
+
+
+def argmax_shape(rows, vocab, sms: int) -> list:
+    """[values per thread, 1 when split over blocks, blocks per SM x values per thread] of an argmax over the last
+    dimension of a rows x vocab tensor, as Reduce.cuh's setReduceConfig lays it out."""
+    rows, vocab = np.broadcast_arrays(np.asarray(rows, float), np.asarray(vocab, float))
+    dim0 = np.where(vocab > 128, vocab // 4, vocab)  # vectorized loads of 4 along the row
+    d0 = np.where(dim0 < REDUCE_THREADS, _last_pow2(dim0), REDUCE_THREADS)
+    d1 = np.where(rows < REDUCE_THREADS, _last_pow2(rows), REDUCE_THREADS)
+    bw = np.minimum(d0, 32.0)
+    bh = np.minimum(d1, REDUCE_THREADS // bw)
+    bw = np.minimum(d0, REDUCE_THREADS // bh)
+    vpt = np.ceil(vocab / bw)
+    split_y = (vpt >= bh * REDUCE_MIN_VPT) | (vpt >= REDUCE_MAX_VPT)
+    step_out = np.where(split_y, 1.0, bh)
+    vpt = np.where(split_y, np.ceil(vocab / (bw * bh)), vpt)
+    grid = np.ceil(rows / step_out)
+    target = sms * (THREADS_PER_SM // (bw * bh))
+    go = split_y & (vpt >= REDUCE_MAX_VPT) & (grid <= target)
+    ctas = np.maximum(np.minimum(np.ceil(target / grid), np.ceil(vpt / REDUCE_MIN_VPT)), np.ceil(vpt / REDUCE_MAX_VPT))
+    ctas = np.where(go, ctas, 1.0)
+    vpt = np.where(ctas > 1, np.ceil(vpt / ctas), vpt)
+    per_sm = np.ceil(grid * ctas / sms)
+    return [vpt, (ctas > 1).astype(float), per_sm * vpt]
+
+
+def memory_scaling(kind: str, bw_ratio: float) -> np.ndarray:
+    """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
+    the width and launch-shape terms as measured."""
+    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ()))
+    return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
 
 
 def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
@@ -147,6 +241,8 @@ class OpCalibration:
     l2_bytes: float  # the GPU's L2 (hw catalog): bytes beyond it come from HBM
     unfused: dict = field(default_factory=dict)  # pass -> FeatureCost over unfused_features
     decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
+    sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
+    l2_frac: float = 1.0  # the L2's effective capacity for the memory kinds, a fraction of l2_bytes (fit_l2_fraction)
     after_stream_cap: dict = field(default_factory=dict)  # COLD_KINDS kind -> the most elements its rows measured
 
     def decode_model(self, head_dim) -> FeatureCost | None:
@@ -166,8 +262,30 @@ class OpCalibration:
         return tuple(sorted({k[0] for k in self.attention}))
 
 
-def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
-    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit)."""
+def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
+               held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit); l2_bytes: the L2's
+    effective capacity (memory_features), sms: the measured GPU's SM count."""
+    return {k: v[0] for k, v in _fit_memory_kinds(_memory_points(rows, sms, held_out_width), l2_bytes).items()}
+
+
+L2_FRACTIONS = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))  # 0.30 .. 1.00 of the catalog L2
+
+
+def fit_l2_fraction(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
+                    held_out_width: int | None = HELD_OUT_WIDTH) -> float:
+    """The fraction of the GPU's L2 that best splits the fitted rows into L2-resident and HBM-bound working sets
+    (least squares of the relative residuals over every kind; among equal fits, the middle of the tied range)."""
+    pts = _memory_points(rows, sms, held_out_width)
+    sse = [sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes * frac).values()) for frac in L2_FRACTIONS]
+    best = min(sse)
+    tied = [f for f, e in zip(L2_FRACTIONS, sse) if e <= best * (1 + 1e-9)]
+    return tied[len(tied) // 2]
+
+
+def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
+    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes past
+    the L2) is filled in by _fit_memory_kinds for each capacity tried."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
@@ -180,15 +298,21 @@ def fit_memory(rows: list[dict], *, l2_bytes: float, held_out_width: int | None 
         elements = float(r["tokens"]) * float(r["width"])
         if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
             continue
-        key = f"{kind}@{int(r['width'])}" if kind in PER_WIDTH_KINDS else kind
-        groups.setdefault(key, []).append((memory_features(kind, elements, r["width"], l2_bytes),
-                                           float(r["time_s"])))
+        f = memory_features(kind, elements, r["width"], np.inf, sms=sms, cache_bytes=r.get("cache_bytes"))
+        groups.setdefault(kind, []).append((f, float(r["time_s"])))
+    return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
+
+
+def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
+    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity."""
     out = {}
-    for kind, pts in groups.items():
-        if len(pts) >= 4:
-            X = np.array([p[0] for p in pts])
-            c = fit_nonneg(X, np.array([p[1] for p in pts]))
-            out[kind] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    for kind, (X, t) in points.items():
+        if len(t) >= max(4, X.shape[1] + 1):
+            X = X.copy()
+            X[:, 2] = np.where(X[:, 0] > l2_bytes, X[:, 0], 0.0)
+            c = fit_nonneg(X, t)
+            out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
+                         float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
     return out
 
 
@@ -209,7 +333,7 @@ def adamw_rows(memory_rows: list[dict]) -> list[dict]:
 def decode_kernel_rows(rows: list[dict]) -> list[dict]:
     """The decode_kernels family's rows as memory rows: KV-cache writes (kind index_copy, width = kv_heads x
     head_dim), argmax over bf16 logits (kind argmax, width = vocabulary) and embedding gathers (width = hidden);
-    tokens = the batch."""
+    tokens = the batch; a KV write's cache_bytes: the [batch, kv_heads, kv_len, head_dim] cache it writes into."""
     kinds = {"kv_write": "index_copy", "argmax": "argmax", "embedding": "embedding"}
     out = []
     for r in rows:
@@ -217,8 +341,11 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
         if kind is None or str(r["dtype"]) != "bf16":
             continue
         width = int(r["heads"]) * int(r["width"]) if kind == "index_copy" else int(r["width"])
-        out.append({"op": kind, "pass": "fwd", "tokens": r["batch"], "width": width, "bytes": r["bytes"],
-                    "time_s": r["time_s"]})
+        row = {"op": kind, "pass": "fwd", "tokens": r["batch"], "width": width, "bytes": r["bytes"],
+               "time_s": r["time_s"]}
+        if kind == "index_copy":
+            row["cache_bytes"] = kv_cache_span(r["batch"], r["heads"], r["kv_len"], r["width"])
+        out.append(row)
     return out
 
 
@@ -248,14 +375,6 @@ def nearest(measured, value) -> int:
     """The measured size nearest to value on a log scale (the largest value of an array; a tie goes to the larger)."""
     v = float(np.max(value))
     return min(measured, key=lambda k: (abs(np.log(k / v)), -k))
-
-
-def memory_model(memory: dict, kind: str, width) -> FeatureCost | None:
-    """The fitted class of a kind (a per-width kind at its nearest measured width), or None."""
-    if kind not in PER_WIDTH_KINDS:
-        return memory.get(kind)
-    widths = [int(k.split("@")[1]) for k in memory if k.startswith(kind + "@")]
-    return memory[f"{kind}@{nearest(widths, width)}"] if widths else None
 
 
 def _memory_kind(r: dict) -> str | None:
@@ -441,7 +560,6 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     from c3kit.hw.catalog import get_gpu
 
     docs = {fam: _rows(json.loads(p.read_text())) for fam, p in found.items()}
-    l2 = get_gpu(gpu_name).l2_bytes
     mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
@@ -451,40 +569,48 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     for r in cold_rows:
         cap[r["op"]] = max(cap.get(r["op"], 0.0), float(r["tokens"]) * float(r["width"]))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
-    mem = fit_memory(mem_rows, l2_bytes=l2) if mem_rows else {}
+    gpu = get_gpu(gpu_name)
+    frac = fit_l2_fraction(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else 1.0
+    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes * frac, sms=gpu.sms) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
-    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, l2,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), cap)
+    return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, frac, cap)
 
 
 @dataclass(frozen=True)
 class ScaledCalibration:
-    """An OpCalibration applied on a GPU: compute terms / flops_ratio, bandwidth terms / bw_ratio, the GPU's L2."""
+    """An OpCalibration applied on a GPU: compute terms / flops_ratio, bandwidth terms / bw_ratio, the GPU's L2 and
+    SM count (None: the measured GPU's)."""
 
     cal: OpCalibration
     flops_ratio: float
     bw_ratio: float
     l2_bytes: float
+    sms: int | None = None
 
-    def kind_time(self, kind: str, elements, width, itemsize: float = 2.0):
+    def kind_time(self, kind: str, elements, width, itemsize: float = 2.0, cache_bytes=None):
         """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
-        arrays); None when the kind is not measured here."""
-        m = memory_model(self.cal.memory, kind, width) or self.cal.memory.get(MEMORY_PROXY.get(kind, ""))
+        arrays; cache_bytes: kv_cache_span of the KV cache an index_copy writes into, None for one under 2 GiB);
+        None when the kind is not measured here."""
+        m = self.cal.memory.get(kind)
+        if m is None and kind in MEMORY_PROXY:
+            m = self.cal.memory.get(MEMORY_PROXY[kind])
         if m is None:
             return None
         cap = self.cal.after_stream_cap.get(kind) if kind in self.cal.memory else None
         if cap is not None:
             return self._after_stream(kind, m, cap, elements, width, itemsize)
-        t = self._fitted(kind, m, elements, width, itemsize)
+        t = self._fitted(kind, m, elements, width, itemsize, cache_bytes)
         low = self.kind_time(AT_LEAST[kind], elements, width, itemsize) if kind in AT_LEAST else None
         return t if low is None else np.maximum(t, low)
 
-    def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float):
+    def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float, cache_bytes=None):
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
-        f = memory_features(kind, elements, width, self.l2_bytes, itemsize)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.bw_ratio, 1.0, 1.0 / self.bw_ratio]))
+        f = memory_features(kind, elements, width, self.l2_bytes * self.cal.l2_frac, itemsize,
+                            sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio))
 
     def _after_stream(self, kind: str, m: FeatureCost, cap: float, elements, width, itemsize: float):
         """A kernel right after a weight stream (memops.COLD_KINDS): its rows' fit, never below the warm kernel,
@@ -498,11 +624,12 @@ class ScaledCalibration:
         return np.where(inside, np.maximum(self._fitted(kind, m, elements, width, itemsize), warm), warm)
 
     def parts_time(self, parts, itemsize: float = 2.0):
-        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...);
-        None when any part's kind is not measured here (the op then keeps its roofline price)."""
+        """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an
+        index_copy part may carry a fourth item, kv_cache_span of its cache); None when any part's kind is not
+        measured here (the op then keeps its roofline price)."""
         total = 0.0
-        for kind, elements, width in parts:
-            t = self.kind_time(kind, elements, width, itemsize)
+        for kind, elements, width, *cache in parts:
+            t = self.kind_time(kind, elements, width, itemsize, cache[0] if cache else None)
             if t is None:
                 return None
             total = total + t
@@ -546,9 +673,9 @@ def calibration_for(gpu, op_class: str) -> ScaledCalibration | None:
     if cal is None:
         return None
     if src == gpu.name:
-        return ScaledCalibration(cal, 1.0, 1.0, gpu.l2_bytes)
+        return ScaledCalibration(cal, 1.0, 1.0, gpu.l2_bytes, gpu.sms)
     from c3kit.hw.catalog import get_gpu
 
     ref = get_gpu(src)
     return ScaledCalibration(cal, gpu.peak_flops("bf16") / ref.peak_flops("bf16"), gpu.hbm_bw / ref.hbm_bw,
-                             gpu.l2_bytes)
+                             gpu.l2_bytes, gpu.sms)
