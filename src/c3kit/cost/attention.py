@@ -72,12 +72,14 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
     from c3kit.cost.basis import basis, source_gpu
     from c3kit.cost.opclass import op_calibration
+    from c3kit.cost.published import attention_labels
 
     b = basis(gpu_name)
     src = source_gpu(gpu_name, "attention")
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
-    out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
+    _published = attention_labels(gpu_name) if src is None else {}  # cost/published.py
+    out = {k: (b["attention"] if k in measured else _published.get(k, "datasheet")) for k in BACKENDS if k != "unfused"}
     out["unfused"] = (b["attention"] if cal is not None and cal.unfused else
                       f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}")
     return out
@@ -134,7 +136,9 @@ def attention_time(op, hw, model, price) -> float:
                        op.backward, op.balanced, backend, dtype_bytes(op.dtype))
             if t is not None:
                 return float(t)
-    return roofline_time(op, hw, model.attn_eff, model.mem_eff)
+    from c3kit.cost.published import attention_eff
+
+    return roofline_time(op, hw, attention_eff(op, hw, backend, model), model.mem_eff)  # published rows, else attn_eff
 
 
 def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, balanced, backend, itemsize):
