@@ -138,6 +138,11 @@ def _all() -> dict[str, PublishedOps]:
     return out
 
 
+def all_published() -> tuple[PublishedOps, ...]:
+    """Every shipped GPU's published rows, by file name."""
+    return tuple(_all().values())
+
+
 def published_ops(gpu_name: str) -> PublishedOps | None:
     """The published rows of a catalog GPU (or of the one a projection was made from), else None."""
     from c3kit.hw.future import base_name
