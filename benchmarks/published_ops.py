@@ -6,6 +6,9 @@ agreement is by construction), "check" rows are out of sample. Then the source c
 both have: the same table's H100 / H200 figures against c3kit's own H200-measured curve (burst clocks), at
 the table's shapes. Nothing here reads a published step time.
 
+The same cross-check for the Azure AI-benchmarking-guide suite, whose A100 and MI300X rows are shipped: its
+H200 rows (GEMM FP8 sweep after 10,000 warm-up iterations, BabelStream) against c3kit's H200 measurements.
+
 Usage: python benchmarks/published_ops.py [--markdown]
 """
 
@@ -19,12 +22,20 @@ MAMF_HOPPER = (("H100-SXM", "bf16", 2048, 2048, 13312, 794.5), ("H100-SXM", "fp8
                ("H200-SXM", "fp8", 1280, 4096, 12032, 1453.4))
 
 
+# Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md @ 7f20e5fa: cuBLASLt FP8 (m = n = k) after
+# 10,000 warm-up iterations, TFLOP/s; BabelStream Triad, TB/s
+AZURE_H200_GEMM = ((4096, 1249.1), (8192, 1300.6), (16384, 1366.3))
+# BabelStream Triad (2 reads, 1 write per element) against the measured class of the kernel with that traffic
+AZURE_H200_STREAM = (("Triad", "residual_add", 4.15),)
+
+
 def rows():
     """(gpu, op, shape, role, published TFLOP/s, model TFLOP/s) for every published row."""
     from c3kit import cost
     from c3kit.cost import published as pub
     from c3kit.hw import get_gpu
-    from c3kit.workload.ops import Attention, Gemm
+    from c3kit.cost.collectives import busbw
+    from c3kit.workload.ops import Attention, Collective, Gemm
 
     m = cost.CostModel(kind="efficiency")
     out = []
@@ -43,6 +54,14 @@ def rows():
             t = cost.time(op, gpu, m) + cost.time(bwd, gpu, m)
             out.append((ops.gpu, f"{a.kernel} fwd+bwd", f"seq {a.seq} hd {a.head_dim}{' causal' if a.causal else ''}",
                         a.role, a.tflops, (op.flops + bwd.flops) / t / 1e12))
+        frac = pub.memory_fraction(ops.gpu)
+        for r in ops.memory:  # GB/s, not TFLOP/s: the model's is the one fraction all rows set
+            out.append((ops.gpu, f"STREAM {r.kernel} (GB/s)", "", r.role, r.gbps, frac * gpu.hbm_bw / 1e9))
+        for c in ops.collective:
+            op = Collective("c", c.kind, float(c.nbytes), c.ranks, span="intra")
+            t = cost.time(op, gpu, m)
+            out.append((ops.gpu, f"{c.kind} busbw (GB/s)", f"{c.ranks} ranks {c.nbytes / 2**20:g} MiB", c.role,
+                        c.busbw_gbps, busbw(op, t) / 1e9))
     return out
 
 
@@ -56,6 +75,32 @@ def hopper_check():
         gpu = get_gpu(g)
         curve = default_curve_for(gpu)[0]
         out.append((g, dt, f"{m}x{n}x{k}", tf, 2 * m * n * k / curve.gemm_time(m, n, k, dt, gpu) / 1e12))
+    return out
+
+
+def azure_h200_check():
+    """(what, size, published, c3kit's H200 measurement-based figure) for the Azure suite's H200 rows: GEMM
+    TFLOP/s (burst and sustained clocks) and streaming bandwidth in TB/s (the measured memory class)."""
+    from c3kit import cost
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw import get_gpu
+    from c3kit.workload.ops import Gemm
+
+    h200 = get_gpu("H200-SXM")
+    out = []
+    for n, tf in AZURE_H200_GEMM:
+        g = Gemm("g", n, n, n, "fp8")
+        for power in ("burst", "sustained"):
+            t = cost.time(g, h200, cost.CostModel(kind="efficiency", power=power))
+            out.append((f"GEMM fp8 ({power})", f"{n}^3", tf, g.flops / t / 1e12))
+    cal = calibration_for(h200, "memory")
+    elements, width = float(1 << 28), 8192.0  # 512 MiB of bf16 per operand: far beyond the 50 MB L2
+    for kernel, kind, tb in AZURE_H200_STREAM:
+        from c3kit.workload.memops import memop_traffic
+
+        nbytes, _ = memop_traffic(kind, elements, 2.0)
+        t = float(cal.kind_time(kind, elements, width, 2.0))
+        out.append((f"STREAM {kernel} vs measured {kind}", "512 MiB", tb, nbytes / t / 1e12))
     return out
 
 
@@ -73,6 +118,11 @@ def main(argv=None) -> int:
     print()
     head2 = ("GPU", "dtype", "shape", "published TFLOP/s", "H200-measured curve TFLOP/s", "curve / published")
     _table(head2, [(g, d, s, f"{p:.1f}", f"{q:.1f}", f"{q / p:.3f}") for g, d, s, p, q in hopper_check()], md)
+    print()
+    print("Source cross-check: the Azure suite's H200 rows against c3kit's H200 measurements:")
+    print()
+    head3 = ("what", "size", "published", "c3kit H200", "c3kit / published")
+    _table(head3, [(w, sz, f"{p:.2f}", f"{q:.2f}", f"{q / p:.3f}") for w, sz, p, q in azure_h200_check()], md)
     return 0
 
 

@@ -118,7 +118,7 @@ def test_basis_per_backend():
     a100 = attention_basis("A100-SXM-80G")
     # A100: FlashAttention-2's published figures price flash2 only (cost/published.py); the rest is datasheet
     assert a100["cudnn"] == a100["efficient"] == "datasheet" and a100["flash2"] == "published microbenchmark"
-    assert a100["unfused"] == "batched GEMMs: published microbenchmark; softmax/dropout: datasheet"
+    assert a100["unfused"] == "batched GEMMs: published microbenchmark; softmax/dropout: published microbenchmark"
     e = explain(_att("flash2"), get_gpu("H100-SXM"), EFF)
     assert e.method == "attention-flash2" and e.detail["basis"] == "transferred from H200-SXM"
 

@@ -13,7 +13,7 @@ from c3kit.cost.basis import basis
 from c3kit.cost.default_curve import bf16_curve_for, default_curve_for
 from c3kit.errors import CostError
 from c3kit.hw import get_gpu
-from c3kit.workload.ops import Attention, Gemm
+from c3kit.workload.ops import Attention, Gemm, MemOp
 
 GPUS = ("A100-SXM-80G", "B200", "MI300X", "MI325X", "MI355X")
 EFF = cost.CostModel(kind="efficiency")
@@ -32,6 +32,10 @@ def test_every_gpu_file_parses_and_every_row_names_its_source():
             assert p.tflops * 1e12 < gpu.peak_flops(p.dtype)  # below the datasheet's dense peak
         for a in ops.attention:
             assert "@" in a.source and a.tflops * 1e12 < gpu.peak_flops("bf16")
+        for m in ops.memory:
+            assert "@" in m.source and m.gbps * 1e9 < gpu.hbm_bw
+        for c in ops.collective:
+            assert "@" in c.source and c.busbw_gbps * 1e9 < gpu.scaleup.bw
 
 
 @pytest.mark.parametrize("name", GPUS)
@@ -58,7 +62,7 @@ def test_only_the_level_moves_and_check_rows_set_nothing():
 
 def test_dtypes_without_a_published_row_keep_the_assumed_fraction():
     h200 = bf16_curve_for(get_gpu("H200-SXM"))[0]
-    assert bf16_curve_for(get_gpu("MI300X"))[0].frac("fp8") == h200.frac("fp8")
+    assert bf16_curve_for(get_gpu("MI325X"))[0].frac("fp8") == h200.frac("fp8")
     b200 = bf16_curve_for(get_gpu("B200"))[0]
     assert b200.frac("fp8") != h200.frac("fp8") and b200.frac("bf16") != h200.frac("bf16")
 
@@ -72,9 +76,12 @@ def test_a_projection_keeps_its_base_level_and_scales_its_peaks():
 def test_basis_labels_per_gpu_and_class():
     assert basis("B200")["gemm"] == basis("B200")["gemm_fp8"] == "published microbenchmark"
     assert basis("B200")["attention"] == basis("B200")["memory"] == basis("B200")["collective"] == "datasheet"
-    for g in ("MI300X", "MI325X", "MI355X"):
+    for g in ("MI325X", "MI355X"):
         b = basis(g)
-        assert b["gemm"] == "published microbenchmark" and b["gemm_fp8"] == b["attention"] == "datasheet"
+        assert b["gemm"] == "published microbenchmark" and b["gemm_fp8"] == b["attention"] == b["memory"] == "datasheet"
+    mi = basis("MI300X")
+    assert mi["gemm"] == mi["gemm_fp8"] == mi["memory"] == mi["fp8_cast"] == "published microbenchmark"
+    assert mi["attention"] == mi["floor"] == mi["collective"] == "datasheet"
     assert basis("H200-SXM")["gemm"] == "measured" and basis("H100-SXM")["gemm"] == "transferred from H200-SXM"
     est = cost.explain(Gemm("g", 4096, 4096, 4096, "bf16"), get_gpu("B200"), EFF)
     assert est.detail["curve"].startswith("published:b200.toml")
@@ -133,3 +140,29 @@ def test_bad_documents_are_refused():
     too_fast = pub.GemmPoint("bf16", 8192, 8192, 8192, 5000.0, "s", "fit")
     with pytest.raises(CostError, match="imply peak fractions"):
         pub.level_curve(h200, get_gpu("A100-SXM-80G"), [too_fast])
+
+
+def test_memory_fraction_hand_checked_and_used_off_roofline():
+    # A100 rows (GB/s): 1610 1610 1700 1700 (Azure) and 1709.4 1676.2 1715.8 1724.8 (Tursa): median 1700
+    a100 = get_gpu("A100-SXM-80G")
+    assert pub.memory_fraction("A100-SXM-80G") == pytest.approx(1700e9 / 2.039e12)
+    # MI300X: 4110 4260 4140 4090: median 4125 of 5.3 TB/s
+    assert pub.memory_fraction("MI300X") == pytest.approx(4125e9 / 5.3e12)
+    assert pub.memory_fraction("B200") is None and pub.memory_fraction("MI325X") is None
+    op = MemOp("n", bytes=1.7e9)
+    assert cost.time(op, a100, EFF) == pytest.approx(1e-3)
+    assert cost.time(op, a100, "roofline") == pytest.approx(1.7e9 / 2.039e12)
+    b200 = get_gpu("B200")
+    assert cost.time(op, b200, EFF) == pytest.approx(1.7e9 / (b200.hbm_bw * EFF.mem_eff))  # datasheet stays
+    assert pub.memory_fraction("A100-SXM-80G+1g(historical)") == pub.memory_fraction("A100-SXM-80G")
+
+
+def test_collective_rows_are_checks_only():
+    ops = pub.published_ops("A100-SXM-80G")
+    assert ops.collective and all(c.role == "check" for c in ops.collective)
+    assert "collective" not in pub.published_classes("A100-SXM-80G")
+    row = {"kind": "all_reduce", "ranks": 8, "bytes": 1 << 30, "busbw_gbps": 230.0, "source": "s", "role": "fit"}
+    with pytest.raises(CostError, match="checks only"):
+        pub.parse({"gpu": "X", "collective": [row]}, "x.toml")
+    with pytest.raises(CostError, match="gbps must be positive"):
+        pub.parse({"gpu": "X", "memory": [{"kernel": "Copy", "gbps": 0, "source": "s", "role": "fit"}]}, "x.toml")

@@ -162,6 +162,8 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
         a = np.broadcast_to(np.asarray(v), (n,))
         return a if sel is None else a[sel]
 
+    from c3kit.cost.published import published_rows
+
     a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
     backend = resolve_backend(shape.backend, hw.name)
     if backend == "unfused":  # as attention_time: the measured class, else the kernels one scenario at a time
@@ -177,6 +179,6 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
         return None
     cal = _cal(hw, "attention")
     if cal is None:
-        return None
+        return published_rows(a, shape, backend, hw, model, price)  # cost/published.py; None without rows
     return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
                   shape.backward, shape.balanced, backend, 2.0)

@@ -11,6 +11,10 @@ with published rows of role "fit" is priced from them; the rest stay on the data
 - attention: fused backends whose kernel has published rows run at the published fraction of the dense
   peak for the nearest head dim and the same causality, interpolated in log(sequence length) and held
   constant beyond the published range; forward and backward both take the forward + backward figure.
+- memory (and fp8_cast, a bandwidth-bound kernel priced as one): memory-bound ops without a measured class
+  run at the median published STREAM-like bandwidth (Copy, Mul, Add, Triad) as a fraction of the datasheet
+  HBM bandwidth, in place of the cost model's assumed mem_eff.
+- collective rows are checks only (benchmarks/published_ops.py); collectives stay on the datasheet.
 
 Rows of role "check" set nothing: tests and benchmarks/published_ops.py compare the model against them.
 Published end-to-end step times are never read here.
@@ -67,6 +71,28 @@ class AttentionPoint:
 
 
 @dataclass(frozen=True)
+class MemoryPoint:
+    """One published STREAM-like figure: achieved HBM bandwidth of a streaming kernel."""
+
+    kernel: str
+    gbps: float
+    source: str
+    role: str
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One published collective figure: bus bandwidth of a collective of `ranks` GPUs at a message size."""
+
+    kind: str
+    ranks: int
+    nbytes: int
+    busbw_gbps: float
+    source: str
+    role: str
+
+
+@dataclass(frozen=True)
 class PublishedOps:
     """The published op-level rows of one catalog GPU."""
 
@@ -74,6 +100,8 @@ class PublishedOps:
     gemm: tuple[GemmPoint, ...]
     attention: tuple[AttentionPoint, ...]
     origin: str
+    memory: tuple[MemoryPoint, ...] = ()
+    collective: tuple[CollectivePoint, ...] = ()
 
     def fit_gemm(self, dtype: str | None = None) -> tuple[GemmPoint, ...]:
         """GEMM rows of role fit (of one dtype)."""
@@ -84,6 +112,8 @@ class PublishedOps:
         out = {GEMM_DTYPE_CLASS[p.dtype] for p in self.fit_gemm() if p.dtype in GEMM_DTYPE_CLASS}
         if any(a.role == "fit" for a in self.attention):
             out.add("attention")
+        if any(m.role == "fit" for m in self.memory):
+            out.update(("memory", "fp8_cast"))
         return frozenset(out)
 
 
@@ -92,14 +122,14 @@ def published_dir():
     return resources.files("c3kit.cost").joinpath("data", "published_ops")
 
 
-def _need(row: dict, keys: tuple[str, ...], where: str) -> None:
+def _need(row: dict, keys: tuple[str, ...], where: str, value: str = "tflops") -> None:
     missing = [k for k in keys if k not in row]
     if missing:
         raise CostError(f"{where}: row lacks {', '.join(missing)}; every published row needs {', '.join(keys)}")
     if row["role"] not in ROLES:
         raise CostError(f"{where}: role {row['role']!r} is not one of {', '.join(ROLES)}")
-    if not float(row["tflops"]) > 0:
-        raise CostError(f"{where}: tflops must be positive, got {row['tflops']!r}")
+    if not float(row[value]) > 0:
+        raise CostError(f"{where}: {value} must be positive, got {row[value]!r}")
     if not str(row["source"]).strip():
         raise CostError(f"{where}: every row needs its source")
 
@@ -122,7 +152,19 @@ def parse(doc: dict, origin: str) -> PublishedOps:
         att.append(AttentionPoint(str(r["kernel"]), tuple(str(b) for b in r["backends"]), str(r["direction"]),
                                   bool(r["causal"]), int(r["head_dim"]), int(r["seq"]), float(r["tflops"]),
                                   str(r["source"]), str(r["role"])))
-    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin)
+    mem = []
+    for i, r in enumerate(doc.get("memory", [])):
+        _need(r, ("kernel", "gbps", "source", "role"), f"{origin} memory row {i + 1}", "gbps")
+        mem.append(MemoryPoint(str(r["kernel"]), float(r["gbps"]), str(r["source"]), str(r["role"])))
+    coll = []
+    for i, r in enumerate(doc.get("collective", [])):
+        _need(r, ("kind", "ranks", "bytes", "busbw_gbps", "source", "role"), f"{origin} collective row {i + 1}",
+              "busbw_gbps")
+        if r["role"] != "check":
+            raise CostError(f"{origin} collective row {i + 1}: collective rows are checks only (role = \"check\")")
+        coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
+                                    str(r["source"]), str(r["role"])))
+    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll))
 
 
 @lru_cache(maxsize=1)
@@ -235,6 +277,30 @@ def attention_eff(op, hw, backend: str, model) -> float:
     return model.attn_eff if f is None else f
 
 
+def published_rows(a: dict, shape, backend: str, hw, model, price):
+    """attention_time's published-rate roofline over a layer description's scenarios (a: arrays of batch, heads,
+    kv_heads, q_len, kv_len, head_dim), one op per distinct shape; None where no published rows cover the
+    backend on hw (the caller's datasheet roofline stands)."""
+    import numpy as np
+
+    ops = published_ops(hw.name)
+    if model.kind == "roofline" or ops is None or not any(backend in r.backends for r in ops.attention):
+        return None
+    from c3kit.workload.ops import Attention
+
+    keys = list(zip(*(np.asarray(a[k]).tolist() for k in ("batch", "heads", "kv_heads", "q_len", "kv_len",
+                                                          "head_dim"))))
+    memo: dict = {}
+    out = np.empty(len(keys))
+    for i, key in enumerate(keys):
+        if key not in memo:
+            b, h, kvh, q, kv, d = (int(x) for x in key)
+            memo[key] = price(Attention("a", b, h, kvh, q, kv, d, causal=shape.causal, backward=shape.backward,
+                                        balanced=shape.balanced, backend=backend), hw, model)
+        out[i] = memo[key]
+    return out
+
+
 def attention_labels(gpu_name: str) -> dict[str, str]:
     """backend -> PUBLISHED for the fused backends whose kernel has published rows on this GPU."""
     ops = published_ops(gpu_name)
@@ -242,6 +308,43 @@ def attention_labels(gpu_name: str) -> dict[str, str]:
     return {b: PUBLISHED for a in rows for b in a.backends}
 
 
+# ---------------------------------------------------------------------------------------------- memory
+
+@lru_cache(maxsize=64)
+def memory_fraction(gpu_name: str) -> float | None:
+    """The median published streaming bandwidth over the datasheet HBM bandwidth (None without fit rows);
+    a projection keeps its base GPU's fraction (its bandwidth is scaled, the efficiency is not)."""
+    ops = published_ops(gpu_name)
+    pts = sorted(m.gbps for m in ops.memory if m.role == "fit") if ops is not None else []
+    if not pts:
+        return None
+    from c3kit.hw.catalog import get_gpu
+
+    mid = len(pts) // 2
+    med = pts[mid] if len(pts) % 2 else 0.5 * (pts[mid - 1] + pts[mid])
+    frac = med * 1e9 / get_gpu(ops.gpu).hbm_bw
+    if not 0 < frac <= 1.0:
+        raise CostError(f"published memory rows of {ops.gpu} imply {frac:.3f} of the datasheet bandwidth: check them")
+    return frac
+
+
+def mem_eff(hw, model) -> float:
+    """The bandwidth fraction memory-bound ops without a measured class run at on hw: the published one where
+    rows exist (cost models other than roofline), else the cost model's mem_eff."""
+    if model.kind == "roofline":
+        return model.mem_eff
+    f = memory_fraction(hw.name)
+    return model.mem_eff if f is None else f
+
+
+def mem_eff_rows(gpus, index, model):
+    """mem_eff per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
+    import numpy as np
+
+    return np.asarray([mem_eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
+
+
 def clear() -> None:
     """Forget the loaded published rows (tests that add files)."""
     _all.cache_clear()
+    memory_fraction.cache_clear()
