@@ -125,7 +125,7 @@ def test_attention_backend_default_is_said_in_help_and_api():
     assert inspect.signature(api.analyze).parameters["attention_backend"].default is None
     r = api.analyze("llama-3-8b", "A100-SXM-80G", gpus=8, tp=1, pp=1, fsdp=True, recompute="none",
                     compare_overlap=False)
-    assert r.attention() == {"backend": "flash2", "default": True, "basis": "datasheet",
+    assert r.attention() == {"backend": "flash2", "default": True, "basis": "published microbenchmark",
                              "default_source": r.attention()["default_source"]}
 
 

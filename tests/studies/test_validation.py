@@ -119,11 +119,11 @@ def test_op_basis_labels_and_the_datasheet_basis_is_optimistic_where_measured(ru
     from c3kit.hw import get_gpu
     from c3kit.studies.validation import op_basis_of, predict
 
-    assert op_basis_of("B200") == "datasheet" and op_basis_of("A100-SXM-80G") == "datasheet"
+    assert op_basis_of("B200") == op_basis_of("A100-SXM-80G") == "published microbenchmark, partly datasheet"
     assert op_basis_of("H100-SXM") == "transferred from H200-SXM"
     assert op_basis_of("H100-SXM-96G-500W") == "transferred from H200-SXM, partly datasheet"
     t = result.table
-    assert set(t.loc[t["gpu"] == "B200", "op_basis"]) == {"datasheet"}
+    assert set(t.loc[t["gpu"] == "B200", "op_basis"]) == {"published microbenchmark, partly datasheet"}
     assert "op_basis" in set(result.by_group()["group"])
     # the same H100 FP8 step priced from the datasheet (a GPU name with no measurement or transfer) is faster than
     # on its measured basis: the label on datasheet-basis runs says which way their errors lean

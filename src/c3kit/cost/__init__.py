@@ -16,6 +16,7 @@ from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
 from c3kit.cost.opclass import calibration_for
+from c3kit.cost.published import mem_eff as published_mem_eff
 from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 
@@ -115,7 +116,7 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
         return attention_time(op, hw, m, time)
     if cls is MemOp:
         t = _calibrated_memory(op, hw) if m.kind != "roofline" and op.parts else None
-        return t if t is not None else roofline_time(op, hw, 1.0, m.mem_eff)
+        return t if t is not None else roofline_time(op, hw, 1.0, published_mem_eff(hw, m))  # cost/published.py
     raise CostError(f"cannot time {op!r}: not a Gemm, Attention, MemOp or Collective")
 
 

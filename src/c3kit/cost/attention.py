@@ -72,12 +72,14 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
     from c3kit.cost.basis import basis, source_gpu
     from c3kit.cost.opclass import op_calibration
+    from c3kit.cost.published import attention_labels
 
     b = basis(gpu_name)
     src = source_gpu(gpu_name, "attention")
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
-    out = {k: (b["attention"] if k in measured else "datasheet") for k in BACKENDS if k != "unfused"}
+    _published = attention_labels(gpu_name) if src is None else {}  # cost/published.py
+    out = {k: (b["attention"] if k in measured else _published.get(k, "datasheet")) for k in BACKENDS if k != "unfused"}
     out["unfused"] = (b["attention"] if cal is not None and cal.unfused else
                       f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}")
     return out
@@ -134,7 +136,9 @@ def attention_time(op, hw, model, price) -> float:
                        op.backward, op.balanced, backend, dtype_bytes(op.dtype))
             if t is not None:
                 return float(t)
-    return roofline_time(op, hw, model.attn_eff, model.mem_eff)
+    from c3kit.cost.published import attention_eff
+
+    return roofline_time(op, hw, attention_eff(op, hw, backend, model), model.mem_eff)  # published rows, else attn_eff
 
 
 def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward, balanced, backend, itemsize):
@@ -158,6 +162,8 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
         a = np.broadcast_to(np.asarray(v), (n,))
         return a if sel is None else a[sel]
 
+    from c3kit.cost.published import published_rows
+
     a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
     backend = resolve_backend(shape.backend, hw.name)
     if backend == "unfused":  # as attention_time: the measured class, else the kernels one scenario at a time
@@ -173,6 +179,6 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
         return None
     cal = _cal(hw, "attention")
     if cal is None:
-        return None
+        return published_rows(a, shape, backend, hw, model, price)  # cost/published.py; None without rows
     return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
                   shape.backward, shape.balanced, backend, 2.0)

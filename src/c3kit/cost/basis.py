@@ -1,5 +1,6 @@
 """Where each op class's parameters come from on a GPU: its own measurements, a documented transfer
-from another GPU (cost/data/transfers.toml), a projection of a measured GPU, or its datasheet.
+from another GPU (cost/data/transfers.toml), a projection of a measured GPU, published op-level
+microbenchmarks (cost/published.py, cost/data/published_ops), or its datasheet.
 
 Every report that prices ops on a GPU can say, per op class, `basis(gpu)[op_class]`.
 """
@@ -84,12 +85,18 @@ def source_gpu(gpu_name: str, op_class: str) -> str | None:
 
 
 def basis(gpu_name: str) -> dict[str, str]:
-    """op class -> "measured" | "transferred from X" | "projected from X" | "datasheet" on this GPU."""
+    """op class -> "measured" | "transferred from X" | "projected from X" | "published microbenchmark" |
+    "datasheet" on this GPU (published rows price a class only where no measurement or transfer does)."""
+    from c3kit.cost.published import PUBLISHED, published_classes
+
     base = catalog_name(gpu_name)
+    published = published_classes(base)
     out = {}
     for c in OP_CLASSES:
         src = source_gpu(gpu_name, c)
-        if src is None:
+        if src is None and c in published:
+            out[c] = PUBLISHED + ("" if base == gpu_name else f", projected to {gpu_name}")
+        elif src is None:
             out[c] = "datasheet"
         elif src != base:
             out[c] = f"transferred from {src}" + ("" if base == gpu_name else f", projected to {gpu_name}")

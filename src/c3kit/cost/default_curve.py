@@ -46,7 +46,8 @@ def fp8_fraction(gpu_name: str) -> float | None:
 
 def bf16_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
     """(curve, origin): fitted once per process to the shipped gemm calibration of gpu (or of the GPU a
-    projection was made from), else DEFAULT_CURVE; origin is 'fitted:<file>' or 'default'. Its fp8
+    projection was made from), else the curve levelled to its published GEMM figures (cost/published.py),
+    else DEFAULT_CURVE; origin is 'fitted:<file>', 'published:<file>+shape:<file>' or 'default'. Its fp8
     fraction is the assumed default (default_curve_for replaces it with the measured one)."""
     name = gpu.name
     hit = _fitted.get(name)
@@ -71,6 +72,10 @@ def bf16_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
             out = (stored, f"fitted:{table.origin}")
         except CostError:
             pass  # a table too small or inconsistent to fit: keep the documented default
+    else:
+        from c3kit.cost.published import gemm_curve
+
+        out = gemm_curve(gpu) or out  # published op-level GEMM figures (cost/published.py), else the default
     _fitted[name] = out
     return out
 

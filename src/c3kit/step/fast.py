@@ -272,6 +272,7 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
     Efficiency-curve GEMM rows are left for the caller: (row, m, n, k) is appended to `gemms` so that
     all groups' GEMMs go through one cost.efficiency.curve_times call per GPU.
     """
+    from c3kit.cost.published import mem_eff_rows
     from c3kit.workload.ops import Attention, Collective, Gemm
 
     from c3kit.workload.layer import Structure
@@ -302,7 +303,7 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
         elif isinstance(op, Attention):
             peak, fe, me = h["peak"], cm.attn_eff, cm.mem_eff
         else:
-            peak, fe, me = h["vec"], 1.0, cm.mem_eff
+            peak, fe, me = h["vec"], 1.0, mem_eff_rows(h["gpu_objs"], h["gpu_index"], cm)  # cost/published.py
         t_math = np.where(f != 0, f / (peak * fe), 0.0)
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)

@@ -1,0 +1,168 @@
+"""Published op-level microbenchmarks (cost/published.py): every row has a source, the GEMM curve reproduces the
+published points it is levelled to, attention interpolates the published rates, labels say so."""
+
+import math
+import tomllib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from c3kit import cost
+from c3kit.cost import published as pub
+from c3kit.cost.basis import basis
+from c3kit.cost.default_curve import bf16_curve_for, default_curve_for
+from c3kit.errors import CostError
+from c3kit.hw import get_gpu
+from c3kit.workload.ops import Attention, Gemm, MemOp
+
+GPUS = ("A100-SXM-80G", "B200", "MI300X", "MI325X", "MI355X")
+EFF = cost.CostModel(kind="efficiency")
+
+
+def test_every_gpu_file_parses_and_every_row_names_its_source():
+    files = sorted(f.name for f in pub.published_dir().iterdir() if f.name.endswith(".toml"))
+    assert files == ["a100-sxm-80g.toml", "b200.toml", "mi300x.toml", "mi325x.toml", "mi355x.toml"]
+    for g in GPUS:
+        ops = pub.published_ops(g)
+        assert ops is not None and ops.gpu == g
+        gpu = get_gpu(g)
+        for p in ops.gemm:
+            # a repository file at a commit, or a web address, and never an end-to-end figure
+            assert ("@" in p.source and len(p.source.split("@")[1].split()[0]) >= 7) or "https://" in p.source
+            assert p.tflops * 1e12 < gpu.peak_flops(p.dtype)  # below the datasheet's dense peak
+        for a in ops.attention:
+            assert "@" in a.source and a.tflops * 1e12 < gpu.peak_flops("bf16")
+        for m in ops.memory:
+            assert "@" in m.source and m.gbps * 1e9 < gpu.hbm_bw
+        for c in ops.collective:
+            assert "@" in c.source and c.busbw_gbps * 1e9 < gpu.scaleup.bw
+
+
+@pytest.mark.parametrize("name", GPUS)
+def test_the_levelled_curve_reproduces_each_published_fit_point(name):
+    gpu = get_gpu(name)
+    curve, origin = default_curve_for(gpu)
+    assert origin.startswith(f"published:{pub.published_ops(name).origin}+shape:")
+    for p in pub.published_ops(name).fit_gemm():
+        assert curve.gemm_time(p.m, p.n, p.k, p.dtype, gpu) == pytest.approx(p.seconds, rel=1e-3)
+
+
+def test_only_the_level_moves_and_check_rows_set_nothing():
+    h200 = bf16_curve_for(get_gpu("H200-SXM"))[0]
+    a100 = get_gpu("A100-SXM-80G")
+    curve = bf16_curve_for(a100)[0]
+    assert curve.with_(peak_frac=dict(h200.peak_frac)) == h200  # tiles, K saturation, ... are the H200's
+    ops = pub.published_ops("A100-SXM-80G")
+    assert any(p.role == "check" for p in ops.gemm)
+    assert pub.level_curve(h200, a100, ops.fit_gemm()) == curve
+    # hand-check of the level: the one fit row is 271.2 TFLOP/s at 1024 x 10240 x 5120
+    (p,) = ops.fit_gemm()
+    assert 2 * 1024 * 10240 * 5120 / curve.gemm_time(1024, 10240, 5120, "bf16", a100) == pytest.approx(271.2e12, rel=1e-3)
+
+
+def test_dtypes_without_a_published_row_keep_the_assumed_fraction():
+    h200 = bf16_curve_for(get_gpu("H200-SXM"))[0]
+    assert bf16_curve_for(get_gpu("MI325X"))[0].frac("fp8") == h200.frac("fp8")
+    b200 = bf16_curve_for(get_gpu("B200"))[0]
+    assert b200.frac("fp8") != h200.frac("fp8") and b200.frac("bf16") != h200.frac("bf16")
+
+
+def test_a_projection_keeps_its_base_level_and_scales_its_peaks():
+    base, proj = default_curve_for(get_gpu("B200"))[0], default_curve_for(get_gpu("B200+1g(historical)"))[0]
+    assert dict(proj.peak_frac) == dict(base.peak_frac)
+    assert basis("B200+1g(historical)")["gemm"] == "published microbenchmark, projected to B200+1g(historical)"
+
+
+def test_basis_labels_per_gpu_and_class():
+    assert basis("B200")["gemm"] == basis("B200")["gemm_fp8"] == "published microbenchmark"
+    assert basis("B200")["attention"] == basis("B200")["memory"] == basis("B200")["collective"] == "datasheet"
+    for g in ("MI325X", "MI355X"):
+        b = basis(g)
+        assert b["gemm"] == "published microbenchmark" and b["gemm_fp8"] == b["attention"] == b["memory"] == "datasheet"
+    mi = basis("MI300X")
+    assert mi["gemm"] == mi["gemm_fp8"] == mi["memory"] == mi["fp8_cast"] == "published microbenchmark"
+    assert mi["attention"] == mi["floor"] == mi["collective"] == "datasheet"
+    assert basis("H200-SXM")["gemm"] == "measured" and basis("H100-SXM")["gemm"] == "transferred from H200-SXM"
+    est = cost.explain(Gemm("g", 4096, 4096, 4096, "bf16"), get_gpu("B200"), EFF)
+    assert est.detail["curve"].startswith("published:b200.toml")
+
+
+def test_attention_fraction_hand_checked():
+    peak = get_gpu("A100-SXM-80G").peak_flops("bf16")
+    f = lambda hd, causal, seq: pub.attention_fraction("A100-SXM-80G", peak, "flash2", hd, causal, seq)  # noqa: E731
+    assert f(128, True, 4096) == pytest.approx(173e12 / peak)
+    assert f(128, True, math.sqrt(2048 * 4096)) == pytest.approx((155 + 173) / 2 * 1e12 / peak)  # log-linear
+    assert f(128, True, 128) == pytest.approx(99e12 / peak) and f(128, True, 1 << 20) == pytest.approx(189e12 / peak)
+    assert f(96, True, 4096) == f(128, True, 4096)  # nearest head dim, ties to the larger
+    assert f(80, False, 4096) == pytest.approx(171e12 / peak)  # head dim 64, not causal
+    assert pub.attention_fraction("A100-SXM-80G", peak, "cudnn", 128, True, 4096) is None
+    assert pub.attention_fraction("B200", peak, "flash2", 128, True, 4096) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(hd=st.sampled_from([64, 128]), causal=st.booleans(), a=st.integers(6, 17), b=st.integers(6, 17))
+def test_attention_fraction_stays_within_the_published_rows_and_grows_with_length(hd, causal, a, b):
+    peak = get_gpu("A100-SXM-80G").peak_flops("bf16")
+    rows = [r.tflops for r in pub.published_ops("A100-SXM-80G").attention if r.head_dim == hd and r.causal == causal]
+    lo, hi = sorted((2 ** a, 2 ** b))
+    f_lo = pub.attention_fraction("A100-SXM-80G", peak, "flash2", hd, causal, lo)
+    f_hi = pub.attention_fraction("A100-SXM-80G", peak, "flash2", hd, causal, hi)
+    assert min(rows) * 1e12 / peak - 1e-12 <= f_lo <= f_hi <= max(rows) * 1e12 / peak + 1e-12
+
+
+def test_attention_pricing_uses_the_published_rate_only_off_roofline():
+    hw = get_gpu("A100-SXM-80G")
+    op = Attention("a", 2, 16, 16, 8192, 8192, 128, causal=False, backward=True, backend="flash2")
+    assert cost.time(op, hw, EFF) == pytest.approx(op.flops / 201e12, rel=1e-12)
+    assert cost.time(op, hw, "roofline") == pytest.approx(op.flops / hw.peak_flops("bf16"), rel=1e-12)
+    assert cost.explain(op, hw, EFF).detail["basis"] == "published microbenchmark"
+
+
+@pytest.mark.parametrize("row, msg", [
+    ({"dtype": "bf16", "m": 1, "n": 1, "k": 1, "tflops": 1.0, "role": "fit"}, "lacks source"),
+    ({"dtype": "bf16", "m": 1, "n": 1, "k": 1, "tflops": 1.0, "role": "tuned", "source": "x"}, "role 'tuned'"),
+    ({"dtype": "bf16", "m": 1, "n": 1, "k": 1, "tflops": -3.0, "role": "fit", "source": "x"}, "positive"),
+    ({"dtype": "bf16", "m": 1, "n": 1, "k": 1, "tflops": 3.0, "role": "fit", "source": " "}, "needs its source"),
+])
+def test_bad_rows_are_refused_with_what_is_wrong(row, msg):
+    with pytest.raises(CostError, match=msg):
+        pub.parse({"gpu": "X", "gemm": [row]}, "x.toml")
+
+
+def test_bad_documents_are_refused():
+    with pytest.raises(CostError, match="needs gpu"):
+        pub.parse({"gemm": []}, "x.toml")
+    att = tomllib.loads('[[attention]]\nkernel="k"\nbackends=["flash2"]\ndirection="fwd"\ncausal=true\n'
+                        'head_dim=64\nseq=512\ntflops=1.0\nsource="s"\nrole="fit"\n')
+    with pytest.raises(CostError, match="only direction 'fwd\\+bwd'"):
+        pub.parse({"gpu": "X", **att}, "x.toml")
+    h200 = bf16_curve_for(get_gpu("H200-SXM"))[0]
+    too_fast = pub.GemmPoint("bf16", 8192, 8192, 8192, 5000.0, "s", "fit")
+    with pytest.raises(CostError, match="imply peak fractions"):
+        pub.level_curve(h200, get_gpu("A100-SXM-80G"), [too_fast])
+
+
+def test_memory_fraction_hand_checked_and_used_off_roofline():
+    # A100 rows (GB/s): 1610 1610 1700 1700 (Azure) and 1709.4 1676.2 1715.8 1724.8 (Tursa): median 1700
+    a100 = get_gpu("A100-SXM-80G")
+    assert pub.memory_fraction("A100-SXM-80G") == pytest.approx(1700e9 / 2.039e12)
+    # MI300X: 4110 4260 4140 4090: median 4125 of 5.3 TB/s
+    assert pub.memory_fraction("MI300X") == pytest.approx(4125e9 / 5.3e12)
+    assert pub.memory_fraction("B200") is None and pub.memory_fraction("MI325X") is None
+    op = MemOp("n", bytes=1.7e9)
+    assert cost.time(op, a100, EFF) == pytest.approx(1e-3)
+    assert cost.time(op, a100, "roofline") == pytest.approx(1.7e9 / 2.039e12)
+    b200 = get_gpu("B200")
+    assert cost.time(op, b200, EFF) == pytest.approx(1.7e9 / (b200.hbm_bw * EFF.mem_eff))  # datasheet stays
+    assert pub.memory_fraction("A100-SXM-80G+1g(historical)") == pub.memory_fraction("A100-SXM-80G")
+
+
+def test_collective_rows_are_checks_only():
+    ops = pub.published_ops("A100-SXM-80G")
+    assert ops.collective and all(c.role == "check" for c in ops.collective)
+    assert "collective" not in pub.published_classes("A100-SXM-80G")
+    row = {"kind": "all_reduce", "ranks": 8, "bytes": 1 << 30, "busbw_gbps": 230.0, "source": "s", "role": "fit"}
+    with pytest.raises(CostError, match="checks only"):
+        pub.parse({"gpu": "X", "collective": [row]}, "x.toml")
+    with pytest.raises(CostError, match="gbps must be positive"):
+        pub.parse({"gpu": "X", "memory": [{"kernel": "Copy", "gbps": 0, "source": "s", "role": "fit"}]}, "x.toml")
