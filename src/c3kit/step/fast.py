@@ -430,6 +430,22 @@ def _saved(pattern: str, r: int, m: int, n: int, k: int, gpu, mode: str, power: 
     return float("nan") if price is None else price.saved
 
 
+def _grid_shapes(gpu_index: np.ndarray, ranks: np.ndarray, dims: list) -> tuple[list[tuple], np.ndarray]:
+    """Distinct (gpu index, ranks, M, N, K) rows with M, N, K on the power-of-two grid, and each scenario's row.
+
+    The five columns are packed into one integer per scenario (grid exponents, not the values), so np.unique
+    sorts plain integers rather than rows: the same rows, in the same order, as np.unique(..., axis=0)."""
+    exps = [np.rint(np.log2(np.maximum(np.broadcast_to(np.asarray(d, dtype=np.int64), gpu_index.shape), 1)))
+            .astype(np.int64) for d in dims]
+    cols = [np.asarray(gpu_index, dtype=np.int64), np.asarray(ranks, dtype=np.int64), *exps]
+    sizes = [int(c.max()) + 1 if c.size else 1 for c in cols]
+    flat = np.ravel_multi_index(cols, sizes)  # lexicographic in the columns: np.unique's row order
+    uniq, inv = np.unique(flat, return_inverse=True)
+    gi, r, em, en, ek = (c.tolist() for c in np.unravel_index(uniq, sizes))
+    rows = [(g, rr, 1 << a, 1 << b, 1 << c) for g, rr, a, b, c in zip(gi, r, em, en, ek)]
+    return rows, inv.ravel()
+
+
 def _bind_engine(policy, template, sh, h, power: str):
     """An EngineOverlap bound to a structure group: each pair's engine price per scenario, looked up by
     distinct pair shape on a power-of-two grid of M, N, K (np.unique over the group's scenarios)."""
@@ -438,24 +454,22 @@ def _bind_engine(policy, template, sh, h, power: str):
     from c3kit.workload.layer import intra
 
     pairs = find_pairs(template)
-    N = len(sh.T)
     saved: dict[int, np.ndarray] = {}
     objs = h["gpu_objs"]
     ok = intra(sh.tp, sh.gpn) & (sh.tp > 1)
+    gpu_index = np.asarray(h["gpu_index"])
+    tp = np.broadcast_to(np.asarray(sh.tp, dtype=np.int64), gpu_index.shape)
     for i, pr in pairs.items():
         _, gemm_dims = sh.compute(template.nodes[pr.gemm].op.name)
-        dims = [np.broadcast_to(np.asarray(x, dtype=np.int64), (N,)) for x in gemm_dims]
-        grid = [np.left_shift(1, np.rint(np.log2(np.maximum(d, 1))).astype(np.int64)) for d in dims]
-        keys = np.column_stack([h["gpu_index"], sh.tp, *grid])
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        vals = np.full(len(uniq), np.nan)
-        for u, (gi, r, m, n, k) in enumerate(uniq.tolist()):
+        rows, inv = _grid_shapes(gpu_index, tp, list(gemm_dims))
+        vals = np.full(len(rows), np.nan)
+        for u, (gi, r, m, n, k) in enumerate(rows):
             key = (objs[gi].name, pr.pattern, r, m, n, k, policy.mode, power)
             v = _SAVED.get(key)
             if v is None:
                 v = _SAVED[key] = _saved(pr.pattern, r, m, n, k, objs[gi], policy.mode, power)
             vals[u] = v
-        saved[i] = np.where(ok, vals[inv.ravel()], np.nan)
+        saved[i] = np.where(ok, vals[inv], np.nan)
     return BoundEngineOverlap(policy, pairs, saved, {i: [] for i in pairs})
 
 
