@@ -271,3 +271,23 @@ def test_ring_dma_copies_of_the_two_streams_never_overlap(pattern, prefix):
     spans = sorted((i.start, i.end) for i in res.timeline.intervals if i.name in {t.name for t in copies})
     assert len(spans) == 7
     assert all(s1 >= e0 - 1e-12 for (_, e0), (s1, _) in zip(spans, spans[1:]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(PATTERNS), m=st.integers(1, 64), n=st.integers(1, 48), k=st.integers(1, 48),
+       gpus=st.sampled_from([2, 4, 8]), hw=st.sampled_from(["H200", "MI300X"]), picks=st.integers(1, 4),
+       seed=st.integers(0, 1000))
+def test_fastest_is_evaluates_first_row(pattern, m, n, k, gpus, hw, picks, seed):
+    """fastest() (the time-only path of price_pair) gives evaluate()'s top schedule, time and baseline bit for bit."""
+    import random
+
+    from c3kit.overlap.evaluate import fastest
+
+    extra = {"experts": 8 * gpus} if pattern == "moe" else {}
+    p = prob(pattern, m=gpus * gpus * 32 * m, n=64 * n, k=64 * k, gpus=gpus, **extra)
+    names = applicable(p, hw)
+    chosen = random.Random(seed).sample(names, min(picks, len(names)))
+    res = evaluate(p, hw, chosen)
+    base, name, t = fastest(p, hw, chosen)
+    assert (name, t) == (res[0].schedule, res[0].time)
+    assert (base.serial, base.ideal) == (res[0].serial, res[0].ideal)

@@ -227,3 +227,23 @@ def test_intervals_per_resource_and_in_the_trace():
     ev = json.loads(tl.perfetto_json())["traceEvents"]
     held = {(e["tid"], e["name"]) for e in ev if e["ph"] == "X" and e["pid"] == 2}
     assert held == {(1, "g"), (1, "c"), (2, "d"), (3, "c"), (3, "d")}
+
+
+def test_makespan_is_the_timelines_makespan():
+    """makespan() runs the same event loop as simulate() without building the timeline: the same end time."""
+    from c3kit.overlap import OverlapProblem
+    from c3kit.overlap.costs import CostCache
+    from c3kit.overlap.evaluate import applicable, default_params
+    from c3kit.overlap.schedules import SCHEDULES, Ctx, build
+    from c3kit.sim.engine import makespan
+
+    from c3kit.hw import get_gpu
+
+    g = get_gpu("H200")
+    prob = OverlapProblem("gemm_rs", 8192, 4096, 2048, gpus=8)
+    p = default_params(g.name)
+    ctx = Ctx(prob, g, p, CostCache(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    for name in applicable(prob, g):
+        tasks, streams = build(SCHEDULES[name], ctx, "sm")
+        assert makespan(tasks, ctx.res, streams, p) == simulate(tasks, ctx.res, streams, p).makespan, name
+    assert makespan([], ctx.res) == 0.0

@@ -3,6 +3,8 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from c3kit.hw import get_gpu
 from c3kit.step import SerialOverlap, SimpleOverlap, project
@@ -61,3 +63,20 @@ def test_scale_reports_exposed_comm_per_mode(tmp_path, capsys):
     # step times are ordered; exposure need not be (a shorter layer hides less of the DP reduction)
     assert (scen["step_time_auto"] <= scen["step_time"] * (1 + 1e-12)).all()
     assert (scen["step_time"] <= scen["step_time_none"] * (1 + 1e-12)).all()
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 200), seed=st.integers(0, 10_000))
+def test_grid_shapes_are_the_rows_np_unique_finds(n, seed):
+    """The packed-integer grouping of pair shapes gives np.unique(axis=0)'s distinct grid rows and inverse."""
+    from c3kit.step.fast import _grid_shapes
+
+    rng = np.random.default_rng(seed)
+    gi = rng.integers(0, 15, n)
+    tp = rng.choice([1, 2, 4, 8], n)
+    dims = [rng.integers(1, 1 << 20, n), rng.choice([1024, 4096, 3000, 14336], n), rng.integers(1, 70000, n)]
+    grid = [np.left_shift(1, np.rint(np.log2(np.maximum(d, 1))).astype(np.int64)) for d in dims]
+    want, inv = np.unique(np.column_stack([gi, tp, *grid]), axis=0, return_inverse=True)
+    rows, got_inv = _grid_shapes(gi, tp, dims)
+    assert rows == [tuple(r) for r in want.tolist()]
+    assert np.array_equal(got_inv, inv.ravel())

@@ -12,7 +12,7 @@ from c3kit.hw.model import GPU
 from c3kit.overlap.costs import DEFAULT_COST_MODEL, CostCache
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, check, comm_of, get_schedule, whole_gemm
-from c3kit.sim.engine import alone_time, simulate
+from c3kit.sim.engine import alone_time, makespan, simulate
 from c3kit.sim.params import ContentionParams
 from c3kit.sim.timeline import Timeline
 
@@ -178,27 +178,13 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
     power: "burst" or "sustained" GEMM clocks (overlap.costs.gemm_pricing);
     _ctx: a Ctx of this very problem, GPU, params and cost cache to reuse (its tasks are pure functions of those).
     """
-    g, p = _resolve(gpu, params)
-    check_fits(problem, g)
-    if schedules is None:
-        names = applicable(problem, g)
-    else:
-        names = list(schedules)
-        if not names:
-            raise OverlapError("no schedules asked for")
-        for name in names:
-            why = check(get_schedule(name), problem, g)
-            if why:
-                raise OverlapError(why)
-    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
-    base = baseline(problem, g, p, _ctx=ctx)
+    g, p, names, ctx, base = _prepare(problem, gpu, schedules, params, cost_model, power, _ctx)
     serial, ideal, s_ideal = base.serial, base.ideal, base.speedup_ideal
     rows = []
     seen: dict[tuple, Timeline] = {}
     for name in names:
         spec = SCHEDULES[name]
-        tasks, streams = build(spec, ctx, base.comm_engine)
-        key = (tuple(tasks), _effective_streams(tasks, streams))
+        tasks, streams, key = _schedule(spec, ctx, base)
         tl = seen.get(key)
         if tl is None:
             tl = seen[key] = simulate(tasks, ctx.res, streams, p, record=trace)
@@ -220,6 +206,47 @@ def evaluate(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str] |
             family=spec.family, timeline=tl if trace else None)))
     rows.sort(key=lambda r: (r[0], r[1]))
     return [ScheduleResult(rank=i + 1, **r[2]) for i, r in enumerate(rows)]
+
+
+def fastest(problem: OverlapProblem, gpu: GPU | str, schedules: Iterable[str], params: ContentionParams | None = None,
+            cost_model=DEFAULT_COST_MODEL, power: str = "burst", _ctx: Ctx | None = None) -> tuple[Baseline, str, float]:
+    """(baseline, schedule, simulated time) of the fastest of `schedules`: evaluate()'s first row (ties to the
+    earlier name) without the metrics and timelines it also builds, for callers that need only the time."""
+    _, p, names, ctx, base = _prepare(problem, gpu, schedules, params, cost_model, power, _ctx)
+    seen: dict[tuple, float] = {}
+    top = None
+    for name in names:
+        tasks, streams, key = _schedule(SCHEDULES[name], ctx, base)
+        t = seen.get(key)
+        if t is None:
+            t = seen[key] = makespan(tasks, ctx.res, streams, p)
+        if top is None or t < top[1]:
+            top = (name, t)
+    return base, top[0], top[1]
+
+
+def _prepare(problem, gpu, schedules, params, cost_model, power, _ctx):
+    """What evaluate and fastest share: GPU, contention params, checked schedule names, context and baseline."""
+    g, p = _resolve(gpu, params)
+    check_fits(problem, g)
+    if schedules is None:
+        names = applicable(problem, g)
+    else:
+        names = list(schedules)
+        if not names:
+            raise OverlapError("no schedules asked for")
+        for name in names:
+            why = check(get_schedule(name), problem, g)
+            if why:
+                raise OverlapError(why)
+    ctx = _ctx or Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, cost_model, power))
+    return g, p, names, ctx, baseline(problem, g, p, _ctx=ctx)
+
+
+def _schedule(spec, ctx: Ctx, base: Baseline) -> tuple[list, list, tuple]:
+    """A schedule's tasks and streams, and the key under which two schedules simulate alike."""
+    tasks, streams = build(spec, ctx, base.comm_engine)
+    return tasks, streams, (tuple(tasks), _effective_streams(tasks, streams))
 
 
 def _effective_streams(tasks, streams) -> tuple:

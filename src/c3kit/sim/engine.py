@@ -164,6 +164,40 @@ def _compute_sm_rate(granted: float, total: int, phi: float, tiles: int, curve: 
 def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams: tuple[Stream, ...] | list[Stream] = (),
              params: ContentionParams | None = None, record: bool = False) -> Timeline:
     """Run tasks to completion; a task starts when its deps are done, it heads its stream, and engines are free."""
+    if not tasks:
+        return Timeline((), (), (), ())
+    run = _run(tasks, resources, streams, params, record)
+    return _timeline(run.cols, resources, run.order, run.prio_of, run.start, run.wstart, run.wend, run.end,
+                     run.is_comm, run.work, run.cap, run.comm_link, run.segments)
+
+
+def makespan(tasks: list[Task] | tuple[Task, ...], resources: Resources,
+             streams: tuple[Stream, ...] | list[Stream] = (), params: ContentionParams | None = None) -> float:
+    """simulate(...).makespan without building the timeline (the same run, the same end times)."""
+    if not tasks:
+        return 0.0
+    return max(_run(tasks, resources, streams, params, False).end)
+
+
+class _Run(NamedTuple):
+    """What one run of the event loop leaves: the task table, stream order and every task's times."""
+
+    cols: tuple
+    order: list
+    prio_of: dict
+    start: list
+    wstart: list
+    wend: list
+    end: list
+    is_comm: list
+    work: list
+    cap: list
+    comm_link: list
+    segments: tuple
+
+
+def _run(tasks, resources: Resources, streams, params: ContentionParams | None, record: bool) -> _Run:
+    """The event loop of simulate over a non-empty task list: start times, work windows and end times."""
     p = params or ContentionParams()
     n = len(tasks)
     S = resources.sms
@@ -173,8 +207,6 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
     a_gm = p.gemm_mem_interference
     a_c = p.comm_interference
     prio_of = {s.name: s.priority for s in streams}
-    if n == 0:
-        return Timeline((), (), (), ())
     cols = tuple(zip(*tasks))
     _check(cols)
     (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles, curves) = cols
@@ -334,8 +366,7 @@ def simulate(tasks: list[Task] | tuple[Task, ...], resources: Resources, streams
             else:  # completion sync over
                 finish(i)
 
-    return _timeline(cols, resources, order, prio_of, start, wstart, wend, end, is_comm, work, cap, comm_link,
-                     tuple(segments))
+    return _Run(cols, order, prio_of, start, wstart, wend, end, is_comm, work, cap, comm_link, tuple(segments))
 
 
 def _task_graph(names, stream_of, depss, eng, resources: Resources):

@@ -112,7 +112,7 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
     from c3kit.errors import C3kitError
     from c3kit.hw.catalog import get_gpu
     from c3kit.overlap.costs import CostCache
-    from c3kit.overlap.evaluate import applicable, check_fits, default_params, evaluate
+    from c3kit.overlap.evaluate import applicable, check_fits, default_params, fastest
     from c3kit.overlap.heuristic import pick
     from c3kit.overlap.schedules import SCHEDULES, Ctx
 
@@ -133,13 +133,12 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
                 cands = [mode] if mode in names else []
         if not cands:
             return None
-        res = evaluate(problem, gpu, cands, power=power, _ctx=ctx)
+        base, name, t = fastest(problem, gpu, cands, power=power, _ctx=ctx)
     except C3kitError:
         return None
-    top = res[0]
-    hideable = top.serial - top.ideal
-    saved = (top.serial - top.time) / hideable if hideable > 0 else 0.0
-    return PairPrice(top.schedule, saved)
+    hideable = base.serial - base.ideal
+    saved = (base.serial - t) / hideable if hideable > 0 else 0.0
+    return PairPrice(name, saved)
 
 
 class EngineOverlap:
