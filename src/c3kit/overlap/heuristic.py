@@ -234,8 +234,9 @@ def estimates(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams 
 
 
 def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | None = None,
-         power: str = "burst", _ctx: Ctx | None = None) -> str:
-    """select()'s choice among every applicable schedule, found with fewer estimates (branch and bound).
+         power: str = "burst", _ctx: Ctx | None = None, exclude: frozenset = frozenset()) -> str:
+    """select()'s choice among every applicable schedule not in `exclude`, found with fewer estimates (branch and
+    bound).
 
     A candidate's estimate is never below its critical path at the tasks' alone times (the walks only stretch
     tasks), so candidates are estimated in order of that bound and those whose bound exceeds the best estimate
@@ -255,7 +256,7 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     derived = ctx.cache.derived
 
     for order, (name, spec) in enumerate(SCHEDULES.items()):
-        if check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
+        if name in exclude or check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
             continue
         tasks, streams = build(spec, ctx, engine)
         bkey = build_key(spec, engine)

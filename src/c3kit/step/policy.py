@@ -102,12 +102,20 @@ class PairPrice:
     saved: float
 
 
+# Schedules `auto` does not recommend while their model fails its check against published measurements of the
+# implementation they stand for (the fit split of overlap/data/published_overlap.csv, `c3kit overlap validate`):
+# PyTorch's async TP (ring-dma and its -prio twin, the same tasks) is predicted 19-42% faster than measured on every
+# row, an excess per step no op-level fact explains yet (docs/async_tp.md), so auto would advise it where it
+# measured slower. They stay available by name or family. tests/step/test_auto_excluded.py re-checks the reason.
+AUTO_EXCLUDED = frozenset({"ring-dma", "ring-dma-prio"})
+
+
 @functools.lru_cache(maxsize=65536)
 def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | None:
     """Engine price of one pair under a mode (cached by distinct pair shape); None: the mode does not apply.
 
-    auto: the selector's heuristic picks, the simulator prices the pick; a pick that loses to serial is
-    replaced by serial. A family: the simulated best schedule of that family. A name: that schedule.
+    auto: the selector's heuristic picks (never an AUTO_EXCLUDED schedule), the simulator prices the pick; a pick
+    that loses to serial is replaced by serial. A family: the simulated best schedule of that family. A name: that schedule.
     """
     from c3kit.errors import C3kitError
     from c3kit.hw.catalog import get_gpu
@@ -124,7 +132,7 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
             check_fits(problem, g)
             p = default_params(g.name)
             ctx = Ctx(problem, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic, power=power))
-            cands = list(dict.fromkeys([pick(problem, g, power=power, _ctx=ctx), "serial"]))
+            cands = list(dict.fromkeys([pick(problem, g, power=power, _ctx=ctx, exclude=AUTO_EXCLUDED), "serial"]))
         else:
             names = applicable(problem, gpu)
             if mode in FAMILIES:
