@@ -243,7 +243,7 @@ class OpCalibration:
     decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
     l2_frac: float = 1.0  # the L2's effective capacity for the memory kinds, a fraction of l2_bytes (fit_l2_fraction)
-    after_stream_cap: dict = field(default_factory=dict)  # COLD_KINDS kind -> the most elements its rows measured
+    after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
@@ -349,12 +349,13 @@ def decode_kernel_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def decode_cold_rows(cold: list[dict], fresh: list[dict] = ()) -> list[dict]:
+def decode_cold_rows(cold: list[dict], fresh: list[dict] = (), large: list[dict] = ()) -> list[dict]:
     """The kernels timed right after a weight stream as memory rows of the memops.COLD_KINDS kinds: the norm and
     the residual add from the decode_cold rows (contiguous rows, weight / residual cold), RoPE and SwiGLU from the
-    decode_fresh rows (on the views of what the stream just wrote). Tokens and width as the layer description
-    prices each kind: RoPE per head (tokens = batch x heads, width = 128, the benchmark's head dim), the others
-    per row (tokens = the batch, width = the row)."""
+    decode_fresh rows (on the views of what the stream just wrote), and both at 1k-16k rows from the
+    after_stream_large rows (its fresh ones named fresh:<op>). Tokens and width as the layer description prices
+    each kind: RoPE per head (tokens = rows x heads, width = 128, the benchmark's head dim), the others per row
+    (tokens = rows, width = the row)."""
     from c3kit.workload.memops import COLD_KINDS
 
     def rows_of(rows, kinds):
@@ -365,10 +366,47 @@ def decode_cold_rows(cold: list[dict], fresh: list[dict] = ()) -> list[dict]:
                 continue
             rope = kind == COLD_KINDS["rope"]
             out.append({"op": kind, "pass": "fwd", "tokens": r["batch"] * (r["width"] // 128 if rope else 1),
-                        "width": 128 if rope else r["width"], "bytes": r["bytes"], "time_s": r["cold_s"]})
+                        "width": 128 if rope else r["width"], "bytes": r["bytes"], "time_s": r["cold_s"],
+                        "rows": r["batch"], "extra_s": r["cold_s"] - r["warm_s"]})
         return out
-    return (rows_of(cold, {"rmsnorm": COLD_KINDS["rmsnorm"], "add": COLD_KINDS["residual_add"]})
-            + rows_of(fresh, {"rope": COLD_KINDS["rope"], "swiglu_chunked": COLD_KINDS["swiglu_chunked"]}))
+    contiguous = {"rmsnorm": COLD_KINDS["rmsnorm"], "add": COLD_KINDS["residual_add"]}
+    views = {"rope": COLD_KINDS["rope"], "swiglu_chunked": COLD_KINDS["swiglu_chunked"]}
+    return (rows_of(cold, contiguous) + rows_of(fresh, views) + rows_of(large, contiguous)
+            + rows_of(large, {"fresh:" + k: v for k, v in views.items()}))
+
+
+AFTER_STREAM_MAX_ROWS = 1024  # above it the measured extra is inside the noise of the 1-4 ms stream (call 26)
+
+
+@dataclass(frozen=True)
+class AfterStream:
+    """What a weight stream adds to a kernel right after it: fixed_s + per_width_s x row width, for up to max_rows
+    rows (the measured extra at 4k-16k rows is lost in the stream's noise, either sign: priced zero there)."""
+
+    fixed_s: float
+    per_width_s: float
+    max_rows: int
+    n_rows: int
+
+    def __call__(self, rows, width):
+        """Seconds added for `rows` rows of `width` (arrays or scalars)."""
+        extra = np.maximum(self.fixed_s + self.per_width_s * np.asarray(width, dtype=float), 0.0)
+        return np.where(np.asarray(rows, dtype=float) <= self.max_rows, extra, 0.0)
+
+
+def fit_after_stream(rows: list[dict], max_rows: int = AFTER_STREAM_MAX_ROWS) -> dict:
+    """kind -> AfterStream from decode_cold_rows (cold minus warm, the same kernel in the same benchmark), fitted by
+    least squares on fixed + width over the rows up to max_rows rows."""
+    out = {}
+    for kind in sorted({r["op"] for r in rows}):
+        pts = [(float(r["width"]), float(r["extra_s"])) for r in rows if r["op"] == kind and r["rows"] <= max_rows]
+        if len(pts) < 3:
+            continue
+        w, e = np.array(pts).T
+        A = np.column_stack([np.ones_like(w), w])
+        c, *_ = np.linalg.lstsq(A, e, rcond=None)
+        out[kind] = AfterStream(float(c[0]), float(c[1]), max_rows, len(pts))
+    return out
 
 
 def nearest(measured, value) -> int:
@@ -541,7 +579,7 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
-                   "decode_cold", "decode_fresh")
+                   "decode_cold", "decode_fresh", "after_stream_large")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -563,11 +601,8 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
-    cold_rows = decode_cold_rows(docs.get("decode_cold", []), docs.get("decode_fresh", []))
-    mem_rows += cold_rows
-    cap: dict = {}
-    for r in cold_rows:
-        cap[r["op"]] = max(cap.get(r["op"], 0.0), float(r["tokens"]) * float(r["width"]))
+    after = fit_after_stream(decode_cold_rows(docs.get("decode_cold", []), docs.get("decode_fresh", []),
+                                              docs.get("after_stream_large", [])))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
     frac = fit_l2_fraction(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else 1.0
@@ -576,7 +611,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, frac, cap)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, frac, after)
 
 
 @dataclass(frozen=True)
@@ -599,9 +634,11 @@ class ScaledCalibration:
             m = self.cal.memory.get(MEMORY_PROXY[kind])
         if m is None:
             return None
-        cap = self.cal.after_stream_cap.get(kind) if kind in self.cal.memory else None
-        if cap is not None:
-            return self._after_stream(kind, m, cap, elements, width, itemsize)
+        extra = self.cal.after_stream.get(kind)
+        if extra is not None:
+            warm = self.kind_time(AT_LEAST[kind], elements, width, itemsize, cache_bytes)
+            rows = np.asarray(elements, dtype=float) / np.maximum(np.asarray(width, dtype=float), 1.0)
+            return None if warm is None else warm + extra(rows, width)
         t = self._fitted(kind, m, elements, width, itemsize, cache_bytes)
         low = self.kind_time(AT_LEAST[kind], elements, width, itemsize) if kind in AT_LEAST else None
         return t if low is None else np.maximum(t, low)
@@ -611,17 +648,6 @@ class ScaledCalibration:
         f = memory_features(kind, elements, width, self.l2_bytes * self.cal.l2_frac, itemsize,
                             sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
         return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio))
-
-    def _after_stream(self, kind: str, m: FeatureCost, cap: float, elements, width, itemsize: float):
-        """A kernel right after a weight stream (memops.COLD_KINDS): its rows' fit, never below the warm kernel,
-        inside the measured sizes (up to cap elements); the warm kernel beyond them, where the stream's effect is
-        not measured (the rows' fit extrapolated to thousands of rows would price bandwidth it never saw, and the
-        norm's extra already shrinks from 64 to 256 rows)."""
-        warm = self.kind_time(AT_LEAST[kind], elements, width, itemsize)
-        if warm is None:
-            return None
-        inside = np.asarray(elements, dtype=float) <= cap
-        return np.where(inside, np.maximum(self._fitted(kind, m, elements, width, itemsize), warm), warm)
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an

@@ -20,6 +20,7 @@ from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_after_strea
                                              bench_optimizer_mix, bench_optimizer_setup)
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
 from c3kit.runtime.bench.ops_recipes import random_split as _random_split
+from c3kit.runtime.bench.ops_recipes import rope_rotate_half as _rope
 from c3kit.runtime.bench.ops_recipes import (bench_attn_backends, bench_eager_ops, bench_fp8, bench_gemm_cold,
                                              bench_moe, bench_optimizer)
 from c3kit.runtime.bench.timing import Budget as _Budget
@@ -75,13 +76,6 @@ def bench_floor(device, quick: bool) -> tuple[list[str], list[list]]:
 
 
 # ---------------------------------------------------------------- memory-bound ops
-def _rope(x, cos, sin):
-    """Rotary embedding the way Llama-style PyTorch code writes it (rotate_half)."""
-    torch = require_torch()
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
-
-
 def bench_memory(device, quick: bool) -> tuple[list[str], list[list]]:
     """Norms, activations, residual add, RoPE, cross-entropy, embedding and AdamW: forward and backward."""
     torch = require_torch()

@@ -16,6 +16,7 @@ import sys
 
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.ops_recipes import fused_adamw, random_split
+from c3kit.runtime.bench.ops_recipes import rope_rotate_half as _rope
 from c3kit.runtime.bench.timing import Budget, eager_time, graph_time, timed
 
 DECODE_COLUMNS = ["kind", "batch", "heads", "kv_len", "width", "dtype", "bytes", "time_s"]
@@ -303,8 +304,6 @@ def _cold_pair(torch, device, stream, op, n_rep: int = 12, repeats: int = 15) ->
 def _decode_small_ops(torch, b: int, H: int, device) -> list[tuple[str, int, float, object]]:
     """(op, width, bytes, call) of the small kernels of a Llama-style decode step at batch b and hidden H, written
     as ops.decode_step writes them (head dim 128, 8 KV heads, FFN 3.5 H per rank at TP 1)."""
-    from c3kit.runtime.bench.ops import _rope
-
     F = torch.nn.functional
     bf = torch.bfloat16
     hd, hk, hq, Ff = 128, 8, H // 128, int(3.5 * H) // 256 * 256
@@ -418,8 +417,6 @@ def _fresh_ops(torch, b: int, H: int, out, device) -> list[tuple[str, int, float
     """(op, width, bytes, call) of the decode kernels whose input a real step has just written: each reads a slice
     of `out`, the output of the weight stream before it (RoPE and the KV write on q / k, SwiGLU on gate and up,
     RMSNorm on the residual sum with its weight cold, the residual add with the residual cold)."""
-    from c3kit.runtime.bench.ops import _rope
-
     F = torch.nn.functional
     bf = torch.bfloat16
     hd, hk, hq = 128, 8, H // 128

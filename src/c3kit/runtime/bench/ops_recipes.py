@@ -259,6 +259,13 @@ def random_split(n_params: int, sizes: list[int], rng: random.Random) -> list[in
     return out
 
 
+def rope_rotate_half(x, cos, sin):
+    """Rotary embedding the way Llama-style PyTorch code writes it (rotate_half)."""
+    torch = require_torch()
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
 def fused_adamw(torch, sizes: list[int], device):
     """(fp32 parameters of these element counts with random gradients, AdamW over them (fused on CUDA), stepped once
     so that its state exists before timing)."""
