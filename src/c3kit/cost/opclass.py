@@ -94,18 +94,15 @@ class FeatureCost:
 
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
                     cache_bytes=None):
-    """[bytes, width, bytes of a working set past the L2] of a memory-bound kind, then the launch-shape columns of
-    the kinds whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on
-    the last axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of
-    the KV cache an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch). l2_bytes: the L2's
-    effective capacity (GPU L2 x the fitted fraction, fit_l2_fraction): a kernel timed over and over on the same
-    buffers finds them in the L2 while they fit and, a cyclic stream through an LRU cache smaller than it, misses
-    on every line once they do not; all its bytes then come from HBM (the third column is all or nothing)."""
+    """[bytes, width, bytes beyond L2] of a memory-bound kind, then the launch-shape columns of the kinds whose
+    kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last axis.
+    sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache an
+    index_copy writes into (kv_cache_span; None: under 2 GiB, one launch)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
     w = np.broadcast_to(np.asarray(width, dtype=float), nbytes.shape)
-    cols = [nbytes, w, np.where(nbytes > l2_bytes, nbytes, 0.0)]
+    cols = [nbytes, w, np.maximum(nbytes - l2_bytes, 0.0)]
     if kind == "index_copy":
         cols += index_copy_shape(elements, cache_bytes)
     elif kind == "embedding":
@@ -242,7 +239,6 @@ class OpCalibration:
     unfused: dict = field(default_factory=dict)  # pass -> FeatureCost over unfused_features
     decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
-    l2_frac: float = 1.0  # the L2's effective capacity for the memory kinds, a fraction of l2_bytes (fit_l2_fraction)
     after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
@@ -264,28 +260,14 @@ class OpCalibration:
 
 def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
                held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
-    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit); l2_bytes: the L2's
-    effective capacity (memory_features), sms: the measured GPU's SM count."""
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit); l2_bytes and sms:
+    the measured GPU's."""
     return {k: v[0] for k, v in _fit_memory_kinds(_memory_points(rows, sms, held_out_width), l2_bytes).items()}
 
 
-L2_FRACTIONS = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))  # 0.30 .. 1.00 of the catalog L2
-
-
-def fit_l2_fraction(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
-                    held_out_width: int | None = HELD_OUT_WIDTH) -> float:
-    """The fraction of the GPU's L2 that best splits the fitted rows into L2-resident and HBM-bound working sets
-    (least squares of the relative residuals over every kind; among equal fits, the middle of the tied range)."""
-    pts = _memory_points(rows, sms, held_out_width)
-    sse = [sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes * frac).values()) for frac in L2_FRACTIONS]
-    best = min(sse)
-    tied = [f for f, e in zip(L2_FRACTIONS, sse) if e <= best * (1 + 1e-9)]
-    return tied[len(tied) // 2]
-
-
 def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
-    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes past
-    the L2) is filled in by _fit_memory_kinds for each capacity tried."""
+    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes
+    beyond the L2) is filled in by _fit_memory_kinds."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
@@ -309,7 +291,7 @@ def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
     for kind, (X, t) in points.items():
         if len(t) >= max(4, X.shape[1] + 1):
             X = X.copy()
-            X[:, 2] = np.where(X[:, 0] > l2_bytes, X[:, 0], 0.0)
+            X[:, 2] = np.maximum(X[:, 0] - l2_bytes, 0.0)
             c = fit_nonneg(X, t)
             out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
@@ -605,13 +587,12 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
                                               docs.get("after_stream_large", [])))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
-    frac = fit_l2_fraction(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else 1.0
-    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes * frac, sms=gpu.sms) if mem_rows else {}
+    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, frac, after)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after)
 
 
 @dataclass(frozen=True)
@@ -645,7 +626,7 @@ class ScaledCalibration:
 
     def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float, cache_bytes=None):
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
-        f = memory_features(kind, elements, width, self.l2_bytes * self.cal.l2_frac, itemsize,
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
                             sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
         return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio))
 
