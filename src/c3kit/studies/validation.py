@@ -389,6 +389,20 @@ def grad_acc_of(framework: str, source: str, fsdp_sync: str = "micro") -> str:
     return ""
 
 
+# layer-description ops that price a framework's own work (not the model's): shown as named columns of the breakdown
+FRAMEWORK_TERMS = ("train_metrics",)
+
+
+def train_metrics_of(framework: str) -> int:
+    """Cross-entropy passes over the logits per micro-batch that a run's framework adds for training metrics
+    (workload.layer.check_train_metrics), from its code: llm-foundry 2 (the tables' llm-foundry v0.3.0 pins Composer
+    >=0.16.3,<0.17, whose Trainer._train_microbatch calls _eval_train_metrics after every micro-batch's backward;
+    ComposerMPTCausalLM's train metrics are LanguageCrossEntropy and LanguagePerplexity, each a
+    torch.nn.CrossEntropyLoss(reduction='sum') over the micro-batch's logits, composer/metrics/nlp.py); every other
+    framework 0 (Megatron, NeMo and torchtitan log the training loss only)."""
+    return 2 if "llm-foundry" in str(framework).lower() else 0
+
+
 def default_cost_model():
     """The cost model `c3kit analyze` prices with by default: efficiency, sustained (power-capped) clocks."""
     from c3kit.cost.model import as_model
@@ -411,7 +425,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
-                   grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync))
+                   grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
+                   train_metrics=train_metrics_of(row["framework"]))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -425,7 +440,9 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
         step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
-    return {"predicted_s": step, "compute_s": t.compute, "comm_s": t.comm,
+    terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role == name) for name in FRAMEWORK_TERMS}
+    named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
+    return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
             "overhead_s": t.overhead,
             "mfu_predicted": t.mfu * t.step_time / step, **named}
@@ -516,7 +533,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
              "(fsdp_sync_of: once per step for torchtitan with pipeline parallelism, whose apply_fsdp keeps "
              "parameters unsharded after forward and whose pipeline schedules defer the gradient sync to the last "
-             "micro-batch; every micro-batch otherwise).",
+             "micro-batch; every micro-batch otherwise) and which training metrics the framework evaluates after every "
+             "micro-batch (train_metrics_of: llm-foundry's Composer computes cross-entropy and perplexity over the "
+             "logits, op and breakdown column 'train_metrics').",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "

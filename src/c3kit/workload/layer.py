@@ -221,15 +221,19 @@ class Structure:
     norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
     glue: str = "split"  # the memory-bound glue autograd runs between the kernels, by how the block is written (GLUE)
     grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
+    train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
-           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> "Structure":
+           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
+           train_metrics: int = 0) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
-        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc)."""
+        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
+        train_metrics: check_train_metrics)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
+        check_train_metrics(train_metrics)
         check_norm_rope(norm_rope)
         check_glue(glue)
         grad_acc = check_grad_acc(grad_acc) if grad_acc else default_grad_acc(glue, par.grad_accum)
@@ -248,7 +252,8 @@ class Structure:
                          norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
-                         glue=glue, grad_acc=grad_acc if phase == "train" else "none")
+                         glue=glue, grad_acc=grad_acc if phase == "train" else "none",
+                         train_metrics=train_metrics if phase == "train" else 0)
 
     @property
     def norm_kind(self) -> str:
@@ -333,6 +338,20 @@ def check_glue(name: str) -> str:
 # One add reads two and writes one gradient of the parameter's size (priced as the measured residual add). With
 # FSDP the gradients are reduce-scattered each micro-batch and the add runs over this rank's fp32 shard.
 GRAD_ACC = ("none", "micro", "every")
+
+
+def check_train_metrics(passes) -> int:
+    """The number of training-metric cross-entropy passes itself (an int >= 0), or a WorkloadError.
+
+    A framework that updates loss-based training metrics after every micro-batch evaluates
+    cross-entropy over the micro-batch's logits once per metric, without gradients, on top of the
+    training loss (Composer 0.16's Trainer._train_microbatch calls _eval_train_metrics after each
+    backward; llm-foundry's MPT declares LanguageCrossEntropy and LanguagePerplexity, each a
+    torch.nn.CrossEntropyLoss over T x V logits): the op "train_metrics" prices those passes with
+    the measured cross_entropy kernel."""
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 0:
+        raise WorkloadError(f"train_metrics must be a whole number of cross-entropy passes >= 0, got {passes!r}")
+    return passes
 
 
 def check_grad_acc(name: str) -> str:
@@ -457,10 +476,11 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
-             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> Layer:
+             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
-    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc)."""
+    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
+    train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -478,7 +498,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
     if par.recompute == "op" and model.is_moe:
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
-    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc)
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -873,6 +893,11 @@ class _Builder(_Ops):
                      "tp", self.mb, "loss_ar")
         lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl, (("cross_entropy.bwd", T * Vl, Vl),)), (loss,),
                           "bwd", "loss", "micro")
+        if self.s.train_metrics:  # metric passes after the micro-batch's backward (check_train_metrics)
+            n = self.s.train_metrics
+            parts = (("cross_entropy", n * T * Vl, Vl),)
+            self.compute("train_metrics", MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, parts), (lb,), "bwd",
+                         "train_metrics", "micro")
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
