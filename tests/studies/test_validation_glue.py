@@ -76,3 +76,19 @@ def test_train_metrics_show_in_the_breakdown_and_sum_to_the_step():
     assert parts == pytest.approx(p["predicted_s"], rel=1e-9)
     row = df[df["run"] == "torchtitan-h100-t1-8b-fsdp"].iloc[0]
     assert "overhead.train_metrics" not in predict(row)
+
+
+def test_cp_impl_by_framework_and_breakdown():
+    from c3kit.studies.validation import cp_impl_of, load_runs, predict, run_objects
+
+    assert cp_impl_of("torchtitan (FSDP2)") == "torch"
+    assert cp_impl_of("NeMo (Megatron-Core, Transformer Engine)") == "ring"
+    df = load_runs()
+    row = df[df["run"] == "torchtitan-h100-t2-8b-s128k-cp4"].iloc[0]
+    assert run_objects(row)[1].cp_impl == "torch"
+    p = predict(row)
+    assert p["overhead.cp_merge"] > 0
+    parts = p["compute_s"] + p["exposed_s"] + p["bubble_s"] + sum(v for k, v in p.items() if k.startswith("overhead."))
+    assert parts == pytest.approx(p["predicted_s"], rel=1e-9)
+    row = df[df["run"] == "nemo2407-h100-fp8-llama3-8b-cp2"].iloc[0]
+    assert run_objects(row)[1].cp_impl == "ring" and "overhead.cp_merge" not in predict(row)

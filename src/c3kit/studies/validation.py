@@ -322,6 +322,8 @@ def layout_of(row):
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
+        if kw["cp"] > 1:
+            kw["cp_impl"] = cp_impl_of(row["framework"])
     if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
         kw["zero2"] = True
     p = Parallelism(**kw)
@@ -389,8 +391,15 @@ def grad_acc_of(framework: str, source: str, fsdp_sync: str = "micro") -> str:
     return ""
 
 
-# layer-description ops that price a framework's own work (not the model's): shown as named columns of the breakdown
-FRAMEWORK_TERMS = ("train_metrics",)
+# layer-description ops that price a framework's own work (not the model's): breakdown column -> the ops' roles
+FRAMEWORK_TERMS = {"train_metrics": ("train_metrics",), "cp_merge": ("cp_merge", "re_cp_merge")}
+
+
+def cp_impl_of(framework: str) -> str:
+    """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
+    "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
+    parallel.CP_IMPL_SOURCES); Megatron-Core / Transformer Engine "ring" (the layer description's default)."""
+    return "torch" if "torchtitan" in str(framework).lower() else "ring"
 
 
 def train_metrics_of(framework: str) -> int:
@@ -440,7 +449,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
         step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
-    terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role == name) for name in FRAMEWORK_TERMS}
+    terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role in roles)
+             for name, roles in FRAMEWORK_TERMS.items()}
     named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
     return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
@@ -535,7 +545,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "parameters unsharded after forward and whose pipeline schedules defer the gradient sync to the last "
              "micro-batch; every micro-batch otherwise) and which training metrics the framework evaluates after every "
              "micro-batch (train_metrics_of: llm-foundry's Composer computes cross-entropy and perplexity over the "
-             "logits, op and breakdown column 'train_metrics').",
+             "logits, op and breakdown column 'train_metrics') and how context parallelism runs (cp_impl_of: torch's "
+             "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
+             "'cp_merge'; a ring beside the attention otherwise).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "

@@ -221,6 +221,7 @@ class Structure:
     norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
     glue: str = "split"  # the memory-bound glue autograd runs between the kernels, by how the block is written (GLUE)
     grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
+    cp_torch: bool = False  # context parallelism as torch runs it (parallel.CP_IMPL_SOURCES["torch"])
     train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
 
     @staticmethod
@@ -248,6 +249,7 @@ class Structure:
                          recompute_every=par.recompute_every if par.recompute == "layer" else 1,
                          moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
+                         cp_torch=par.cp > 1 and par.cp_impl == "torch",
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
@@ -689,9 +691,27 @@ class _Builder(_Ops):
         if not self.s.cp:
             return None
         d = self.d
-        chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
-        return self.add(name + ".cp_kv", CollShape("send_recv", tensors * (d.cp - 1) * chunk, 2, "cp", self.cp_blk),
+        if self.s.cp_torch:  # all-gathered GQA-expanded K, V; in backward again, with fp32 dK, dV over cp steps
+            chunk = 2 * d.micro_batch * self.qn * self.seq_local * d.head_dim * d.b
+            size = (d.cp - 1) * chunk + (tensors - 1) * d.cp * 2 * chunk
+        else:
+            chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+            size = tensors * (d.cp - 1) * chunk
+        return self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk),
                         (dep,), ph, _L, "cp", self.mb, "cp_kv")
+
+    def cp_merge(self, name: str, dep: str, ph: str, role: str, backward: bool) -> str | None:
+        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
+        (parallel.cp_merge_units), as memory-bound copies of the same bytes; None unless cp_impl is "torch"."""
+        if not self.s.cp_torch:
+            return None
+        from c3kit.workload.parallel import cp_merge_units
+
+        d = self.d
+        out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+        units = cp_merge_units(d.cp, backward)
+        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, d.head_dim),)),
+                            (dep,), ph, role)
 
     def expert_rows(self, rows, experts):
         """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
@@ -757,6 +777,7 @@ class _Builder(_Ops):
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
                                                   s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
+        at = self.cp_merge(pre + "attn.cp_merge", at, ph, r + "cp_merge", False) or at
         pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
         n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
@@ -931,9 +952,11 @@ class _Builder(_Ops):
         attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
         if s.recompute == "selective":
             re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
+            re_at = self.cp_merge("re.attn.cp_merge", re_at, "bwd", "re_cp_merge", False) or re_at
             att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
+        ab = self.cp_merge("attn.bwd.cp_merge", ab, "bwd", "cp_merge", True) or ab
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         ab = self.split_cat("qkv.cat", ab, self.n_qkv) or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
