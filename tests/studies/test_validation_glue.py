@@ -92,3 +92,12 @@ def test_cp_impl_by_framework_and_breakdown():
     assert parts == pytest.approx(p["predicted_s"], rel=1e-9)
     row = df[df["run"] == "nemo2407-h100-fp8-llama3-8b-cp2"].iloc[0]
     assert run_objects(row)[1].cp_impl == "ring" and "overhead.cp_merge" not in predict(row)
+
+
+def test_flat_param_grads_by_framework():
+    from c3kit.studies.validation import flat_param_grads_of
+
+    assert flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", True)
+    assert not flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", False)
+    assert not flat_param_grads_of("torchtitan (FSDP2)", True)
+    assert not flat_param_grads_of("Megatron-Bridge (Megatron-Core, Transformer Engine)", True)

@@ -30,7 +30,7 @@ def test_torch_cp_adds_merges_and_expanded_kv():
     assert ops["attn.cp_merge"].shape.bytes == 79 * out * 2
     assert ops["re.attn.cp_merge"].shape.bytes == 79 * out * 2 and ops["re.attn.cp_merge"].role == "re_cp_merge"
     assert ops["attn.bwd.cp_merge"].shape.bytes == 132 * out * 2 and ops["attn.bwd.cp_merge"].role == "cp_merge"
-    assert ops["attn.bwd.cp_merge"].shape.parts == (("copy", 66 * out, 64),)
+    assert ops["attn.bwd.cp_merge"].shape.parts == (("copy", 66 * out, 1),)
     assert "attn.cp_merge" in ops["proj"].deps  # the projection waits for the merged output
     kv = 2 * 1 * 8 * 1024 * 64 * 2  # K and V of every query head (repeat_kv) for one cp rank's tokens, bf16
     assert ops["attn.cp_kv"].shape.bytes == 3 * kv  # all-gathered from the 3 other ranks

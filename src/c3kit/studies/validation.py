@@ -392,7 +392,16 @@ def grad_acc_of(framework: str, source: str, fsdp_sync: str = "micro") -> str:
 
 
 # layer-description ops that price a framework's own work (not the model's): breakdown column -> the ops' roles
-FRAMEWORK_TERMS = {"train_metrics": ("train_metrics",), "cp_merge": ("cp_merge", "re_cp_merge")}
+FRAMEWORK_TERMS = {"train_metrics": ("train_metrics",), "cp_merge": ("cp_merge", "re_cp_merge"),
+                   "fsdp_grad_cat": ("fsdp_grad_cat",)}
+
+
+def flat_param_grads_of(framework: str, fsdp: bool) -> bool:
+    """Whether a run's FSDP is PyTorch FSDP1, whose FlatParameter views make autograd concatenate each unit's
+    gradients (workload.layer.FLAT_PARAM_GRADS): llm-foundry's Composer with FSDP (torch 1.13 and 2.1
+    FullyShardedDataParallel); not torchtitan (FSDP2, per-parameter sharding) nor Megatron FSDP (gradients written
+    into its contiguous buffers)."""
+    return bool(fsdp) and "llm-foundry" in str(framework).lower()
 
 
 def cp_impl_of(framework: str) -> str:
@@ -436,7 +445,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
-                   train_metrics=train_metrics_of(row["framework"]))
+                   train_metrics=train_metrics_of(row["framework"]),
+                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -548,7 +558,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "micro-batch (train_metrics_of: llm-foundry's Composer computes cross-entropy and perplexity over the "
              "logits, op and breakdown column 'train_metrics') and how context parallelism runs (cp_impl_of: torch's "
              "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
-             "'cp_merge'; a ring beside the attention otherwise).",
+             "'cp_merge'; a ring beside the attention otherwise) and whether FSDP1's flat parameters make autograd "
+             "concatenate every unit's gradients (flat_param_grads_of: llm-foundry; op and breakdown column "
+             "'fsdp_grad_cat').",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) are priced from the datasheet: the GEMM curve's assumed peak "
              "fractions, memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth with no measured "

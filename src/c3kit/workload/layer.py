@@ -223,14 +223,15 @@ class Structure:
     grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
     cp_torch: bool = False  # context parallelism as torch runs it (parallel.CP_IMPL_SOURCES["torch"])
     train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
+    flat_param_grads: bool = False  # FSDP1 FlatParameter views: autograd concatenates each unit's gradients
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
            norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
-           train_metrics: int = 0) -> "Structure":
+           train_metrics: int = 0, flat_param_grads: bool = False) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
         norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
-        train_metrics: check_train_metrics)."""
+        train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
@@ -255,7 +256,8 @@ class Structure:
                          rope=model.position == "rope", attn_backend=attn_backend,
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
                          glue=glue, grad_acc=grad_acc if phase == "train" else "none",
-                         train_metrics=train_metrics if phase == "train" else 0)
+                         train_metrics=train_metrics if phase == "train" else 0,
+                         flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train")
 
     @property
     def norm_kind(self) -> str:
@@ -340,6 +342,16 @@ def check_glue(name: str) -> str:
 # One add reads two and writes one gradient of the parameter's size (priced as the measured residual add). With
 # FSDP the gradients are reduce-scattered each micro-batch and the add runs over this rank's fp32 shard.
 GRAD_ACC = ("none", "micro", "every")
+
+
+# PyTorch FSDP1 (FullyShardedDataParallel, FlatParameter; torch 1.13-2.x): in training the module's parameters are
+# autograd views of the unit's gathered flat parameter (FlatParamHandle._get_unflat_views: torch.split of the flat
+# tensor, then .view per parameter), so autograd's SplitWithSizesBackward concatenates the unit's parameter gradients
+# into one unsharded flat gradient (torch.cat: read and write every gradient element in the parameter dtype) before
+# AccumulateGrad and FSDP's post-backward reduce-scatter; once per unit per micro-batch, on the compute stream. The
+# fp32 upcast and pre-division FSDP1 then applies run on its post-backward stream beside the compute (not priced).
+FLAT_PARAM_GRADS = ("https://github.com/pytorch/pytorch/blob/v2.1.0/torch/distributed/fsdp/flat_param.py "
+                    "(_get_unflat_views_aligned / _get_unflat_views_unaligned; _runtime_utils.py _post_backward_hook)")
 
 
 def check_train_metrics(passes) -> int:
@@ -478,11 +490,13 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
-             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0) -> Layer:
+             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0,
+             flat_param_grads: bool = False) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
     memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
-    train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics)."""
+    train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics; flat_param_grads:
+    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -500,7 +514,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
     if par.recompute == "op" and model.is_moe:
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
-    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics)
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -560,7 +574,8 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     start = b.last() if s.recompute in ("full", "layer", "op") else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
     acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
-    reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
+    cat = b.flat_grad_cat("layer.grad_cat", tuple(wgrads))
+    reductions = b.layer_grad_reductions(tuple(wgrads) + tuple(x for x in (acc, cat) if x))
     if s.pp:
         b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
               b.mb * d.vpp, "pp_bwd")
@@ -702,7 +717,8 @@ class _Builder(_Ops):
 
     def cp_merge(self, name: str, dep: str, ph: str, role: str, backward: bool) -> str | None:
         """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
-        (parallel.cp_merge_units), as memory-bound copies of the same bytes; None unless cp_impl is "torch"."""
+        (parallel.cp_merge_units), as memory-bound copies of the same bytes (the measured plain-copy kind, width 1:
+        elementwise passes over whole tensors); None unless cp_impl is "torch"."""
         if not self.s.cp_torch:
             return None
         from c3kit.workload.parallel import cp_merge_units
@@ -710,7 +726,7 @@ class _Builder(_Ops):
         d = self.d
         out = d.micro_batch * self.qn * self.seq_local * d.head_dim
         units = cp_merge_units(d.cp, backward)
-        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, d.head_dim),)),
+        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, 1),)),
                             (dep,), ph, role)
 
     def expert_rows(self, rows, experts):
@@ -1075,6 +1091,15 @@ class _Builder(_Ops):
         el = params * share * (d.gb / 2)
         return self.compute(name, MemShape(3 * el * 2, el, (("residual_add", el, d.hidden),)), deps, "bwd", "glue",
                             scope)
+
+    def flat_grad_cat(self, name: str, deps) -> str | None:
+        """FSDP1's concatenation of one unit's unsharded parameter gradients into its flat gradient (FLAT_PARAM_GRADS):
+        read and write the layer's gradients in the parameter dtype, per micro-batch; None without it."""
+        if not self.s.flat_param_grads:
+            return None
+        el = self.w.layer
+        return self.compute(name, MemShape(2 * el * self.d.b, 0, (("copy", el, 1),)), deps, "bwd",
+                            "fsdp_grad_cat", _L)
 
     def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
         """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""
