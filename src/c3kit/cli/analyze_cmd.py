@@ -100,6 +100,15 @@ def analyze(
                                        "gradients reduce-scattered, every micro-batch) or step (gathered once and kept "
                                        "unsharded over the step's micro-batches, gradients reduce-scattered once after "
                                        "the last backward: torchtitan with pipeline parallelism)."),
+    train_metrics: int = typer.Option(_D["train_metrics"], "--train-metrics",
+                                      help="Cross-entropy passes over the logits per micro-batch for training metrics "
+                                           "(Composer, as llm-foundry runs it: 2)."),
+    flat_param_grads: bool = typer.Option(_D["flat_param_grads"], "--flat-param-grads/--no-flat-param-grads",
+                                          help="With FSDP: PyTorch FSDP1's FlatParameter views, whose backward "
+                                               "concatenates each unit's gradients (llm-foundry)."),
+    cp_impl: str = typer.Option(_D["cp_impl"], "--cp-impl",
+                                help="With --cp: ring (a KV ring beside the attention) or torch (torch "
+                                     "context_parallel as torchtitan runs it: all-gathered KV, fp32 merges)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -116,7 +125,8 @@ def analyze(
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
-                      recompute_every=recompute_every)
+                      recompute_every=recompute_every, train_metrics=train_metrics,
+                      flat_param_grads=flat_param_grads, cp_impl=cp_impl)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
