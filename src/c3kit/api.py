@@ -159,7 +159,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
-            recompute_every: int = 2, moe_a2a_overlap: bool = False) -> AnalyzeResult:
+            recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
+            flat_param_grads: bool = False, cp_impl: str = "ring") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -188,6 +189,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     (workload.parallel.RECOMPUTE_SOURCES); recompute_every: with "layer", every N-th layer is recomputed.
     moe_a2a_overlap: a MoE model's expert-parallel all-to-alls overlap another micro-batch's compute (Megatron-Core
     overlap_moe_expert_parallel_comm; workload.parallel.MOE_A2A_OVERLAP_SOURCE).
+    train_metrics: cross-entropy passes over the logits per micro-batch for training metrics (Composer's
+    LanguageCrossEntropy and LanguagePerplexity: 2; workload.layer.check_train_metrics); flat_param_grads: FSDP1's
+    per-unit gradient concatenation (workload.layer.FLAT_PARAM_GRADS); cp_impl: "ring" or "torch" (torch
+    context_parallel as torchtitan runs it: workload.parallel.CP_IMPL_SOURCES).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -225,7 +230,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
-                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
+                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
+                  flat_param_grads=flat_param_grads, cp_impl=cp_impl)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

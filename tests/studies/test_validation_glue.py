@@ -1,5 +1,7 @@
 """Which backward glue and gradient accumulation each validation run's framework code runs (studies.validation)."""
 
+import pytest
+
 from c3kit.studies.validation import glue_of, grad_acc_of
 from c3kit.workload.layer import GLUE, GRAD_ACC
 
@@ -52,3 +54,50 @@ def test_fsdp_sync_by_framework_and_layout():
             steps.append(row["run"])
             assert "torchtitan" in row["framework"] and par.pp > 1 and par.fsdp
     assert "torchtitan-h100-t5-405b-3d-1f1b" in steps and "torchtitan-h100-t5-405b-3d-interleaved" in steps
+
+
+def test_train_metrics_by_framework():
+    from c3kit.studies.validation import train_metrics_of
+
+    assert train_metrics_of("llm-foundry (Composer, PyTorch FSDP)") == 2  # LanguageCrossEntropy + LanguagePerplexity
+    assert train_metrics_of("torchtitan (FSDP2)") == 0
+    assert train_metrics_of("NeMo (Megatron-Core, Transformer Engine)") == 0
+    assert train_metrics_of("Megatron-LM") == 0
+
+
+def test_train_metrics_show_in_the_breakdown_and_sum_to_the_step():
+    from c3kit.studies.validation import load_runs, predict
+
+    df = load_runs()
+    row = df[df["run"] == "mpt-125m-a100-bf16-s2048-g8"].iloc[0]
+    p = predict(row)
+    assert p["overhead.train_metrics"] > 0
+    parts = p["compute_s"] + p["exposed_s"] + p["bubble_s"] + sum(v for k, v in p.items() if k.startswith("overhead."))
+    assert parts == pytest.approx(p["predicted_s"], rel=1e-9)
+    row = df[df["run"] == "torchtitan-h100-t1-8b-fsdp"].iloc[0]
+    assert "overhead.train_metrics" not in predict(row)
+
+
+def test_cp_impl_by_framework_and_breakdown():
+    from c3kit.studies.validation import cp_impl_of, load_runs, predict, run_objects
+
+    assert cp_impl_of("torchtitan (FSDP2)") == "torch"
+    assert cp_impl_of("NeMo (Megatron-Core, Transformer Engine)") == "ring"
+    df = load_runs()
+    row = df[df["run"] == "torchtitan-h100-t2-8b-s128k-cp4"].iloc[0]
+    assert run_objects(row)[1].cp_impl == "torch"
+    p = predict(row)
+    assert p["overhead.cp_merge"] > 0
+    parts = p["compute_s"] + p["exposed_s"] + p["bubble_s"] + sum(v for k, v in p.items() if k.startswith("overhead."))
+    assert parts == pytest.approx(p["predicted_s"], rel=1e-9)
+    row = df[df["run"] == "nemo2407-h100-fp8-llama3-8b-cp2"].iloc[0]
+    assert run_objects(row)[1].cp_impl == "ring" and "overhead.cp_merge" not in predict(row)
+
+
+def test_flat_param_grads_by_framework():
+    from c3kit.studies.validation import flat_param_grads_of
+
+    assert flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", True)
+    assert not flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", False)
+    assert not flat_param_grads_of("torchtitan (FSDP2)", True)
+    assert not flat_param_grads_of("Megatron-Bridge (Megatron-Core, Transformer Engine)", True)

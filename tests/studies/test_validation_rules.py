@@ -67,8 +67,13 @@ def test_default_cost_model_is_analyzes_default():
     ("torchtitan-h100-t5-405b-3d-1f1b",  # FSDP once per step under PP (validation.fsdp_sync_of)
      ["--model", "llama-3-405b", "--hw", "H100-SXM-96G-500W", "--gpus", "512", "--tp", "8", "--sp", "--pp", "8",
       "--dp", "8", "--fsdp", "--fsdp-sync", "step", "--pp-split", "torchtitan", "--seq", "8192", "--batch", "256",
-      "--micro-batch", "1", "--recompute", "full", "--dtype", "fp8", "--fp8-scaling", "dynamic",
+      "--micro-batch", "4", "--recompute", "full", "--dtype", "fp8", "--fp8-scaling", "dynamic",
       "--attention-backend", "flash2", "--norm-rope", "fused", "--glue", "fused", "--grad-acc", "micro"]),
+    ("torchtitan-h100-t2-8b-s128k-cp4",  # torch context parallelism (validation.cp_impl_of)
+     ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "4",
+      "--dp", "2", "--fsdp", "--seq", "131072", "--batch", "2", "--micro-batch", "1", "--recompute", "full",
+      "--dtype", "fp8", "--fp8-scaling", "dynamic", "--attention-backend", "flash2", "--norm-rope", "fused",
+      "--glue", "fused", "--cp-impl", "torch"]),
     ("torchtitan-h100-t1-8b-fsdp",  # torchtitan's op-level selective AC (studies/data/recompute_modes.csv)
      ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8",
       "--fsdp", "--seq", "8192", "--batch", "16", "--micro-batch", "2", "--recompute", "op",

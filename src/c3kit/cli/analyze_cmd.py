@@ -104,6 +104,15 @@ def analyze(
                                          help="MoE with --ep > 1: the expert-parallel all-to-alls run behind another "
                                               "micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm; "
                                               "needs --vpp > 1 with --pp > 1, no full recomputation)."),
+    train_metrics: int = typer.Option(_D["train_metrics"], "--train-metrics",
+                                      help="Cross-entropy passes over the logits per micro-batch for training metrics "
+                                           "(Composer, as llm-foundry runs it: 2)."),
+    flat_param_grads: bool = typer.Option(_D["flat_param_grads"], "--flat-param-grads/--no-flat-param-grads",
+                                          help="With FSDP: PyTorch FSDP1's FlatParameter views, whose backward "
+                                               "concatenates each unit's gradients (llm-foundry)."),
+    cp_impl: str = typer.Option(_D["cp_impl"], "--cp-impl",
+                                help="With --cp: ring (a KV ring beside the attention) or torch (torch "
+                                     "context_parallel as torchtitan runs it: all-gathered KV, fp32 merges)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -120,7 +129,8 @@ def analyze(
                       phase=phase, recompute=recompute, overlap=overlap, policy=policy, trace=trace,
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
-                      recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
+                      recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
+                      train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

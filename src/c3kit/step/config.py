@@ -25,6 +25,8 @@ class StepConfig:
     norm_rope: str = "fused"  # how RMSNorm and RoPE run (workload.layer.NORM_ROPE)
     glue: str = "split"  # the backward's memory-bound glue (workload.layer.GLUE)
     grad_acc: str = ""  # gradient accumulation into .grad (workload.layer.GRAD_ACC; "" = from glue, micro-batches)
+    train_metrics: int = 0  # training-metric cross-entropy passes per micro-batch (workload.layer.check_train_metrics)
+    flat_param_grads: bool = False  # FSDP1's per-unit gradient concatenation (workload.layer.FLAT_PARAM_GRADS)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             dist_optimizer: bool | None = None, cp: int = 1, pp_split: str = "even", cost_model=None,
             policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
-            moe_a2a_overlap: bool = False) -> StepConfig:
+            moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
+            cp_impl: str = "ring") -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -81,6 +84,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     with recompute "layer", every N-th layer is recomputed. moe_a2a_overlap: a MoE model's expert-parallel
     all-to-alls overlap another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm: needs ep > 1;
     the search then skips full recomputation and, without vpp > 1, pipeline stages).
+    with recompute "layer", every N-th layer is recomputed. train_metrics, flat_param_grads: framework ops of the
+    graph (workload.graph.build_step); cp_impl: how context parallelism runs (workload.parallel.CP_IMPLS).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -95,6 +100,11 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     check_glue(glue)
     if grad_acc:
         check_grad_acc(grad_acc)
+    from c3kit.workload.layer import check_train_metrics
+    from c3kit.workload.parallel import check_cp_impl
+
+    check_train_metrics(train_metrics)
+    check_cp_impl(cp_impl)
     for name, v in (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq),
                     ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp),
                     ("recompute-every", recompute_every)):
@@ -191,7 +201,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             gb = mb * d * max(8, 4 * p)
         return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
                            global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
-                           dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync,
+                           dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                            recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
 
     tried: list[Candidate] = []
@@ -223,7 +233,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         best = None
         for par, mem, i in fitting:
             graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node, attn_backend=attn_backend,
-                               norm_rope=norm_rope, glue=glue, grad_acc=grad_acc)
+                               norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, train_metrics=train_metrics,
+                               flat_param_grads=flat_param_grads)
             per_seq = (_price(graph, gpu, cost_model, policy) / par.global_batch) if len(fitting) > 1 else float("nan")
             tried[i] = replace(tried[i], seconds_per_sequence=float(per_seq))
             if best is None or per_seq < best[0]:
@@ -235,7 +246,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
                                train, len(tried))
         return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
-                          norm_rope, glue, grad_acc)
+                          norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
     if last_fit is None:
         raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
                             f"{gpus} GPUs: change --gpus, --tp or --pp")

@@ -342,6 +342,8 @@ def layout_of(row):
               moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
+        if kw["cp"] > 1:
+            kw["cp_impl"] = cp_impl_of(row["framework"])
     if int(row["zero"]) == 2 and not int(row["fsdp"]):  # ZeRO-2: Parallelism.zero2 (gradients sharded as well)
         kw["zero2"] = True
     p = Parallelism(**kw)
@@ -409,6 +411,37 @@ def grad_acc_of(framework: str, source: str, fsdp_sync: str = "micro") -> str:
     return ""
 
 
+# layer-description ops that price a framework's own work (not the model's): breakdown column -> the ops' roles
+FRAMEWORK_TERMS = {"train_metrics": ("train_metrics",), "cp_merge": ("cp_merge", "re_cp_merge"),
+                   "fsdp_grad_cat": ("fsdp_grad_cat",)}
+
+
+def flat_param_grads_of(framework: str, fsdp: bool) -> bool:
+    """Whether a run's FSDP is PyTorch FSDP1, whose FlatParameter views make autograd concatenate each unit's
+    gradients (workload.layer.FLAT_PARAM_GRADS): llm-foundry's Composer with FSDP (torch 1.13 and 2.1
+    FullyShardedDataParallel); not torchtitan (FSDP2, per-parameter sharding) nor Megatron FSDP (gradients written
+    into its contiguous buffers)."""
+    return bool(fsdp) and "llm-foundry" in str(framework).lower()
+
+
+def cp_impl_of(framework: str) -> str:
+    """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
+    "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
+    parallel.CP_IMPL_SOURCES); Megatron-Core / Transformer Engine "ring" (the layer description's default)."""
+    return "torch" if "torchtitan" in str(framework).lower() else "ring"
+
+
+def train_metrics_of(framework: str) -> int:
+    """Cross-entropy passes over the logits per micro-batch that a run's framework adds for training metrics
+    (workload.layer.check_train_metrics), from its code: llm-foundry 2 (the tables' llm-foundry v0.3.0 pins Composer
+    >=0.16.3,<0.17, whose Trainer._train_microbatch calls _eval_train_metrics after every micro-batch's backward;
+    ComposerMPTCausalLM's train metrics are LanguageCrossEntropy and LanguagePerplexity, each a
+    torch.nn.CrossEntropyLoss(reduction='sum') over the micro-batch's logits, composer/metrics/nlp.py); every other
+    framework 0 (Megatron, NeMo and torchtitan log the training loss only). The A100 70B rows, from May 2023, ran
+    Composer 0.13.4 and MosaicGPT with the same two train metrics, updated at the same place of _train_microbatch."""
+    return 2 if "llm-foundry" in str(framework).lower() else 0
+
+
 def default_cost_model():
     """The cost model `c3kit analyze` prices with by default: efficiency, sustained (power-capped) clocks."""
     from c3kit.cost.model import as_model
@@ -431,7 +464,9 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
-                   grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync))
+                   grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
+                   train_metrics=train_metrics_of(row["framework"]),
+                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -445,7 +480,10 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
         step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
-    return {"predicted_s": step, "compute_s": t.compute, "comm_s": t.comm,
+    terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role in roles)
+             for name, roles in FRAMEWORK_TERMS.items()}
+    named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
+    return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
             "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
             "overhead_s": t.overhead,
             "mfu_predicted": t.mfu * t.step_time / step, **named}
@@ -538,7 +576,13 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
              "(fsdp_sync_of: once per step for torchtitan with pipeline parallelism, whose apply_fsdp keeps "
              "parameters unsharded after forward and whose pipeline schedules defer the gradient sync to the last "
-             "micro-batch; every micro-batch otherwise).",
+             "micro-batch; every micro-batch otherwise) and which training metrics the framework evaluates after every "
+             "micro-batch (train_metrics_of: llm-foundry's Composer computes cross-entropy and perplexity over the "
+             "logits, op and breakdown column 'train_metrics') and how context parallelism runs (cp_impl_of: torch's "
+             "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
+             "'cp_merge'; a ring beside the attention otherwise) and whether FSDP1's flat parameters make autograd "
+             "concatenate every unit's gradients (flat_param_grads_of: llm-foundry; op and breakdown column "
+             "'fsdp_grad_cat').",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs (and on A100 FlashAttention-2 and STREAM bandwidth) from "
              "published op-level microbenchmarks (cost/published.py, docs/published-calibration.md) and the rest from "

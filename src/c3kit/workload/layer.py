@@ -233,15 +233,21 @@ class Structure:
     norm_rope: str = "fused"  # how RMSNorm and RoPE run: "fused" kernels or "eager" fp32 code (NORM_ROPE)
     glue: str = "split"  # the memory-bound glue autograd runs between the kernels, by how the block is written (GLUE)
     grad_acc: str = "none"  # how weight gradients meet those .grad already holds (GRAD_ACC)
+    cp_torch: bool = False  # context parallelism as torch runs it (parallel.CP_IMPL_SOURCES["torch"])
+    train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
+    flat_param_grads: bool = False  # FSDP1 FlatParameter views: autograd concatenates each unit's gradients
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
-           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> "Structure":
+           norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
+           train_metrics: int = 0, flat_param_grads: bool = False) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
-        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc)."""
+        norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
+        train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
+        check_train_metrics(train_metrics)
         check_norm_rope(norm_rope)
         check_glue(glue)
         grad_acc = check_grad_acc(grad_acc) if grad_acc else default_grad_acc(glue, par.grad_accum)
@@ -256,11 +262,14 @@ class Structure:
                          recompute_every=par.recompute_every if par.recompute == "layer" else 1,
                          moe=model.is_moe, ep=moe_ep,
                          edp=moe_ep and (par.tp * par.dp) // par.ep > 1, cp=par.cp > 1, zero2=par.zero2,
+                         cp_torch=par.cp > 1 and par.cp_impl == "torch",
                          moe_factor=factor, moe_chunks=moe_ep and model.n_experts // par.ep > 1,
                          norm=model.norm, gated=model.gated_mlp,
                          rope=model.position == "rope", attn_backend=attn_backend,
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
-                         glue=glue, grad_acc=grad_acc if phase == "train" else "none")
+                         glue=glue, grad_acc=grad_acc if phase == "train" else "none",
+                         train_metrics=train_metrics if phase == "train" else 0,
+                         flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train")
 
     @property
     def norm_kind(self) -> str:
@@ -345,6 +354,30 @@ def check_glue(name: str) -> str:
 # One add reads two and writes one gradient of the parameter's size (priced as the measured residual add). With
 # FSDP the gradients are reduce-scattered each micro-batch and the add runs over this rank's fp32 shard.
 GRAD_ACC = ("none", "micro", "every")
+
+
+# PyTorch FSDP1 (FullyShardedDataParallel, FlatParameter; torch 1.13-2.x): in training the module's parameters are
+# autograd views of the unit's gathered flat parameter (FlatParamHandle._get_unflat_views: torch.split of the flat
+# tensor, then .view per parameter), so autograd's SplitWithSizesBackward concatenates the unit's parameter gradients
+# into one unsharded flat gradient (torch.cat: read and write every gradient element in the parameter dtype) before
+# AccumulateGrad and FSDP's post-backward reduce-scatter; once per unit per micro-batch, on the compute stream. The
+# fp32 upcast and pre-division FSDP1 then applies run on its post-backward stream beside the compute (not priced).
+FLAT_PARAM_GRADS = ("https://github.com/pytorch/pytorch/blob/v2.1.0/torch/distributed/fsdp/flat_param.py "
+                    "(_get_unflat_views_aligned / _get_unflat_views_unaligned; _runtime_utils.py _post_backward_hook)")
+
+
+def check_train_metrics(passes) -> int:
+    """The number of training-metric cross-entropy passes itself (an int >= 0), or a WorkloadError.
+
+    A framework that updates loss-based training metrics after every micro-batch evaluates
+    cross-entropy over the micro-batch's logits once per metric, without gradients, on top of the
+    training loss (Composer 0.16's Trainer._train_microbatch calls _eval_train_metrics after each
+    backward; llm-foundry's MPT declares LanguageCrossEntropy and LanguagePerplexity, each a
+    torch.nn.CrossEntropyLoss over T x V logits): the op "train_metrics" prices those passes with
+    the measured cross_entropy kernel."""
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 0:
+        raise WorkloadError(f"train_metrics must be a whole number of cross-entropy passes >= 0, got {passes!r}")
+    return passes
 
 
 def check_grad_acc(name: str) -> str:
@@ -469,10 +502,13 @@ def activation_dtype(dtype: str, phase: str) -> str:
 
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
-             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "") -> Layer:
+             norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0,
+             flat_param_grads: bool = False) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
-    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc)."""
+    memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
+    train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics; flat_param_grads:
+    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -490,7 +526,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
     if par.recompute == "op" and model.is_moe:
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
-    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc)
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -550,7 +586,8 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     start = b.last() if s.recompute in ("full", "layer", "op") else fnb
     wgrads, n1b = b.layer_backward(start, fsdp_b)
     acc = b.grad_accumulation("layer.grad_acc", b.layer_grad_params(), tuple(wgrads), _L)
-    reductions = b.layer_grad_reductions(tuple(wgrads) + ((acc,) if acc else ()))
+    cat = b.flat_grad_cat("layer.grad_cat", tuple(wgrads))
+    reductions = b.layer_grad_reductions(tuple(wgrads) + tuple(x for x in (acc, cat) if x))
     if s.pp:
         b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
               b.mb * d.vpp, "pp_bwd")
@@ -682,9 +719,28 @@ class _Builder(_Ops):
         if not self.s.cp:
             return None
         d = self.d
-        chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
-        return self.add(name + ".cp_kv", CollShape("send_recv", tensors * (d.cp - 1) * chunk, 2, "cp", self.cp_blk),
+        if self.s.cp_torch:  # all-gathered GQA-expanded K, V; in backward again, with fp32 dK, dV over cp steps
+            chunk = 2 * d.micro_batch * self.qn * self.seq_local * d.head_dim * d.b
+            size = (d.cp - 1) * chunk + (tensors - 1) * d.cp * 2 * chunk
+        else:
+            chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+            size = tensors * (d.cp - 1) * chunk
+        return self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk),
                         (dep,), ph, _L, "cp", self.mb, "cp_kv")
+
+    def cp_merge(self, name: str, dep: str, ph: str, role: str, backward: bool) -> str | None:
+        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
+        (parallel.cp_merge_units), as memory-bound copies of the same bytes (the measured plain-copy kind, width 1:
+        elementwise passes over whole tensors); None unless cp_impl is "torch"."""
+        if not self.s.cp_torch:
+            return None
+        from c3kit.workload.parallel import cp_merge_units
+
+        d = self.d
+        out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+        units = cp_merge_units(d.cp, backward)
+        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, 1),)),
+                            (dep,), ph, role)
 
     def expert_rows(self, rows, experts):
         """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
@@ -750,6 +806,7 @@ class _Builder(_Ops):
         at = self.compute(pre + "attn", AttnShape(d.micro_batch, self.qn, self.kvn, q_len, d.seq, hd, True, False,
                                                   s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
+        at = self.cp_merge(pre + "attn.cp_merge", at, ph, r + "cp_merge", False) or at
         pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
         n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
@@ -901,6 +958,11 @@ class _Builder(_Ops):
                      "tp", self.mb, "loss_ar")
         lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl, (("cross_entropy.bwd", T * Vl, Vl),)), (loss,),
                           "bwd", "loss", "micro")
+        if self.s.train_metrics:  # metric passes after the micro-batch's backward (check_train_metrics)
+            n = self.s.train_metrics
+            parts = (("cross_entropy", n * T * Vl, Vl),)
+            self.compute("train_metrics", MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, parts), (lb,), "bwd",
+                         "train_metrics", "micro")
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
@@ -934,9 +996,11 @@ class _Builder(_Ops):
         attn = (d.micro_batch, self.qn, self.kvn, self.seq_local, d.seq, d.head_dim, True)
         if s.recompute == "selective":
             re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
+            re_at = self.cp_merge("re.attn.cp_merge", re_at, "bwd", "re_cp_merge", False) or re_at
             att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
+        ab = self.cp_merge("attn.bwd.cp_merge", ab, "bwd", "cp_merge", True) or ab
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         ab = self.split_cat("qkv.cat", ab, self.n_qkv) or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
@@ -1057,6 +1121,15 @@ class _Builder(_Ops):
         el = params * share * (d.gb / 2)
         return self.compute(name, MemShape(3 * el * 2, el, (("residual_add", el, d.hidden),)), deps, "bwd", "glue",
                             scope)
+
+    def flat_grad_cat(self, name: str, deps) -> str | None:
+        """FSDP1's concatenation of one unit's unsharded parameter gradients into its flat gradient (FLAT_PARAM_GRADS):
+        read and write the layer's gradients in the parameter dtype, per micro-batch; None without it."""
+        if not self.s.flat_param_grads:
+            return None
+        el = self.w.layer
+        return self.compute(name, MemShape(2 * el * self.d.b, 0, (("copy", el, 1),)), deps, "bwd",
+                            "fsdp_grad_cat", _L)
 
     def layer_grad_reductions(self, wg_t: tuple[str, ...]) -> list[str]:
         """Gradient reduction of one layer's bucket (FSDP reduce-scatter, or DP and expert-DP reductions)."""

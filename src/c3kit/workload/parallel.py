@@ -57,6 +57,49 @@ FSDP_SYNC_SOURCES = {
             "accumulate_unsharded_grad_if_needed).",
 }
 
+# How context parallelism runs its attention over the cp ranks (Parallelism.cp_impl).
+CP_IMPLS = ("ring", "torch")
+CP_IMPL_SOURCES = {
+    "ring": "a ring of KV chunks beside the attention, no extra memory-bound work priced (the layer description's "
+            "default; Megatron-Core / Transformer Engine's p2p ring).",
+    "torch": "torch.distributed.tensor.experimental context_parallel as torchtitan runs it (torch 1963fc8 with "
+             "torchtitan 9dec370, Dec 2024): K and V reach the attention after torchtitan's repeat_kv (models/llama/"
+             "model.py: full query heads, GQA expanded), are all-gathered once per attention (torchtitan "
+             "--experimental.context_parallel_rotate_method default 'allgather'; _AllGatherRotater) and in backward "
+             "all-gathered again while dK, dV travel the ring in fp32 (_templated_ring_attention_backward: "
+             "dkv_rotater ALL_TO_ALL, accum_dtype float32). Each ring step's partial output is merged in fp32 "
+             "(_ContextParallelOptions.convert_to_f32 True; _SDPAMerger.step casts the block output up, "
+             "out - sigmoid(lse_b - lse) * (out - out_b)); the backward accumulates dQ, dK, dV in fp32 "
+             "(_partial_update's add and torch.cat, grad_query +=) and casts them down at the end; every step copies "
+             "K, V (torch.cat of the flattened pair) before its exchange. Priced as memory-bound copies "
+             "(cp_merge_units) on the busiest rank, the last cp rank, whose every step merges its whole local "
+             "output (load balancing evens the attention FLOPs, not the merges).",
+}
+
+
+def check_cp_impl(name: str) -> str:
+    """The context-parallel implementation itself, or a WorkloadError naming the choices."""
+    if name not in CP_IMPLS:
+        raise WorkloadError(f"parallelism: cp_impl {name!r}: use one of {', '.join(CP_IMPLS)}")
+    return name
+
+
+def cp_merge_units(cp, backward: bool):
+    """Memory traffic of torch context parallelism's merges, casts and copies in one attention call on the busiest
+    rank, in units of the local attention output's elements x its 2-byte element size (cp: int or array).
+
+    Forward (CP_IMPL_SOURCES["torch"]): K, V made contiguous (2 + 2), the first block's output cast to fp32 (1 + 2)
+    and the merged output cast back (2 + 1) = 10; each of the cp - 1 further steps: cast (3), out - out_b (6),
+    sigmoid(.) * diff (4), out - that (6) = 19, and the K, V torch.cat before an exchange (4) = 23.
+    Backward: three fp32 zero buffers (6), K, V contiguous (4), dK, dV of the first step added in fp32 (10), the final
+    casts of dQ, dK, dV (3 + 6) = 29; each of the cp - 1 further steps: K, V cat (4), dK, dV added into their first
+    half and re-concatenated in fp32 (13) = 17; every one of the cp steps: the fp32 dK, dV cat before the exchange (8)
+    and dQ += in fp32 (5) = 13."""
+    if backward:
+        return 29 + 17 * (cp - 1) + 13 * cp
+    return 10 + 23 * (cp - 1)
+
+
 # How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
 PP_SPLITS = ("even", "torchtitan", "embedding_loss", "llama3")
 PP_SPLIT_SOURCES = {
@@ -168,6 +211,9 @@ class Parallelism:
     parallelism, FSDP_SYNC_SOURCES). Without fsdp it is "micro" (nothing is sharded).
     moe_a2a_overlap (ep > 1): the expert-parallel all-to-alls of one micro-batch run behind the compute of
     another (Megatron-Core overlap_moe_expert_parallel_comm, MOE_A2A_OVERLAP_SOURCE; step/plan.py).
+    cp_impl (CP_IMPLS, with cp > 1): "ring" (default) prices the KV exchange beside the attention; "torch" adds
+    torch context parallelism's fp32 merges and copies (op cp_merge) and its all-gathered, GQA-expanded KV
+    (CP_IMPL_SOURCES).
     """
 
     tp: int = 1
@@ -189,6 +235,7 @@ class Parallelism:
     fsdp_sync: str = "micro"  # FSDP gathers / reduce-scatters every micro-batch or once per step (FSDP_SYNC)
     recompute_every: int = 2  # recompute "layer": every N-th layer fully recomputed (torchtitan's default '2')
     moe_a2a_overlap: bool = False  # EP all-to-alls hidden behind another micro-batch's compute (MOE_A2A_OVERLAP_SOURCE)
+    cp_impl: str = "ring"  # how context parallelism runs (CP_IMPLS; "torch": torchtitan's, with fp32 merges)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
@@ -216,6 +263,7 @@ class Parallelism:
             raise WorkloadError(f"parallelism: pp_split {self.pp_split!r}: use one of {', '.join(PP_SPLITS)}")
         if self.fsdp_sync not in FSDP_SYNC:
             raise WorkloadError(f"parallelism: fsdp_sync {self.fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
+        check_cp_impl(self.cp_impl)
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sync", "micro")  # nothing sharded: nothing to gather or reduce-scatter
         if self.moe_a2a_overlap and (self.ep == 1 or (self.pp > 1 and self.vpp == 1) or self.recompute == "full"):
