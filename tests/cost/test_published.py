@@ -115,7 +115,8 @@ def test_attention_pricing_uses_the_published_rate_only_off_roofline():
     op = Attention("a", 2, 16, 16, 8192, 8192, 128, causal=False, backward=True, backend="flash2")
     assert cost.time(op, hw, EFF) == pytest.approx(op.flops / 201e12, rel=1e-12)
     assert cost.time(op, hw, "roofline") == pytest.approx(op.flops / hw.peak_flops("bf16"), rel=1e-12)
-    assert cost.explain(op, hw, EFF).detail["basis"] == "published microbenchmark"
+    est = cost.explain(op, hw, EFF)
+    assert est.detail["basis"] == "published microbenchmark" and est.detail["attn_eff"] == pytest.approx(201e12 / 312e12)
 
 
 @pytest.mark.parametrize("row, msg", [
@@ -152,6 +153,7 @@ def test_memory_fraction_hand_checked_and_used_off_roofline():
     op = MemOp("n", bytes=1.7e9)
     assert cost.time(op, a100, EFF) == pytest.approx(1e-3)
     assert cost.time(op, a100, "roofline") == pytest.approx(1.7e9 / 2.039e12)
+    assert cost.explain(op, a100, EFF).detail["mem_eff"] == pytest.approx(1700e9 / 2.039e12)
     b200 = get_gpu("B200")
     assert cost.time(op, b200, EFF) == pytest.approx(1.7e9 / (b200.hbm_bw * EFF.mem_eff))  # datasheet stays
     assert pub.memory_fraction("A100-SXM-80G+1g(historical)") == pub.memory_fraction("A100-SXM-80G")

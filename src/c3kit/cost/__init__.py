@@ -16,7 +16,7 @@ from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
 from c3kit.cost.opclass import calibration_for
-from c3kit.cost.published import mem_eff as published_mem_eff
+from c3kit.cost.published import attention_eff, mem_eff as published_mem_eff
 from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 
@@ -160,9 +160,10 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
         backend = resolve_backend(op.backend, hw.name)
         return Estimate(time(op, hw, m), f"attention-{backend}",
                         {"backend": backend, "basis": attention_basis(hw.name)[backend], "mem_eff": m.mem_eff,
-                         "attn_eff": m.attn_eff})
+                         "attn_eff": attention_eff(op, hw, backend, m)})  # the rate used (cost/published.py)
+    mem = published_mem_eff(hw, m) if isinstance(op, MemOp) else m.mem_eff
     return Estimate(time(op, hw, m), "roofline" if m.kind == "roofline" else "roofline-x-eff",
-                    {"mem_eff": m.mem_eff, "attn_eff": m.attn_eff})
+                    {"mem_eff": mem, "attn_eff": m.attn_eff})
 
 
 op_time = time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from c3kit.cost.efficiency import DEFAULT_CURVE, EfficiencyCurve, fit_efficiency
+from c3kit.cost.published import SHAPE_FROM, gemm_curve, published_ops
 from c3kit.errors import CostError
 from c3kit.hw.future import base_name
 
@@ -72,10 +73,11 @@ def bf16_curve_for(gpu) -> tuple[EfficiencyCurve, str]:
             out = (stored, f"fitted:{table.origin}")
         except CostError:
             pass  # a table too small or inconsistent to fit: keep the documented default
-    else:
-        from c3kit.cost.published import gemm_curve
+    elif base != SHAPE_FROM and published_ops(name) is not None:
+        # published op-level GEMM figures (cost/published.py) level the measured curve of SHAPE_FROM
+        from c3kit.hw.catalog import get_gpu
 
-        out = gemm_curve(gpu) or out  # published op-level GEMM figures (cost/published.py), else the default
+        out = gemm_curve(gpu, *bf16_curve_for(get_gpu(SHAPE_FROM))) or out
     _fitted[name] = out
     return out
 

@@ -220,22 +220,19 @@ def level_curve(shape, gpu, points) -> object:
     return curve
 
 
-def gemm_curve(gpu) -> tuple[object, str] | None:
-    """(curve, origin) for a GPU with published GEMM rows: SHAPE_FROM's fitted curve levelled to them; None
-    where it has none or the measured shape is not shipped."""
+def gemm_curve(gpu, shape, shape_origin: str) -> tuple[object, str] | None:
+    """(curve, origin) for a GPU with published GEMM rows: shape (SHAPE_FROM's fitted curve, whose origin is
+    shape_origin) levelled to them; None where it has none or the shape is not a fitted one. The caller
+    (cost/default_curve.py) passes the shape, so this module imports no curve fitting."""
     ops = published_ops(gpu.name)
     pts = ops.fit_gemm() if ops is not None else ()
-    if not pts:
+    if not pts or not shape_origin.startswith("fitted:"):
         return None
-    from c3kit.cost.default_curve import bf16_curve_for
     from c3kit.hw.catalog import get_gpu
 
-    shape, origin = bf16_curve_for(get_gpu(SHAPE_FROM))
-    if not origin.startswith("fitted:"):
-        return None
     # levelled on the catalog GPU the rows were measured on: a projection keeps its own scaled peaks
     ref = get_gpu(ops.gpu)
-    return level_curve(shape, ref, pts), f"published:{ops.origin}+shape:{origin[len('fitted:'):]}"
+    return level_curve(shape, ref, pts), f"published:{ops.origin}+shape:{shape_origin[len('fitted:'):]}"
 
 
 # ------------------------------------------------------------------------------------------- attention
