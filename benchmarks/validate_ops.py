@@ -117,6 +117,17 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             elements = float(r["tokens"]) * float(r["width"])
             f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"))
             out.setdefault(f"memory {kind} (decode kernels, leave-one-out)", []).append(m(f) / r["time_s"] - 1)
+    # kernels right after a weight stream: each row's cold time against its own warm time plus the extra fitted
+    # without it (leave-one-out), over the rows the extra is priced for (up to AFTER_STREAM_MAX_ROWS rows)
+    cold = oc.decode_cold_rows(_family_rows(directory, "decode_cold"), _family_rows(directory, "decode_fresh"),
+                               _family_rows(directory, "after_stream_large"))
+    cold = [r for r in cold if r["rows"] <= oc.AFTER_STREAM_MAX_ROWS]
+    for r in cold:
+        m = oc.fit_after_stream([q for q in cold if q is not r]).get(r["op"])
+        if m is not None:
+            warm = r["time_s"] - r["extra_s"]
+            out.setdefault(f"memory {r['op']} (after a weight stream, leave-one-out)", []).append(
+                (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
     att, dec = oc.fit_attention(att_rows)
     dec_hd = oc.fit_decode_by_head_dim(att_rows)

@@ -32,12 +32,14 @@ def test_rows_map_to_cold_kinds_with_the_stream_extra():
 
 
 def test_after_stream_fit_hand_checked():
-    # extra = 1 us + 1 ns x width on three widths; a row above max_rows is left out of the fit
-    rows = [{"op": "rmsnorm_cold", "width": w, "rows": 4, "extra_s": 1e-6 + 1e-9 * w} for w in (1000, 2000, 4000)]
+    # extra = 1 us + 1 ns x width + 0.1 ps x elements on four shapes; a row above max_rows is left out of the fit
+    rows = [{"op": "rmsnorm_cold", "width": w, "rows": n, "extra_s": 1e-6 + 1e-9 * w + 1e-13 * n * w}
+            for (w, n) in ((1000, 4), (2000, 16), (4000, 4), (4000, 256))]
     rows.append({"op": "rmsnorm_cold", "width": 2000, "rows": 4096, "extra_s": 1.0})
     m = fit_after_stream(rows)["rmsnorm_cold"]
-    assert abs(m.fixed_s - 1e-6) < 1e-12 and abs(m.per_width_s - 1e-9) < 1e-15 and m.n_rows == 3
-    assert abs(float(m(16, 3000)) - 4e-6) < 1e-12 and float(m(AFTER_STREAM_MAX_ROWS + 1, 3000)) == 0.0
+    assert abs(m.fixed_s - 1e-6) < 1e-12 and abs(m.per_width_s - 1e-9) < 1e-15 and abs(m.per_element_s - 1e-13) < 1e-18
+    assert m.n_rows == 4
+    assert abs(float(m(10, 3000)) - (1e-6 + 3e-6 + 3e-9)) < 1e-12 and float(m(AFTER_STREAM_MAX_ROWS + 1, 3000)) == 0.0
 
 
 def test_h200_after_stream_adds_to_the_warm_kernel_at_decode_sizes():

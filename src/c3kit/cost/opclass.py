@@ -362,32 +362,36 @@ AFTER_STREAM_MAX_ROWS = 1024  # above it the measured extra is inside the noise 
 
 @dataclass(frozen=True)
 class AfterStream:
-    """What a weight stream adds to a kernel right after it: fixed_s + per_width_s x row width, for up to max_rows
-    rows (the measured extra at 4k-16k rows is lost in the stream's noise, either sign: priced zero there)."""
+    """What a weight stream adds to a kernel right after it: fixed_s + per_width_s x row width (the per-row weight
+    vector and its latency chain, cold) + per_element_s x elements (the cold operand's bytes, the residual), for up to
+    max_rows rows (the measured extra at 4k-16k rows is lost in the stream's noise, either sign: priced zero there)."""
 
     fixed_s: float
     per_width_s: float
+    per_element_s: float
     max_rows: int
     n_rows: int
 
     def __call__(self, rows, width):
         """Seconds added for `rows` rows of `width` (arrays or scalars)."""
-        extra = np.maximum(self.fixed_s + self.per_width_s * np.asarray(width, dtype=float), 0.0)
-        return np.where(np.asarray(rows, dtype=float) <= self.max_rows, extra, 0.0)
+        rows = np.asarray(rows, dtype=float)
+        w = np.asarray(width, dtype=float)
+        extra = np.maximum(self.fixed_s + self.per_width_s * w + self.per_element_s * rows * w, 0.0)
+        return np.where(rows <= self.max_rows, extra, 0.0)
 
 
 def fit_after_stream(rows: list[dict], max_rows: int = AFTER_STREAM_MAX_ROWS) -> dict:
     """kind -> AfterStream from decode_cold_rows (cold minus warm, the same kernel in the same benchmark), fitted by
-    least squares on fixed + width over the rows up to max_rows rows."""
+    least squares on fixed + width + elements over the rows up to max_rows rows."""
     out = {}
     for kind in sorted({r["op"] for r in rows}):
-        pts = [(float(r["width"]), float(r["extra_s"])) for r in rows if r["op"] == kind and r["rows"] <= max_rows]
-        if len(pts) < 3:
+        pts = [(float(r["width"]), float(r["rows"]) * float(r["width"]), float(r["extra_s"])) for r in rows
+               if r["op"] == kind and r["rows"] <= max_rows]
+        if len(pts) < 4:
             continue
-        w, e = np.array(pts).T
-        A = np.column_stack([np.ones_like(w), w])
-        c, *_ = np.linalg.lstsq(A, e, rcond=None)
-        out[kind] = AfterStream(float(c[0]), float(c[1]), max_rows, len(pts))
+        w, el, e = np.array(pts).T
+        c, *_ = np.linalg.lstsq(np.column_stack([np.ones_like(w), w, el]), e, rcond=None)
+        out[kind] = AfterStream(float(c[0]), float(c[1]), float(c[2]), max_rows, len(pts))
     return out
 
 
