@@ -82,20 +82,25 @@ def measure(steps: int = 8) -> list[list]:
 
 
 def table(doc: dict) -> list[str]:
-    """Lines: measured whole / one-stream / two-stream times against c3kit's GEMM prices of the whole and a chunk."""
+    """Lines: measured whole / one-stream / two-stream times against c3kit's GEMM prices of the whole and of eight
+    chunks, and the engine's ring-dma schedule of the case on eight H200s (communication included)."""
     from c3kit import cost
     from c3kit.hw.catalog import get_gpu
+    from c3kit.overlap import OverlapProblem, evaluate
     from c3kit.studies.validation import default_cost_model
     from c3kit.workload.ops import Gemm
 
     hw, cm = get_gpu("H200-SXM"), default_cost_model()
-    out = [f"{'case':26s} {'whole':>9s} {'8 chunks 1s':>12s} {'2 streams':>10s} {'c3kit whole':>12s} {'c3kit 8 x chunk':>16s}"]
+    out = [f"{'case':26s} {'whole':>9s} {'8 chunks 1s':>12s} {'2 streams':>10s} {'c3kit whole':>12s} "
+           f"{'c3kit 8 x chunk':>16s} {'engine ring-dma':>16s}"]
     for r in (dict(zip(doc["columns"], row)) for row in doc["rows"]):
         m, n, k, s = r["m"], r["n"], r["k"], r["steps"]
         pw = cost.time(Gemm("g", m, n, k, "bf16"), hw, cm)
         pc = s * cost.time(Gemm("g", m // s, n, k, "bf16"), hw, cm)
+        prob = OverlapProblem("gemm_rs" if "-rs-" in r["case"] else "ag_gemm", m, n, k, gpus=s)
+        ring = evaluate(prob, hw, ["ring-dma"])[0].time
         out.append(f"{r['case']:26s} {r['whole_s'] * 1e6:8.1f}u {r['chunks_one_stream_s'] * 1e6:11.1f}u "
-                   f"{r['chunks_two_streams_s'] * 1e6:9.1f}u {pw * 1e6:11.1f}u {pc * 1e6:15.1f}u")
+                   f"{r['chunks_two_streams_s'] * 1e6:9.1f}u {pw * 1e6:11.1f}u {pc * 1e6:15.1f}u {ring * 1e6:15.1f}u")
     return out
 
 
