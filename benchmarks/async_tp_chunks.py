@@ -29,25 +29,11 @@ def _cases() -> list[tuple[str, int, int, int]]:
 
 def _graph_time(torch, fn, reps: int = 20) -> float:
     """Median seconds of one fn() from replays of a CUDA graph holding it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(out)
+    from c3kit.runtime.bench.timing import capture_graph, elapsed
+
+    dev = torch.device("cuda")
+    g = capture_graph([fn], dev)
+    return statistics.median(elapsed(g.replay, dev) for _ in range(reps))
 
 
 def measure(steps: int = 8) -> list[list]:

@@ -17,7 +17,7 @@ import sys
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.ops_recipes import fused_adamw, random_split
 from c3kit.runtime.bench.ops_recipes import rope_rotate_half as _rope
-from c3kit.runtime.bench.timing import Budget, eager_time, graph_time, timed
+from c3kit.runtime.bench.timing import Budget, capture_graph, eager_time, elapsed, graph_time, timed
 
 DECODE_COLUMNS = ["kind", "batch", "heads", "kv_len", "width", "dtype", "bytes", "time_s"]
 
@@ -261,37 +261,18 @@ STREAM_BYTES = 160e6  # the weight stream before each cold kernel: over three ti
 
 def _replays(graph, device, n: int) -> list[float]:
     """Seconds of n replays of a captured CUDA graph, each timed on its own."""
-    from c3kit.runtime.bench.timing import elapsed
-
     return [elapsed(graph.replay, device) for _ in range(n)]
 
 
-def _capture(torch, device, fns):
-    """A CUDA graph of the calls fns (in order), warmed outside the capture first."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for f in fns:
-            f()
-    torch.cuda.current_stream(device).wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize(device)
-    return g
-
-
-def _cold_pair(torch, device, stream, op, n_rep: int = 12, repeats: int = 15) -> tuple[float, float, float]:
+def _cold_pair(device, stream, op, n_rep: int = 12, repeats: int = 15) -> tuple[float, float, float]:
     """(warm, cold, stream) seconds per call: op repeated back to back in a graph; op right after the weight
     stream (graph of [stream, op] x n minus the graph of [stream] x n); the stream alone. The stream-only and
     pair graphs are replayed interleaved so that clock drift falls on both."""
     import statistics
 
-    warm_g = _capture(torch, device, [op] * n_rep)
-    only_g = _capture(torch, device, [stream] * n_rep)
-    pair_g = _capture(torch, device, [f for _ in range(n_rep) for f in (stream, op)])
+    warm_g = capture_graph([op] * n_rep, device)
+    only_g = capture_graph([stream] * n_rep, device)
+    pair_g = capture_graph([f for _ in range(n_rep) for f in (stream, op)], device)
     only, pair = [], []
     for _ in range(repeats):
         only += _replays(only_g, device, 1)
@@ -341,6 +322,14 @@ LARGE_ROWS = (1024, 4096, 16384)  # prefill / training forward sizes: does the a
 def bench_decode_cold(device, quick: bool, rows_of: tuple = DECODE_ROWS) -> tuple[list[str], list[list]]:
     """Small decode kernels in a CUDA graph right after a GEMV that streams STREAM_BYTES of weights (their own
     weights and inputs evicted from L2, as in a real decode step) against the same kernel back to back."""
+    def ops_of(torch, b, H, out, device):
+        return _decode_small_ops(torch, b, H, device)  # inputs of their own, not the stream's output
+    return _after_stream(device, quick, rows_of, ops_of)
+
+
+def _after_stream(device, quick: bool, rows_of: tuple, ops_of) -> tuple[list[str], list[list]]:
+    """Rows of DECODE_COLD_COLUMNS: each kernel of ops_of(torch, rows, hidden, stream output, device) timed by
+    _cold_pair after a GEMV of b rows that streams STREAM_BYTES of weights into its output, hidden 2048-8192."""
     torch = require_torch()
     rows: list[list] = []
     if device.type != "cuda":
@@ -359,10 +348,10 @@ def bench_decode_cold(device, quick: bool, rows_of: tuple = DECODE_ROWS) -> tupl
             W = torch.randn(H, N, device=device, dtype=bf) * 0.02
             out = torch.empty(b, N, device=device, dtype=bf)
             stream = (lambda xs=xs, W=W, out=out: torch.matmul(xs, W, out=out))
-            for (op, width, nbytes, call) in _decode_small_ops(torch, b, H, device):
+            for (op, width, nbytes, call) in ops_of(torch, b, H, out, device):
                 if Budget.spent():
                     break
-                warm, cold, t_stream = _cold_pair(torch, device, stream, call, n_rep)
+                warm, cold, t_stream = _cold_pair(device, stream, call, n_rep)
                 rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
             del xs, W, out
             torch.cuda.empty_cache()
@@ -446,29 +435,7 @@ def _fresh_ops(torch, b: int, H: int, out, device) -> list[tuple[str, int, float
 def bench_decode_fresh(device, quick: bool, rows_of: tuple = DECODE_ROWS) -> tuple[list[str], list[list]]:
     """The decode_cold measurement with each kernel reading what the weight stream just wrote (as in a real decode
     step), so that only the operands a real step leaves cold (norm weight, residual, KV cache) are cold."""
-    torch = require_torch()
-    rows: list[list] = []
-    if device.type != "cuda":
-        return DECODE_COLD_COLUMNS, rows  # needs CUDA graphs and an L2 to empty: nothing to time on the CPU
-    bf = torch.bfloat16
-    with torch.no_grad():
-        n_rep = 12 if max(rows_of) <= 256 else 4
-        for (b, H) in [(b, H) for H in (2048, 4096, 8192) for b in rows_of]:
-            if Budget.spent():
-                break
-            N = int(STREAM_BYTES / (2 * H)) // 128 * 128
-            xs = torch.randn(b, H, device=device, dtype=bf)
-            W = torch.randn(H, N, device=device, dtype=bf) * 0.02
-            out = torch.empty(b, N, device=device, dtype=bf)
-            stream = (lambda xs=xs, W=W, out=out: torch.matmul(xs, W, out=out))
-            for (op, width, nbytes, call) in _fresh_ops(torch, b, H, out, device):
-                if Budget.spent():
-                    break
-                warm, cold, t_stream = _cold_pair(torch, device, stream, call, n_rep)
-                rows.append([op, b, H, width, nbytes, warm, cold, t_stream])
-            del xs, W, out
-            torch.cuda.empty_cache()
-    return DECODE_COLD_COLUMNS, rows
+    return _after_stream(device, quick, rows_of, _fresh_ops)
 
 
 def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
@@ -476,7 +443,8 @@ def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
     timed in a steady loop before any forward + backward, after five, with random instead of zero gradients, and
     over fresh zero tensors of the same sizes (ops_recipes.fused_adamw), in one process (memory family columns)."""
     torch = require_torch()
-    from c3kit.runtime.bench.train_step import TRAIN_MODELS, _flat, _loss, _params
+    from c3kit.runtime.bench.train_step import (TRAIN_MODELS, _flat, _loss, _params, master_optimizer,
+                                                rotary_tables)
 
     cols = ["op", "pass", "tokens", "width", "bytes", "time_s"]
     rows: list[list] = []
@@ -488,11 +456,7 @@ def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
         L, H, hq, hk, hd, F_, V = shape
         P = _params(torch, *shape, device)
         flat = _flat(P)
-        master = [t.detach().float().requires_grad_() for t in flat]
-        for m_ in master:
-            m_.grad = torch.zeros_like(m_)
-        opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
-        opt.step()
+        master, opt = master_optimizer(torch, flat, device, torch.zeros_like)
         n = sum(t.numel() for t in flat)
 
         def row(label, o):
@@ -501,10 +465,7 @@ def bench_optimizer_setup(device, quick: bool) -> tuple[list[str], list[list]]:
         row("train_setup", opt)
         s = 2048 if not quick else 16
         tokens = torch.randint(0, V, (1, s), device=device)
-        pos = torch.arange(s, device=device, dtype=torch.float32)
-        inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
-        emb = torch.cat((torch.outer(pos, inv),) * 2, dim=-1)
-        rot = (emb.cos().to(torch.bfloat16)[:, None, :], emb.sin().to(torch.bfloat16)[:, None, :])
+        rot = rotary_tables(torch, s, hd, "fused", device)
         for _ in range(5):
             _loss(torch, P, tokens, rot, shape, "fused").backward()
         row("after_fwd_bwd", opt)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time as _time
-from typing import Callable
+from typing import Callable, Sequence
 
 from c3kit.runtime._torch import require_torch
 
@@ -53,20 +53,30 @@ def slowest_rank(seconds: float, device) -> float:
     return float(x.item())
 
 
-def time_graph(fn: Callable[[int], None], device, calls: int, repeats: int = 5) -> float:
-    """Median seconds of one call fn(i), from replays of a CUDA graph of `calls` calls (no launch gaps)."""
+def capture_graph(fns: Sequence[Callable[[], object]], device, warm: Sequence[Callable[[], object]] | None = None,
+                  replays: int = 1):
+    """A CUDA graph of the calls fns (in order): warm (default: fns) run first on a side stream, outside the
+    capture, so that handles and workspaces exist before it; replayed `replays` times before it is returned."""
     torch = require_torch()
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        fn(0)  # warm-up outside the capture: handles and workspaces exist before it
+        for f in (fns if warm is None else warm):
+            f()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i)
-    graph.replay()
+        for f in fns:
+            f()
+    for _ in range(replays):
+        graph.replay()
     torch.cuda.synchronize(device)
+    return graph
+
+
+def time_graph(fn: Callable[[int], None], device, calls: int, repeats: int = 5) -> float:
+    """Median seconds of one call fn(i), from replays of a CUDA graph of `calls` calls (no launch gaps)."""
+    graph = capture_graph([lambda i=i: fn(i) for i in range(calls)], device, warm=[lambda: fn(0)])
     return statistics.median(elapsed(graph.replay, device) / calls for _ in range(repeats))
 
 
@@ -145,20 +155,7 @@ class Budget:
 
 def graph_time(fn: Callable[[], object], device, calls: int, repeats: int = 5) -> float:
     """Median seconds of one fn() from replays of a CUDA graph of `calls` calls (no launch gaps)."""
-    torch = require_torch()
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    for _ in range(2):
-        g.replay()
-    torch.cuda.synchronize(device)
+    g = capture_graph([fn] * calls, device, warm=[fn, fn], replays=2)
     return statistics.median(elapsed(g.replay, device) / calls for _ in range(repeats))
 
 

@@ -83,6 +83,28 @@ def _loss(torch, P, tokens, rot, shape, impl):
     return F.cross_entropy(logits.float().view(-1, V), tokens.view(-1))
 
 
+def master_optimizer(torch, flat: list, device, grad):
+    """(fp32 master copies of the model's tensors with gradients grad(master), fused AdamW over them (fused on
+    CUDA) stepped once so that its state exists before timing)."""
+    master = [t.detach().float().requires_grad_() for t in flat]
+    for m_ in master:
+        m_.grad = grad(m_)
+    opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
+    opt.step()
+    return master, opt
+
+
+def rotary_tables(torch, s: int, hd: int, impl: str, device):
+    """RoPE tables of s positions (theta 500000): bf16 (cos, sin) for the fused code, complex for the eager one."""
+    pos = torch.arange(s, device=device, dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+    ang = torch.outer(pos, inv)
+    if impl == "fused":
+        emb = torch.cat((ang, ang), dim=-1)
+        return emb.cos().to(torch.bfloat16)[:, None, :], emb.sin().to(torch.bfloat16)[:, None, :]
+    return torch.polar(torch.ones_like(ang), ang)[:, None, :]
+
+
 def _cases(quick: bool) -> list[tuple[str, str, int, int]]:
     """(model, impl, batch, seq) of every case, shuffled so that a budget cut keeps a spread."""
     if quick:
@@ -109,25 +131,14 @@ def measure(device, quick: bool) -> list[list]:
                 torch.cuda.empty_cache()
             P = _params(torch, *shape, device)
             flat = _flat(P)
-            master = [t.detach().float().requires_grad_() for t in flat]
-            for m_ in master:
-                # nonzero, as training's gradients are: fused AdamW over zero gradients runs about 20% slower
-                # (ops-optimizer_setup, call 25)
-                m_.grad = torch.randn_like(m_)
-            opt = torch.optim.AdamW(master, lr=1e-4, fused=device.type == "cuda")
-            opt.step()  # the optimizer state exists before timing
+            # nonzero gradients, as training's are: fused AdamW over zero gradients runs about 20% slower
+            # (ops-optimizer_setup, call 25)
+            master, opt = master_optimizer(torch, flat, device, torch.randn_like)
             built[name] = (P, flat, master, opt)
         P, flat, master, opt = built[name]
         n_params = sum(t.numel() for t in flat)
         tokens = torch.randint(0, V, (b, s), device=device)
-        pos = torch.arange(s, device=device, dtype=torch.float32)
-        inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
-        ang = torch.outer(pos, inv)
-        if impl == "fused":
-            emb = torch.cat((ang, ang), dim=-1)
-            rot = (emb.cos().to(torch.bfloat16)[:, None, :], emb.sin().to(torch.bfloat16)[:, None, :])
-        else:
-            rot = torch.polar(torch.ones_like(ang), ang)[:, None, :]
+        rot = rotary_tables(torch, s, hd, impl, device)
 
         def fwd_bwd():
             loss = _loss(torch, P, tokens, rot, shape, impl)
