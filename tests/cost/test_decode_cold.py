@@ -1,6 +1,6 @@
 """The decode_cold rows become memory kinds rmsnorm_cold / residual_add_cold; a GPU without them prices warm."""
 
-from c3kit.cost.opclass import AFTER_STREAM_MAX_ROWS, MEMORY_PROXY, decode_cold_rows, fit_after_stream, op_calibration
+from c3kit.cost.opclass import AFTER_STREAM_MAX_ROWS, WARM_OF, decode_cold_rows, fit_after_stream, op_calibration
 
 
 def test_rows_map_to_cold_kinds_with_the_stream_extra():
@@ -65,7 +65,7 @@ def test_cold_kinds_fall_back_to_their_warm_kernel():
     sc = ScaledCalibration(replace(cal, after_stream={}), 1.0, 1.0, cal.l2_bytes)
     for cold, warm in (("rmsnorm_cold", "rmsnorm"), ("residual_add_cold", "residual_add"), ("rope_cold", "rope"),
                        ("swiglu_chunked_cold", "swiglu_chunked")):
-        assert MEMORY_PROXY[cold] == warm
+        assert WARM_OF[cold] == warm
         assert float(sc.kind_time(cold, 4 * 4096, 4096)) == float(sc.kind_time(warm, 4 * 4096, 4096))
 
 

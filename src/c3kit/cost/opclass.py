@@ -32,21 +32,20 @@ from functools import lru_cache
 import numpy as np
 
 from c3kit.errors import CostError
+from c3kit.workload.memops import COLD_KINDS
 
 # Kinds without rows of their own, priced with the coefficients of a measured kernel of the same access
 # pattern (their own bytes): a row-wise softmax reads and writes each element once around a per-row
 # reduction, like RMSNorm; dropout streams elements like a residual add.
 MEMORY_PROXY = {"softmax": "rmsnorm", "softmax.bwd": "rmsnorm.bwd", "dropout": "residual_add",
-                "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
-                "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add", "rope_cold": "rope",
-                "swiglu_chunked_cold": "swiglu_chunked"}
+                "dropout.bwd": "residual_add", "swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
 # Kinds never faster than another kind's kernel over the same elements (the same work through a worse access
 # pattern; every measured row of act_chunked agrees: 1.97-2.26x): priced at least at that kind, which keeps the
 # fit's extrapolation below its smallest rows (2M elements) from undercutting the contiguous kernel.
-AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd",
-            # colder operands never make a kernel faster; the cold rows stop at 256 rows (workload.memops.COLD_KINDS)
-            "rmsnorm_cold": "rmsnorm", "residual_add_cold": "residual_add", "rope_cold": "rope",
-            "swiglu_chunked_cold": "swiglu_chunked"}
+AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
+# The warm kernel of each kind a forward runs right after a weight stream (workload.memops.COLD_KINDS): priced as
+# that kernel plus the stream's measured extra (fit_after_stream), as that kernel alone where none is measured.
+WARM_OF = {cold: warm for warm, cold in COLD_KINDS.items()}
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
 
@@ -614,16 +613,18 @@ class ScaledCalibration:
         """Seconds of one memory-bound kernel kind over `elements` elements in rows of `width` (scalars or
         arrays; cache_bytes: kv_cache_span of the KV cache an index_copy writes into, None for one under 2 GiB);
         None when the kind is not measured here."""
+        if kind in WARM_OF:
+            warm = self.kind_time(WARM_OF[kind], elements, width, itemsize, cache_bytes)
+            extra = self.cal.after_stream.get(kind)
+            if warm is None or extra is None:
+                return warm
+            rows = np.asarray(elements, dtype=float) / np.maximum(np.asarray(width, dtype=float), 1.0)
+            return warm + extra(rows, width)
         m = self.cal.memory.get(kind)
         if m is None and kind in MEMORY_PROXY:
             m = self.cal.memory.get(MEMORY_PROXY[kind])
         if m is None:
             return None
-        extra = self.cal.after_stream.get(kind)
-        if extra is not None:
-            warm = self.kind_time(AT_LEAST[kind], elements, width, itemsize, cache_bytes)
-            rows = np.asarray(elements, dtype=float) / np.maximum(np.asarray(width, dtype=float), 1.0)
-            return None if warm is None else warm + extra(rows, width)
         t = self._fitted(kind, m, elements, width, itemsize, cache_bytes)
         low = self.kind_time(AT_LEAST[kind], elements, width, itemsize) if kind in AT_LEAST else None
         return t if low is None else np.maximum(t, low)

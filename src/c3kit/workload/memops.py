@@ -66,8 +66,8 @@ MEMOP_KINDS: dict[str, tuple[float, float]] = {
 # just written by the GEMM before it stays in L2. Each is priced from rows timed in that situation: the norm and
 # the residual add on contiguous rows with their weight / residual cold (decode_cold), RoPE and SwiGLU on the
 # strided views of the output the stream just wrote (decode_fresh). The KV write (index_copy) runs no slower
-# there and keeps its warm rows. The rows go up to 256 rows; over many rows only the first wave waits, and
-# cost.opclass.AT_LEAST prices each never below its warm kernel, which a prefill or training forward pays.
+# there and keeps its warm rows. cost.opclass prices each as its warm kernel plus the extra measured up to 1024
+# rows (fit_after_stream); above that the extra is inside the stream's noise and nothing is added.
 COLD_KINDS = {"rmsnorm": "rmsnorm_cold", "residual_add": "residual_add_cold", "rope": "rope_cold",
               "swiglu_chunked": "swiglu_chunked_cold"}
 
