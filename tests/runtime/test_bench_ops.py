@@ -157,3 +157,12 @@ def test_decode_fresh_and_optimizer_setup_families(tmp_path):
     assert [r[1] for r in setup["rows"]] == ["train_setup", "after_fwd_bwd", "random_grads", "fresh_zeros"]
     # one parameter count for every variant of the model
     assert len({r[3] for r in setup["rows"]}) == 1 and all(r[-1] > 0 for r in setup["rows"])
+
+
+def test_gemm_pair_family_writes_alone_serial_and_concurrent_times(tmp_path):
+    assert main(["--out", str(tmp_path), "--quick", "--only", "gemm_pair"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "gemm_pair", tmp_path).read_text())
+    rows = [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+    assert [r["kind"] for r in rows] == ["gemm+gemm", "gemm+add", "gemm+copy"]
+    assert rows[0]["b_m"] == rows[0]["a_m"] > 0 and rows[1]["b_bytes"] > 0 and rows[1]["b_m"] == 0
+    assert all(r[t] > 0 for r in rows for t in ("a_s", "b_s", "serial_s", "concurrent_s"))
