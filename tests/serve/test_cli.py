@@ -41,7 +41,7 @@ def test_trace_run(tmp_path, capsys):
     ["--output-len", "-4"], ["--prompt-len", "normal:abc:1"], ["--slo", "ttft=fast"], ["--slo", "speed=1s"],
     ["--model", "Llama-3-70B", "--tp", "1"], ["--prompt-len", "2000000"], ["--trace", "MISSING.csv"],
     ["--requests", "0"], ["--max-seqs", "512", "--max-batched-tokens", "256"], ["--tp", "3"],
-    ["--policy", "psychic"], ["--rate", "2", "--rates", "1,2"], ["--engine", "tgi"],
+    ["--policy", "psychic"], ["--rate", "2", "--rates", "1,2"], ["--engine", "tgi"], ["--block-size", "0"],
 ])
 def test_bad_input(tmp_path, capsys, args):
     out = tmp_path / "bad"
@@ -69,3 +69,17 @@ def test_engine_terms_slow_the_same_workload(tmp_path, capsys):
         assert doc["engine"] == e and f"engine terms {e}" in doc["setup"]
         runs[e] = doc["metrics"]
     assert runs["vllm-v0"]["throughput_rps"] < runs["none"]["throughput_rps"]
+
+
+def test_scheduler_flags_reach_the_setup(tmp_path, capsys):
+    args = ["serve", "--rate", "4", *FAST, "--no-chunked-prefill", "--mixed-batches", "--reserve-kv", "--block-size",
+            "32", "--kv-of-free", "--json"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "blocks of 32" in doc["setup"] and "prompts beside decode" in doc["setup"]
+    assert "KV reserved for whole requests" in doc["setup"]
+    assert main(["serve", "--rate", "4", *FAST, "--json", "--out", str(tmp_path / "b")]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "blocks of 16" in plain["setup"] and "reserved" not in plain["setup"]
+    # u * (total - weights) > u * total - weights: a share of what the weights leave holds more KV tokens
+    assert doc["kv"]["blocks"] * 32 > plain["kv"]["blocks"] * 16

@@ -61,6 +61,16 @@ def serve(
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill",
                                          help="Chunk long prompts and mix them with decodes (vLLM V1)."),
     gpu_mem_util: float = typer.Option(0.9, "--gpu-mem-util", help="Share of GPU memory for weights + KV (vLLM)."),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV-cache block (vLLM's --block-size)."),
+    mixed_batches: bool = typer.Option(False, "--mixed-batches/--no-mixed-batches",
+                                       help="Without chunked prefill: whole prompts run beside the decode batch "
+                                            "(TensorRT-LLM in-flight batching)."),
+    reserve_kv: bool = typer.Option(False, "--reserve-kv/--no-reserve-kv",
+                                    help="Admit a request only with KV for its whole life reserved, never preempt "
+                                         "(TensorRT-LLM GUARANTEED_NO_EVICT)."),
+    kv_of_free: bool = typer.Option(False, "--kv-of-free/--kv-of-total",
+                                    help="--gpu-mem-util as a share of the memory left after the weights "
+                                         "(TensorRT-LLM) instead of the whole GPU (vLLM)."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weights, activations and KV dtype."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = POWER_OPT,
@@ -101,7 +111,9 @@ def serve(
     cm, cost_label = with_power(cost_model, power)
     setup = ex.make_setup(model, hw, tp=tp, pp=pp, ep=ep, replicas=replicas, dtype=dtype, cost_model=cm,
                           policy=policies[policy], max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
-                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util, engine=engine)
+                          chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util, engine=engine,
+                          block_size=block_size, mixed_batches=mixed_batches, reserve_kv=reserve_kv,
+                          kv_of_free=kv_of_free)
     if workload is not None:
         setup.sched.check(workload)
     else:
