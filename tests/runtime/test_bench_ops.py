@@ -115,6 +115,18 @@ def test_moe_train_family_times_both_expert_gemms_forward_and_backward(tmp_path)
     assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])
 
 
+def test_moe_grad_family_times_the_backward_parts_at_both_routings(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch build has no grouped GEMM")
+    assert main(["--out", str(tmp_path), "--quick", "--only", "moe_grad"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "moe_grad", tmp_path).read_text())
+    got = {(r[0], r[8], r[9]) for r in doc["rows"]}
+    assert got == {(k, rt, p) for k in ("gate_up", "down") for rt in ("random", "balanced")
+                   for p in ("fwd", "fwd_dgrad", "fwd_wgrad", "fwd_bwd", "grad_accumulate")}
+    assert all(r[-1] > 0 and len(r) == len(doc["columns"]) for r in doc["rows"])
+
+
 def test_act_chunked_family_times_strided_and_contiguous_swiglu(tmp_path):
     assert main(["--out", str(tmp_path), "--quick", "--only", "act_chunked"]) == 0
     doc = json.loads(op_calibration_path("h200-sxm", "act_chunked", tmp_path).read_text())

@@ -16,7 +16,7 @@ import time as _time
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_after_stream_large, bench_decode_cold,
                                              bench_decode_fresh,
-                                             bench_decode_kernels, bench_moe_train, bench_optimizer_burst,
+                                             bench_decode_kernels, bench_moe_grad, bench_moe_train, bench_optimizer_burst,
                                              bench_optimizer_mix, bench_optimizer_setup)
 from c3kit.runtime.bench.ops_pairs import bench_gemm_pair
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
@@ -32,7 +32,7 @@ from c3kit.runtime.bench.timing import timed as _timed
 FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "moe", "attn_backends",
             "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix",
             "moe_train", "act_chunked", "decode_cold", "optimizer_burst",
-            "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair")
+            "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -452,7 +452,7 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "moe_train": bench_moe_train, "act_chunked": bench_act_chunked, "decode_cold": bench_decode_cold,
            "optimizer_burst": bench_optimizer_burst, "decode_fresh": bench_decode_fresh,
            "optimizer_setup": bench_optimizer_setup, "after_stream_large": bench_after_stream_large,
-           "gemm_pair": bench_gemm_pair}
+           "gemm_pair": bench_gemm_pair, "moe_grad": bench_moe_grad}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -221,6 +221,71 @@ def bench_moe_train(device, quick: bool) -> tuple[list[str], list[list]]:
     return MOE_TRAIN_COLUMNS, rows
 
 
+MOE_GRAD_COLUMNS = ["kind", "model", "tokens", "hidden", "ffn", "experts", "top_k", "ep", "routing", "pass", "time_s"]
+
+
+def bench_moe_grad(device, quick: bool) -> tuple[list[str], list[list]]:
+    """The backward of the moe_train expert GEMMs split into its parts, each inside a CUDA graph (no eager host time,
+    no .grad accumulation): forward; forward + the input gradient (dgrad); forward + the weight gradient (wgrad);
+    forward + both (autograd.grad, as the backward runs them); and the in-place add that accumulates a weight
+    gradient into an existing .grad of the parameter's (transposed) layout. Each at the router's random counts and at
+    balanced counts (every local expert the same rows), so the grouped class's tile count under uneven groups is
+    measured against even ones."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    rows: list[list] = []
+    grouped = getattr(torch, "_grouped_mm", None)
+    if grouped is None:
+        return MOE_GRAD_COLUMNS, rows
+    gen = torch.Generator(device=device).manual_seed(1)
+    layers = MOE_LAYERS if not quick else {"tiny": (32, 24, 8, 2)}
+    for name, (H, F, E, k) in layers.items():
+        for ep in ((1, 8) if not quick else (1,)):
+            if E % ep:
+                continue
+            el = E // ep
+            for T in ((4096, 16384) if not quick else (16,)):
+                rows_n = T * k
+                if el * H * 2 * F * 2 * 4 > 20e9 or rows_n * max(H, 2 * F) * 2 * 4 > 20e9:
+                    continue
+                ids = torch.randint(0, E, (rows_n,), device=device, generator=gen)
+                routed = torch.bincount(ids % el, minlength=el)
+                even = torch.full((el,), rows_n // el, device=device, dtype=routed.dtype)
+                even[: rows_n - int(even.sum())] += 1
+                for routing, counts in (("random", routed), ("balanced", even)):
+                    if Budget.spent():
+                        return MOE_GRAD_COLUMNS, rows
+                    offs = torch.cumsum(counts, 0).to(torch.int32)
+                    try:
+                        for kind, K, N in (("gate_up", H, 2 * F), ("down", F, H)):
+                            a = torch.randn(rows_n, K, device=device, dtype=bf, requires_grad=True)
+                            w = (torch.randn(el, N, K, device=device, dtype=bf) * 0.02).transpose(-2, -1)
+                            w.requires_grad_()
+                            g = torch.randn(rows_n, N, device=device, dtype=bf)
+
+                            def fwd(a=a, w=w, offs=offs):
+                                with torch.no_grad():
+                                    grouped(a, w, offs=offs)
+
+                            def part(inputs, a=a, w=w, g=g, offs=offs):
+                                return lambda: torch.autograd.grad(grouped(a, w, offs=offs), inputs, g)
+                            times = {"fwd": timed(fwd, device, cuda), "fwd_dgrad": timed(part((a,)), device, cuda),
+                                     "fwd_wgrad": timed(part((w,)), device, cuda),
+                                     "fwd_bwd": timed(part((a, w)), device, cuda)}
+                            acc = torch.zeros_like(w)
+                            new = torch.randn(el, K, N, device=device, dtype=bf)
+                            times["grad_accumulate"] = timed(lambda acc=acc, new=new: acc.add_(new), device, cuda)
+                            for ps, t in times.items():
+                                rows.append([kind, name, T, H, F, el, k, ep, routing, ps, t])
+                            a = w = g = acc = new = None
+                    except Exception as ex:  # noqa: BLE001 - not supported / out of memory here: say so, keep going
+                        print(f"moe_grad {name} ep{ep} T{T}: {type(ex).__name__}: {ex}", file=sys.stderr)
+                    if cuda:
+                        torch.cuda.empty_cache()
+    return MOE_GRAD_COLUMNS, rows
+
+
 def bench_act_chunked(device, quick: bool) -> tuple[list[str], list[list]]:
     """SwiGLU over the two halves of one GEMM output (gate, up = h.chunk(2, -1): strided views, as code with one
     fused gate+up projection runs it), forward (CUDA graph) and backward to the two views (autograd, without the
