@@ -126,16 +126,18 @@ def moe_pass_gpu(graph, op_t, runs, gap_s: float) -> dict:
     return out
 
 
-def per_expert_gemms(graph, hw, timer, runs, op_t, gap_s: float) -> tuple[float, float]:
-    """(seconds per step, GEMM kernels per step) the local experts' GEMMs add when each expert's GEMM runs alone at
-    its own rows (batch one, on the GEMM curve, one launch gap per extra kernel) instead of one grouped GEMM;
-    negative where the grouped price is higher. One critical path (no pipeline factor)."""
+def per_expert_gemms(graph, hw, timer, runs, op_t, gap_s: float) -> tuple[float, float, dict]:
+    """(seconds per step, GEMM kernels per step, {pass: seconds per pass run}) the local experts' GEMMs add when
+    each expert's GEMM runs alone at its own rows (batch one, on the GEMM curve, one launch gap per extra kernel)
+    instead of one grouped GEMM; negative where the grouped price is higher. One critical path (no pipeline factor);
+    passes as in moe_pass_gpu."""
     from dataclasses import replace
 
     from c3kit.step.placement import placed
     from c3kit.workload.ops import Gemm
 
     extra = kernels = 0.0
+    per_pass = {"fwd": 0.0, "re": 0.0, "bwd": 0.0}
     cache: dict = {}
     for i, nd in enumerate(graph.nodes):
         op = nd.op
@@ -145,6 +147,8 @@ def per_expert_gemms(graph, hw, timer, runs, op_t, gap_s: float) -> tuple[float,
         t1 = cache.get(one)
         if t1 is None:
             t1 = cache[one] = float(timer(one, hw))
-        extra += (op.batch * t1 + (op.batch - 1) * gap_s - float(op_t[i])) * runs[i]
+        d = op.batch * t1 + (op.batch - 1) * gap_s - float(op_t[i])
+        per_pass["fwd" if nd.phase == "fwd" else "re" if nd.name.startswith("re.") else "bwd"] += d
+        extra += d * runs[i]
         kernels += op.batch * runs[i]
-    return extra, kernels
+    return extra, kernels, per_pass
