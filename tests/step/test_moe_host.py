@@ -91,3 +91,16 @@ def test_host_time_grows_with_local_experts(el, more, ps, impl):
 @given(host=st.floats(0, 1), gpu=st.floats(0, 1), more=st.floats(0, 1))
 def test_exposed_host_falls_as_the_gpu_takes_longer(host, gpu, more):
     assert 0 <= exposed_host_s(host, gpu + more) <= exposed_host_s(host, gpu) <= host
+
+
+def test_documented_figures_are_the_calibrations():
+    from c3kit.step.overheads import eager_launch_s
+    from c3kit.hw import get_gpu
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "validation.md").read_text()
+    cal = moe_host_calibration("H200-SXM")
+    each = cal.sync_s + eager_launch_s(get_gpu("H200-SXM"))
+    for figure in (f"({cal.sync_s * 1e6:.1f} us on the H200 host)", f"{each * 1e6:.1f} us.",
+                   f"{cal.base_s['fwd'] * 1e3:.2f} ms forward and {cal.base_s['bwd'] * 1e3:.2f} ms backward",
+                   f"{cal.per_expert_s['fwd'] * 1e3:.3f} ms forward and {cal.per_expert_s['bwd'] * 1e3:.3f} ms backward"):
+        assert figure in " ".join(doc.split()), figure
