@@ -194,6 +194,9 @@ def test_moe_host_bound_hand_checked():
     seq = moe_terms(g, OverheadModel(moe_experts="sequential"))["moe_host_bound"].seconds
     assert seq == pytest.approx(got.seconds + 32 * 4 * (cal.per_expert_s["fwd"] + cal.per_expert_s["bwd"])
                                 - 32 * 6 * 5.7e-6)
+    # full recomputation: the recomputed forward waits for the counts again, a third pass of the forward's GPU time
+    full = moe_terms(graph(MOE, dp=2, ep=2, global_batch=16, recompute="full"))["moe_host_bound"]
+    assert full.runs == 96 and full.seconds == pytest.approx(got.seconds + 32 * (cal.base_s["fwd"] - 20.5e-6))
     # a GPU slower than the host: nothing exposed (stub_timer: 1 ms per GEMM)
     assert terms(g)[0]["moe_host_bound"].seconds == 0.0
     assert "moe_host_bound" not in moe_terms(g, OverheadModel(moe_host_bound=False))

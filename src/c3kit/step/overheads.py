@@ -300,12 +300,11 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
 
     out: list[Overhead] = []
     passes = moe_pass_gpu(graph, op_t, runs, gap)
-    if not passes:
+    if not passes or not (model.moe_host_sync or model.moe_host_bound or model.moe_experts != "grouped"):
         return out
-    cal = moe_host_calibration(hw.name)
     n_fwd = sum(n for ps, (_, n) in passes.items() if ps != "bwd")
     if model.moe_host_sync:
-        each = cal.sync_s + eager_launch_s(hw)
+        each = moe_host_calibration(hw.name).sync_s + eager_launch_s(hw)
         out.append(Overhead("moe_host_sync", each * n_fwd * pf, n_fwd,
                             f"{n_fwd:,.0f} host waits x {each * 1e6:.1f} us", SOURCES["moe_host_sync"]))
     el = int(graph.model.n_experts) // max(int(getattr(graph.par, "ep", 1)), 1)
@@ -314,10 +313,9 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
         out.append(Overhead("moe_per_expert", max(t, 0.0) * pf, gemms,
                             f"{gemms:,.0f} expert GEMMs one per expert ({t * pf:+.4g} s vs grouped)",
                             SOURCES["moe_per_expert"]))
-        # the GPU time the host's issue overlaps with: the per-expert GEMMs, as recomputed forwards run them
-        per_pass["bwd"] += 0.0 if "re" in passes else per_pass["re"]
-        passes = {ps: (g + per_pass["fwd" if ps == "re" else ps], n) for ps, (g, n) in passes.items()}
+        passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}  # the GPU time the host overlaps
     if model.moe_host_bound:
+        cal = moe_host_calibration(hw.name)
         host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
         t = sum(max(host["bwd" if ps == "bwd" else "fwd"] - g, 0.0) * n for ps, (g, n) in passes.items())
         out.append(Overhead("moe_host_bound", t * pf, sum(n for _, n in passes.values()),
