@@ -220,6 +220,18 @@ def test_moe_per_expert_hand_checked():
     assert set(MOE_EXPERTS) == {"grouped", "per_expert", "sequential"}
 
 
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(1, 8), more=st.integers(1, 8), rc=st.sampled_from(["none", "full"]))
+def test_moe_host_sync_grows_with_the_forwards(m, more, rc):
+    def sync(mb):
+        got = moe_terms(graph(MOE, dp=2, ep=2, global_batch=2 * mb, recompute=rc))["moe_host_sync"]
+        return got.seconds, got.runs
+
+    (a, na), (b, nb) = sync(m), sync(m + more)
+    assert b > a > 0 and na == 4 * m * (2 if rc == "full" else 1)
+    assert b / a == pytest.approx(nb / na)  # the same measured wait per forward
+
+
 @settings(max_examples=20, deadline=None)
 @given(scale=st.floats(1.0, 200.0), impl=st.sampled_from(["grouped", "per_expert", "sequential"]))
 def test_moe_host_bound_falls_as_the_gpu_slows(scale, impl):

@@ -112,17 +112,19 @@ def moe_pass_gpu(graph, op_t, runs, gap_s: float) -> dict:
     waits for the counts again) and "bwd": the pass's compute-stream layer ops plus one launch gap each ({} when
     the graph has no MoE router)."""
     nodes = graph.nodes
-    tops = {nd.name.startswith("re."): i for i, nd in enumerate(nodes) if nd.scope == "layer" and is_router_forward(nd)}
-    if False not in tops:
+    tops = [i for i, nd in enumerate(nodes) if nd.scope == "layer" and is_router_forward(nd)]
+    first = next((i for i in tops if not nodes[i].name.startswith("re.")), None)
+    again = next((i for i in tops if nodes[i].name.startswith("re.")), None)
+    if first is None:
         return {}
     ops = [(i, nd) for i, nd in enumerate(nodes) if nd.scope == "layer" and nd.stream == "compute"]
     fwd = sum(float(op_t[i]) + gap_s for i, nd in ops if nd.phase == "fwd")
     # a recomputed router waits again, splitting the recomputed forward off the backward's window
     bwd = sum(float(op_t[i]) + gap_s for i, nd in ops
-              if nd.phase == "bwd" and not (True in tops and nd.name.startswith("re.")))
-    out = {"fwd": (fwd, float(runs[tops[False]])), "bwd": (bwd, float(runs[tops[False]]))}
-    if True in tops:
-        out["re"] = (fwd, float(runs[tops[True]]))
+              if nd.phase == "bwd" and not (again is not None and nd.name.startswith("re.")))
+    out = {"fwd": (fwd, float(runs[first])), "bwd": (bwd, float(runs[first]))}
+    if again is not None:
+        out["re"] = (fwd, float(runs[again]))
     return out
 
 

@@ -296,7 +296,7 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
 
 def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel, gap: float) -> list[Overhead]:
     """The MoE terms of one training step graph: moe_host_sync, moe_host_bound, moe_per_expert (SOURCES)."""
-    from c3kit.step.moe_host import host_issue_s, moe_host_calibration, moe_pass_gpu, per_expert_gemms
+    from c3kit.step.moe_host import exposed_host_s, host_issue_s, moe_host_calibration, moe_pass_gpu, per_expert_gemms
 
     out: list[Overhead] = []
     passes = moe_pass_gpu(graph, op_t, runs, gap)
@@ -313,11 +313,12 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
         out.append(Overhead("moe_per_expert", max(t, 0.0) * pf, gemms,
                             f"{gemms:,.0f} expert GEMMs one per expert ({t * pf:+.4g} s vs grouped)",
                             SOURCES["moe_per_expert"]))
-        passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}  # the GPU time the host overlaps
+        if t > 0:  # the GPU time the host's issue overlaps with (the grouped price kept where it is the higher)
+            passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
     if model.moe_host_bound:
         cal = moe_host_calibration(hw.name)
         host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
-        t = sum(max(host["bwd" if ps == "bwd" else "fwd"] - g, 0.0) * n for ps, (g, n) in passes.items())
+        t = sum(exposed_host_s(host["bwd" if ps == "bwd" else "fwd"], g) * n for ps, (g, n) in passes.items())
         out.append(Overhead("moe_host_bound", t * pf, sum(n for _, n in passes.values()),
                             f"host {host['fwd'] * 1e3:.2f} / {host['bwd'] * 1e3:.2f} ms per layer fwd / bwd, "
                             f"{el} local experts ({model.moe_experts})", SOURCES["moe_host_bound"]))
