@@ -16,12 +16,8 @@ def _rows(doc):
     return [dict(zip(doc["columns"], r)) for r in doc["rows"]]
 
 
-def test_shipped_file_is_the_reduction_of_the_raw_measurement():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("reduce_moe_host", RAW.parents[1] / "reduce_moe_host.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_shipped_file_is_the_reduction_of_the_raw_measurement(load_benchmark):
+    mod = load_benchmark("reduce_moe_host")
     from c3kit.cost.calib_store import op_calibration_path
 
     shipped = json.loads(op_calibration_path("H200-SXM", "moe_host").read_text())
