@@ -263,3 +263,46 @@ def test_shipped_h200_chunked_swiglu_costs_about_twice_the_contiguous_one():
     el = 8192 * 7168  # measured: 308 us strided, 142 us contiguous (call 23)
     ratio = cal.kind_time("swiglu_chunked", el, 7168) / cal.kind_time("swiglu", el, 7168)
     assert 1.8 < ratio < 2.6
+
+
+def test_norm_backward_weight_gradient_waves_by_hand():
+    from c3kit.cost.opclass import dgamma_wave_rows
+
+    # ceil(N / 32) blocks of one column strip each: 4096 -> 128 blocks, one wave on 132 SMs; 5120 -> 160, two waves;
+    # 2048 -> 64, one; 8192 -> 256, two
+    assert [float(dgamma_wave_rows(8192, w, 132)) for w in (2048, 4096, 5120, 8192)] == [8192.0, 8192.0, 16384.0,
+                                                                                          16384.0]
+    # above 64 Ki rows with fewer than SMs / 2 blocks the kernel splits the rows over blocks: no wave term
+    assert float(dgamma_wave_rows(2 ** 17, 2048, 132)) == 0.0
+    assert float(dgamma_wave_rows(2 ** 17, 4096, 132)) == 2.0 ** 17  # 128 blocks >= 66: not split
+    f = memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf, sms=132)
+    assert f.shape == (4,) and float(f[3]) == 2048.0
+    with pytest.raises(CostError):
+        memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 1 << 16), st.integers(1, 16384), st.integers(1, 16384))
+def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):
+    from c3kit.cost.opclass import dgamma_wave_rows
+
+    lo, hi = sorted((w1, w2))
+    assert dgamma_wave_rows(rows, lo, 132) <= dgamma_wave_rows(rows, hi, 132)
+    assert dgamma_wave_rows(rows, lo, 132) <= dgamma_wave_rows(rows + 1, lo, 132)
+
+
+def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_waves():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    m = cal.cal.memory["layernorm.bwd"]
+    assert len(m.coefs) == 4 and m.coefs[3] > 0
+    # same bytes per row, one more wave: 5120 costs more per element than 4096 at equal rows
+    t4, t5 = (float(cal.kind_time("layernorm.bwd", 16384 * w, w)) for w in (4096, 5120))
+    assert t5 / 5120 > t4 / 4096
+    # softmax.bwd borrows rmsnorm.bwd's model without its weight-gradient kernel
+    sm = float(cal.kind_time("softmax.bwd", 16384 * 5120, 5120))
+    rm = cal.cal.memory["rmsnorm.bwd"]
+    f = memory_features("softmax.bwd", 16384 * 5120, 5120, cal.l2_bytes, sms=132)
+    assert sm == pytest.approx(rm.fixed_s + f @ np.asarray(rm.coefs[:3]), rel=1e-12)

@@ -5,7 +5,9 @@ measurements (runtime/bench/ops.py), never to step times.
 Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
 least squares (each row weighted by 1 / its time); the features say what the time grows with:
 - memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
-  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth).
+  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth); kinds whose
+  kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
+  argmax, and the norm backward's weight-gradient waves).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
@@ -110,6 +112,10 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError("argmax's launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += argmax_shape(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)
+    elif kind in NORM_BWD_KINDS:
+        if not sms:
+            raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
+        cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
 
 
@@ -124,9 +130,18 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
 #   by one block, unless that is 256 or more and the grid is short, when the row is split over ctas blocks and
 #   reduced through global memory (V = 128256 stays in one block at 251 values a thread, 27 us; V = 152064 splits
 #   into 19, 8.6 us).
+# - layer_norm / rms_norm backward (layer_norm_kernel.cu): besides the per-row dX kernel (bytes), the weight
+#   gradient (GammaBetaBackwardCUDAKernelTemplate) runs ceil(N / 32) blocks of 32 x 32 threads, each summing its 32
+#   columns over all M rows; one block per SM fits the rows (two did worse on the fitted rows), so that kernel
+#   takes ceil(ceil(N / 32) / SMs) waves of M rows: width 4096 is one wave on 132 SMs, 5120 two (the held-out rows'
+#   lower bandwidth). Above 64 Ki rows with N / 32 < SMs / 2 it splits M over blocks too (column 0 there).
 KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
                          "embedding": ("small-index loop",),
-                         "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread")}
+                         "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread"),
+                         "layernorm.bwd": ("weight-gradient waves x rows",),
+                         "rmsnorm.bwd": ("weight-gradient waves x rows",)}
+NORM_BWD_KINDS = ("layernorm.bwd", "rmsnorm.bwd")
+DGAMMA_COLS, DGAMMA_SPLIT_ROWS = 32, 64 * 1024  # the weight-gradient kernel's block width, its split-M threshold
 INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
 SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
 REDUCE_THREADS, REDUCE_MAX_VPT, REDUCE_MIN_VPT = 512, 256, 16  # Reduce.cuh MAX_NUM_THREADS, values per thread
@@ -159,6 +174,14 @@ def embedding_small_index_loop(indices):
     return np.where(n <= SMALL_INDEX_MAX, n, 0.0)
 
 
+def dgamma_wave_rows(rows, width, sms: int):
+    """Waves x rows of the norm backward's weight-gradient kernel over a rows x width input (KERNEL_SHAPE_FEATURES)."""
+    rows, width = np.broadcast_arrays(np.asarray(rows, float), np.asarray(width, float))
+    blocks = np.ceil(width / DGAMMA_COLS)
+    split = (rows > DGAMMA_SPLIT_ROWS) & (blocks < sms // 2)
+    return np.where(split, 0.0, np.ceil(blocks / sms) * rows)
+
+
 def _last_pow2(n):
     return np.exp2(np.floor(np.log2(np.maximum(n, 1.0))))
 
@@ -187,10 +210,10 @@ def argmax_shape(rows, vocab, sms: int) -> list:
     return [vpt, (ctas > 1).astype(float), per_sm * vpt]
 
 
-def memory_scaling(kind: str, bw_ratio: float) -> np.ndarray:
+def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np.ndarray:
     """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
-    the width and launch-shape terms as measured."""
-    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ()))
+    the width and launch-shape terms as measured (n_coefs: the model's column count, when it is another kind's)."""
+    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ())) if n_coefs is None else n_coefs - 3
     return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
 
 
@@ -633,7 +656,10 @@ class ScaledCalibration:
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
                             sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio))
+        n = len(m.coefs)
+        if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
+            f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio, n))
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an
