@@ -135,12 +135,14 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
 #   columns over all M rows; one block per SM fits the rows (two did worse on the fitted rows), so that kernel
 #   takes ceil(ceil(N / 32) / SMs) waves of M rows: width 4096 is one wave on 132 SMs, 5120 two (the held-out rows'
 #   lower bandwidth). Above 64 Ki rows with N / 32 < SMs / 2 it splits M over blocks too (column 0 there).
+#   rms_norm's backward runs the same kernel, but the term fitted on its rows missed its held-out check (7.3 / 11.9%
+#   against 9.1 / 13.9% without it) and moved the whole-layer check (benchmarks/validate_layers.py, fwd_bwd median
+#   1.89% -> 1.92%): not adopted there.
 KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
                          "embedding": ("small-index loop",),
                          "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread"),
-                         "layernorm.bwd": ("weight-gradient waves x rows",),
-                         "rmsnorm.bwd": ("weight-gradient waves x rows",)}
-NORM_BWD_KINDS = ("layernorm.bwd", "rmsnorm.bwd")
+                         "layernorm.bwd": ("weight-gradient waves x rows",)}
+NORM_BWD_KINDS = ("layernorm.bwd",)
 DGAMMA_COLS, DGAMMA_SPLIT_ROWS = 32, 64 * 1024  # the weight-gradient kernel's block width, its split-M threshold
 INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
 SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
