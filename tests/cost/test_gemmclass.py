@@ -46,7 +46,8 @@ def test_h200_classes_are_fitted_from_its_rows():
     grouped_rows = [r for r in rows if r["kind"] == "grouped_mm"] + [f for f, _ in pairs]
     held = sum(gc.is_held_out_grouped(r) for r in grouped_rows)
     assert len(pairs) == 36 and cal.grouped.n_rows == len(grouped_rows) - held and held > 0
-    wg = gc.wgrad_rows(pairs, cal.grouped)
+    # the wgrad class: the moe_grad rows (CUDA graph), held out by the same rule
+    wg = gc.graph_wgrad_rows(gc.moe_grad_parts(gc.gemm_rows("H200-SXM", ("moe_grad",))))
     assert cal.grouped_wgrad.n_rows == sum(not gc.is_held_out_grouped(r) for r in wg) >= 8
     assert 0.5 < fp8_fraction("H200-SXM") < 1.0 and fp8_fraction("B200") is None
     assert cal.cast.n_rows == 8 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
@@ -231,3 +232,28 @@ def test_shipped_grouped_class_prices_routed_experts_above_balanced():
     cal = gc.gemm_calibration("H200-SXM")
     bal, rt = cal.grouped(256, 1536, 2048, 128), cal.grouped(256, 1536, 2048, 128, routed=True)
     assert rt > bal and cal.grouped.n_rows > 40
+
+
+def test_moe_grad_parts_and_graph_wgrad_rows_hand_checked():
+    base = {"kind": "down", "model": "m", "tokens": 4096, "hidden": 2048, "ffn": 768, "experts": 16, "top_k": 8,
+            "ep": 8, "routing": "random"}
+    times = {"fwd": 2e-4, "fwd_dgrad": 5e-4, "fwd_wgrad": 4.5e-4, "fwd_bwd": 7e-4, "grad_accumulate": 1e-4}
+    rows = [{**base, "pass": p, "time_s": t} for p, t in times.items()]
+    rows += [{**base, "routing": "balanced", "pass": "fwd", "time_s": 1e-4}]  # incomplete: left out
+    (p,) = gc.moe_grad_parts(rows)
+    # 4096 x 8 rows over 16 local experts: 2048 each; down: N = hidden, K = ffn
+    assert (p["m"], p["n"], p["k"], p["groups"], p["routed"]) == (2048, 2048, 768, 16, True)
+    assert p["dgrad"] == pytest.approx(3e-4) and p["wgrad"] == pytest.approx(2.5e-4)
+    assert p["both"] == pytest.approx(5e-4) and p["acc"] == 1e-4
+    (w,) = gc.graph_wgrad_rows([p])
+    assert (w["m"], w["n"], w["k"], w["groups"]) == (768, 2048, 2048, 16) and w["time_s"] == pytest.approx(2.5e-4)
+    assert gc.graph_wgrad_rows([{**p, "wgrad": -1e-6}]) == []
+
+
+def test_shipped_wgrad_class_is_fitted_on_the_graph_rows():
+    cal = gc.gemm_calibration("H200-SXM")
+    wrows = gc.graph_wgrad_rows(gc.moe_grad_parts(gc.gemm_rows("H200-SXM", ("moe_grad",))))
+    fit = [r for r in wrows if not gc.is_held_out_grouped(r)]
+    assert len(wrows) == 72 and cal.grouped_wgrad.n_rows == len(fit) < len(wrows)
+    # no eager floor in CUDA-graph rows: the fitted fixed part is far below the eager rows' 89 us
+    assert cal.grouped_wgrad.fixed_s < 20e-6

@@ -283,8 +283,8 @@ def test_norm_backward_weight_gradient_waves_by_hand():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 1 << 16), st.integers(1, 16384), st.integers(1, 16384))
-def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):
+@given(st.integers(1, (1 << 16) - 1), st.integers(1, 16384), st.integers(1, 16384))
+def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):  # up to the split-M switch (64 Ki rows)
     from c3kit.cost.opclass import dgamma_wave_rows
 
     lo, hi = sorted((w1, w2))

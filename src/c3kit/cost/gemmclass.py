@@ -19,12 +19,12 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   wave quantization over the SMs (WaveGemm): the output tiles of all groups run one per SM a wave, each tile's
   time a fixed part (prologue, epilogue: writing the tile) plus a part per row of the reduction,
       t = fixed + ceil(groups x ceil(K / 128) x ceil(N / 128) / SMs) x (a + b x M),
-  fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward and forward +
-  backward by autograd; its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: those rows were
-  timed eagerly, and the attention backward rows show the same 115-170 us floor) as t_wgrad = t(forward +
-  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out
-  by the same rule on the wgrad shape.
-  Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
+  fitted on the moe_grad rows (runtime/bench/ops_decode.py bench_moe_grad: the expert GEMMs of five published MoE
+  layers, forward and forward + wgrad by autograd.grad inside a CUDA graph, at a random router's counts and at
+  balanced counts) as t_wgrad = t(forward + wgrad) - t(forward): no eager host time, no .grad accumulation. Held
+  out by is_held_out_grouped on the wgrad shape. Without moe_grad rows, the moe_train rows (timed eagerly) as
+  t(forward + backward) - t(forward) - the grouped class's dgrad at (M, K, N) (wgrad_rows).
+  The moe_train rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
   held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
@@ -369,13 +369,39 @@ def wgrad_rows(pairs: list[tuple[dict, dict]], grouped: TiledGroupedGemm) -> lis
     return out
 
 
-def fit_grouped_wgrad(pairs: list[tuple[dict, dict]], grouped: TiledGroupedGemm | None,
-                      hold_out: bool = True, *, sms: int) -> WaveGemm | None:
-    """The grouped-wgrad class from moe_train pairs (held-out wgrad shapes left out unless hold_out is False) on a
-    GPU of `sms` SMs."""
-    if grouped is None:
-        return None
-    rows = [r for r in wgrad_rows(pairs, grouped) if not (hold_out and is_held_out_grouped(r))]
+def moe_grad_parts(rows: list[dict]) -> list[dict]:
+    """Each moe_grad shape x routing as a grouped shape (m = mean rows per local expert, n, k of the forward GEMM,
+    groups = local experts, routed) with its parts in seconds: fwd, dgrad, wgrad, both (forward + pass - forward)
+    and acc (the weight-gradient accumulate add)."""
+    by = {}
+    for r in rows:
+        if r["time_s"]:
+            by.setdefault((r["kind"], r["model"], r["tokens"], r["ep"], r["routing"]), {})[r["pass"]] = r
+    out = []
+    for (kind, *_), ps in by.items():
+        if not {"fwd", "fwd_dgrad", "fwd_wgrad", "fwd_bwd"} <= ps.keys():
+            continue
+        r = ps["fwd"]
+        H, F, el = int(r["hidden"]), int(r["ffn"]), int(r["experts"])
+        n, k = (2 * F, H) if kind == "gate_up" else (H, F)
+        f = float(r["time_s"])
+        out.append({"m": -(-int(r["tokens"]) * int(r["top_k"]) // el), "n": n, "k": k, "groups": el,
+                    "routed": r["routing"] == "random", "fwd": f, "dgrad": float(ps["fwd_dgrad"]["time_s"]) - f,
+                    "wgrad": float(ps["fwd_wgrad"]["time_s"]) - f, "both": float(ps["fwd_bwd"]["time_s"]) - f,
+                    "acc": float(ps["grad_accumulate"]["time_s"]) if "grad_accumulate" in ps else None})
+    return out
+
+
+def graph_wgrad_rows(parts: list[dict]) -> list[dict]:
+    """The moe_grad wgrads as grouped rows (m = K, n = N, k = rows per expert), positive ones only."""
+    return [{"kind": "grouped_wgrad", "m": p["k"], "n": p["n"], "k": p["m"], "groups": p["groups"],
+             "time_s": p["wgrad"]} for p in parts if p["wgrad"] > 0]
+
+
+def fit_grouped_wgrad(rows: list[dict], hold_out: bool = True, *, sms: int) -> WaveGemm | None:
+    """The grouped-wgrad class from wgrad rows (graph_wgrad_rows or wgrad_rows; held-out shapes left out unless
+    hold_out is False) on a GPU of `sms` SMs."""
+    rows = [r for r in rows if not (hold_out and is_held_out_grouped(r))]
     if len(rows) < 8:
         return None
     return fit_wave(*([r[c] for r in rows] for c in ("m", "n", "k", "groups", "time_s")), sms=sms)
@@ -428,8 +454,10 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     pairs = moe_train_pairs(gemm_rows(gpu_name, ("moe_train",)) or [])
     sms = get_gpu(gpu_name).sms
     grouped = fit_grouped(rows + [f for f, _ in pairs], sms=sms)
+    graph = graph_wgrad_rows(moe_grad_parts(gemm_rows(gpu_name, ("moe_grad",)) or []))
+    wrows = graph if graph else (wgrad_rows(pairs, grouped) if grouped is not None else [])
     return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
-                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(pairs, grouped, sms=sms))
+                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms))
 
 
 @dataclass(frozen=True)
