@@ -32,11 +32,12 @@ NOT_YET_MODELLED = {
                            "linear) form fitted on the training split reached p90 18-19%",
     "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 "
                             "125 us, 1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
-    "attention flash2 fwd": "few blocks (batch x heads <= 16 at 2k-8k tokens) run up to 37% longer than their FLOPs "
-                            "say (the causal last query tile's critical path); a makespan feature (max(work / slots, "
-                            "longest tile row)) did not fit the training split better",
-    "attention cudnn fwd": "few blocks run longer than their FLOPs say, as in flash2 (1 x 8 heads x 4096: -22%, "
-                           "1 x 16 x 2048: -16%): the causal last query tile's critical path",
+    "attention flash2 fwd": "priced by the makespan of its 128-row query tiles over one CTA a SM (opclass."
+                            "forward_makespan_flops); the d128 misses are the smallest rows (1 x 8 heads x 512: "
+                            "13.4 us, priced +34%) and few heads at 4k (1 x 12 x 4096: -12%)",
+    "attention cudnn fwd": "few blocks run longer than their FLOPs say (1 x 8 heads x 4096: -22%, 1 x 16 x 2048: "
+                           "-16%); flash2's makespan feature passes these rows (d64 1.2 / 4.4%, d128 3.8 / 6.6%) but "
+                           "worsened the whole-layer check, where SDPA runs cudnn: not adopted (opclass.py)",
     "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
                         "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
                         "(fixed, bytes) fitted on the training split did no better",
@@ -129,7 +130,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             out.setdefault(f"memory {r['op']} (after a weight stream, leave-one-out)", []).append(
                 (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
     att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
-    att, dec = oc.fit_attention(att_rows)
+    att, dec = oc.fit_attention(att_rows, sms=sms)
     dec_hd = oc.fit_decode_by_head_dim(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
@@ -146,11 +147,11 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             name, m = f"attention {backend} {r['pass']} d{r['head_dim']}", att.get((backend, r["pass"],
                                                                                    int(r["head_dim"])))
         else:  # too few rows to hold a third out: each row predicted by a fit without it (leave-one-out)
-            loo, _ = oc.fit_attention(att_rows, leave_out=r)
+            loo, _ = oc.fit_attention(att_rows, leave_out=r, sms=sms)
             name = f"attention {backend} {r['pass']} d{r['head_dim']} (leave-one-out)"
             m = loo.get((backend, r["pass"], int(r["head_dim"])))
         if m is not None:
-            out.setdefault(name, []).append(m(oc._row_features(r)) / r["time_s"] - 1)
+            out.setdefault(name, []).append(m(oc._row_features(r, sms)) / r["time_s"] - 1)
     from c3kit.cost import time as op_time
     from c3kit.cost.model import as_model
     from c3kit.workload.attention import UNFUSED_GEMM

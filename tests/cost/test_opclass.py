@@ -308,3 +308,43 @@ def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_wav
     sc = ScaledCalibration(proxy, 1.0, 1.0, 1e9, 132)
     assert sc._fitted("softmax.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
         1e-6 + 6e6 * 1e-12, rel=1e-12)  # softmax.bwd moves 3 x 2 B an element
+
+
+def test_forward_makespan_by_hand():
+    from c3kit.cost.opclass import _makespan_steps, forward_makespan_flops
+
+    # 4 query tiles of 128 on 132 slots: each its own slot, the last (4 KV tiles) the longest
+    assert _makespan_steps(1, 512, 512, True, 132) == 4.0
+    # two heads of 3 tiles (work 1, 2, 3) on 2 slots in launch order: A1 B2 | A+3=4 | B+1=3 | B+2=5 | A+3=7
+    assert _makespan_steps(2, 384, 384, True, 2) == 7.0
+    assert _makespan_steps(2, 256, 256, True, 1) == 6.0  # one slot runs everything: 1 + 2 + 1 + 2
+    assert _makespan_steps(1, 256, 1024, False, 132) == 8.0  # not causal: every tile sees all 8 KV tiles
+    # a chunk of 128 queries at the end of 1024 keys (causal, bottom-right): it sees all 8 KV tiles
+    assert _makespan_steps(1, 128, 1024, True, 132) == 8.0
+    # 132 heads of one 128-row tile on 132 SMs: one step a slot, 4 x 128 x 128 x d FLOPs a step
+    assert float(forward_makespan_flops(1, 132, 128, 128, 64, True, 132)) == 132 * 4.0 * 128 * 128 * 64
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 64), st.sampled_from([128, 512, 1000, 2048, 4096]), st.sampled_from([32, 66, 132]))
+def test_forward_makespan_bounds_and_more_heads_never_finish_sooner(bh, seq, slots):
+    from c3kit.cost.opclass import ATTN_TILE, _makespan_steps
+
+    nq = -(-seq // ATTN_TILE)
+    work = [-(-min(seq, (i + 1) * ATTN_TILE) // ATTN_TILE) for i in range(nq)]
+    t = _makespan_steps(bh, seq, seq, True, slots)
+    assert max(bh * sum(work) / slots, max(work)) <= t <= bh * sum(work) / slots + max(work)
+    assert _makespan_steps(bh + 1, seq, seq, True, slots) >= t  # tasks appended at the end of the launch order
+
+
+def test_makespan_feature_only_for_flash2_forwards():
+    from c3kit.cost.opclass import attention_flops, makespan_sms
+
+    assert makespan_sms("flash2", 132) == 132 and makespan_sms("cudnn", 132) is None
+    few = attention_features(1, 8, 8, 4096, 4096, 128, True, False, 132)
+    flat = attention_features(1, 8, 8, 4096, 4096, 128, True, False)
+    # 8 heads x 32 tiles = 256 CTAs on 132 slots: idle slots make the makespan cost more than the causal FLOPs
+    assert float(flat[0]) == float(attention_flops(1, 8, 4096, 4096, 128, True, False)) < float(few[0])
+    # the backward keeps its FLOPs
+    assert np.array_equal(attention_features(1, 8, 8, 4096, 4096, 128, True, True, 132),
+                          attention_features(1, 8, 8, 4096, 4096, 128, True, True))

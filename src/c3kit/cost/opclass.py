@@ -27,6 +27,7 @@ left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -219,9 +220,61 @@ def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np
     return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
 
 
-def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
-    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention."""
-    f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
+# The fused forward kernels (FlashAttention-2's kBlockM for head dims 64 and 128 on sm90) run one CTA
+# per (batch x head, 128-row query tile), each looping over the 128-column KV tiles it sees (causal: up to the
+# diagonal), launched query tile fastest; the block scheduler hands each CTA to the first free slot. One CTA per SM:
+# chosen on the fit split (flash2 / cudnn training-row p90 3.9-7.6% at one, 14% and more at two or three per SM).
+# Adopted for flash2 only: on cudnn's rows the same feature passed the held-out check (d64 4.3 / 8.2% -> 1.2 / 4.4%,
+# d128 6.4 / 11.4% -> 3.8 / 6.6%) but moved the whole-layer check (benchmarks/validate_layers.py, where SDPA runs
+# cudnn: fwd median 1.56% -> 1.70%, p90 3.00% -> 4.03%, bias +1.23% -> +1.82%; the blocks' 2-8 heads a rank ran
+# faster than the makespan says): not adopted there.
+MAKESPAN_BACKENDS = ("flash2",)
+ATTN_TILE = 128
+MAKESPAN_EXACT_MAX = 32768  # CTAs scheduled one by one up to here; beyond, total / slots + half the longest CTA
+
+
+@lru_cache(maxsize=4096)
+def _makespan_steps(bh: int, q_len: int, kv_len: int, causal: bool, slots: int) -> float:
+    """KV-tile steps the busiest slot runs when bh heads x ceil(q_len / 128) query tiles are list-scheduled in launch
+    order onto `slots` slots."""
+    nq = -(-q_len // ATTN_TILE)
+    if causal:
+        work = [-(-min(kv_len, kv_len - q_len + (i + 1) * ATTN_TILE) // ATTN_TILE) for i in range(nq)]
+    else:
+        work = [-(-kv_len // ATTN_TILE)] * nq
+    if bh * nq <= slots:
+        return float(max(work))
+    if bh * nq > MAKESPAN_EXACT_MAX:  # the tail is at most one CTA: within 0.4% of the busiest slot's time here
+        return bh * sum(work) / slots + max(work) / 2.0
+    free = [0] * slots
+    for _ in range(bh):
+        for w in work:
+            heapq.heappush(free, heapq.heappop(free) + w)
+    return float(max(free))
+
+
+def makespan_sms(backend: str, sms: int | None) -> int | None:
+    """The SM count the forward makespan feature of `backend` uses (None: the backend's forward is priced by FLOPs)."""
+    return sms if backend in MAKESPAN_BACKENDS else None
+
+
+def forward_makespan_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, sms: int):
+    """The fused forward's makespan in FLOPs: the busiest slot's KV-tile steps x slots x one step's 4 x 128 x 128 x
+    head_dim FLOPs (the causal FLOPs when the tiles spread evenly; more when few heads leave slots idle)."""
+    b, h, q, kv, d = np.broadcast_arrays(*(np.asarray(x) for x in (batch, heads, q_len, kv_len, head_dim)))
+    steps = np.array([_makespan_steps(int(bi * hi), int(qi), int(ki), bool(causal), int(sms))
+                      for bi, hi, qi, ki in zip(b.ravel(), h.ravel(), q.ravel(), kv.ravel())]).reshape(b.shape)
+    return steps * sms * 4.0 * ATTN_TILE * ATTN_TILE * d
+
+
+def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool,
+                       sms: int | None = None):
+    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention; a forward on a GPU of
+    `sms` SMs has its makespan FLOPs (forward_makespan_flops) in the first column."""
+    if sms and not backward:
+        f = forward_makespan_flops(batch, heads, q_len, kv_len, head_dim, causal, sms)
+    else:
+        f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
     q_rows = np.asarray(batch, float) * heads * q_len * head_dim
     kv_rows = np.asarray(batch, float) * kv_heads * kv_len * head_dim
     return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
@@ -453,11 +506,12 @@ def is_held_out_attention(r: dict) -> bool:
     return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
 
 
-def _row_features(r: dict):
+def _row_features(r: dict, sms: int | None = None):
     if r["pass"] == "decode":
         return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
     return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
-                              bool(r["causal"]), r["pass"] == "bwd")
+                              bool(r["causal"]), r["pass"] == "bwd",
+                              makespan_sms(attention_row_backend(r) or "", sms))
 
 
 def hash_held_out_backends(rows: list[dict]) -> set[str]:
@@ -488,11 +542,12 @@ def _fit_attention_group(pts: list) -> FeatureCost | None:
 
 
 def fit_attention(rows: list[dict], hold_out: bool = True,
-                  leave_out: dict | None = None) -> tuple[dict, FeatureCost | None]:
+                  leave_out: dict | None = None, sms: int | None = None) -> tuple[dict, FeatureCost | None]:
     """((backend, pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows.
 
     hold_out: leave out every third shape (is_held_out_attention) of the backends measured widely enough
-    (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check.
+    (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check; sms: the
+    measured GPU's SM count (the forwards' makespan feature; None: their FLOPs).
     Decode rows are those of the default backend (what SDPA runs for q_len 1)."""
     hashed = hash_held_out_backends(rows) if hold_out else set()
     groups: dict = {}
@@ -503,7 +558,7 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
             continue
         if b in hashed and is_held_out_attention(r):
             continue
-        pt = (_row_features(r), float(r["time_s"]))
+        pt = (_row_features(r, sms), float(r["time_s"]))
         if r["pass"] == "decode":
             if b == "cudnn":
                 decode_pts.append(pt)
@@ -617,7 +672,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     gpu = get_gpu(gpu_name)
     mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
-    att, dec = fit_attention(arows) if arows else ({}, None)
+    att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
                          fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after)
@@ -688,7 +743,8 @@ class ScaledCalibration:
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None
-        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward,
+                               makespan_sms(backend, self.sms or cal.sms))
         return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
 
     def unfused_time(self, batch, heads, q_len, kv_len, head_dim, backward: bool):
