@@ -280,6 +280,43 @@ def _check_flag(v: str) -> str:
     return v
 
 
+PP_OPTION_COLUMNS = ("runs", "framework", "p2p_overlap", "source", "reason")
+
+
+def _check_p2p(v: str) -> str:
+    if v not in ("0", "1"):
+        raise StudyError(f"pp options: p2p_overlap must be 0 or 1, got {v!r}")
+    return v
+
+
+def pp_options(path=None) -> pd.DataFrame:
+    """The pipeline options of each pipelined run's recipe (studies/data/pp_options.csv: run glob, framework,
+    p2p_overlap 0/1 = Megatron-Core overlap_p2p_comm, source, reason), decided from the framework's recipe code."""
+    return _run_table("pp_options.csv", PP_OPTION_COLUMNS, _check_p2p, path)
+
+
+def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
+    """Whether a run's pipeline sends and receives overlap compute (first matching row; off when none matches)."""
+    return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
+
+
+def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
+    """Whether a run's framework reduces the data-parallel gradients behind the backward (workload.parallel.
+    DP_OVERLAP_SOURCES), from its code: not for Megatron-DeepSpeed (DeepSpeed's pipeline engine reduces after the
+    step's last backward) nor Megatron-LM of 2021-22 (its default local DDP all-reduces after forward_backward_func;
+    the year is the source's), overlapped for every other framework (Megatron-Core's --overlap-grad-reduce, which
+    NeMo and Megatron-Bridge turn on with data parallelism; FSDP's post-backward hooks)."""
+    import re
+
+    f = str(framework).lower()
+    if fsdp:
+        return True
+    if "deepspeed" in f:
+        return False
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str(source))]
+    return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
+
+
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
     Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
@@ -339,7 +376,9 @@ def layout_of(row):
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
               pp_split=pipeline_splits().get(str(row["run"]), "even"),
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
-              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])))
+              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])),
+              dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
+              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -476,17 +515,14 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
-    dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
-    if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
-        step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
     terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role in roles)
              for name, roles in FRAMEWORK_TERMS.items()}
     named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
     return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
-            "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
+            "exposed_s": t.exposed, "bubble_s": t.bubble,
             "overhead_s": t.overhead,
-            "mfu_predicted": t.mfu * t.step_time / step, **named}
+            "mfu_predicted": t.mfu, **named}
 
 
 def op_basis_of(gpu: str) -> str:
