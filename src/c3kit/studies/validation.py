@@ -406,6 +406,14 @@ def fsdp_impl_of(framework: str) -> str:
     return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
 
 
+def optimizer_impl_of(framework: str) -> str:
+    """How a run's framework runs AdamW (step.overheads.OPTIMIZER_IMPLS), from its code: llm-foundry "unfused"
+    (its yamls train with Composer's DecoupledAdamW, whose adamw loops over the parameter tensors with 9 eager
+    kernels each: composer/optim/decoupled_weight_decay.py); every other framework "fused" (Megatron's and NeMo's
+    apex / Transformer Engine FusedAdam and distributed optimizer, torchtitan's AdamW with fused=True)."""
+    return "unfused" if "llm-foundry" in str(framework).lower() else "fused"
+
+
 def fsdp_sync_of(framework: str, pp: int, fsdp: bool) -> str:
     """How often a run's FSDP gathers parameters and reduce-scatters gradients (workload.parallel.FSDP_SYNC), from
     its framework's code: torchtitan with pipeline parallelism "step" (parallelize_llama.py apply_fsdp passes
@@ -509,6 +517,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    if optimizer_impl_of(row["framework"]) != ovh.optimizer_impl:  # the framework's AdamW, from its code
+        ovh = replace(ovh, optimizer_impl=optimizer_impl_of(row["framework"]))
     recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
     if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
         ovh = replace(ovh, fp8_scaling=recipe)
