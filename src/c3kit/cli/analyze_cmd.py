@@ -113,6 +113,15 @@ def analyze(
     cp_impl: str = typer.Option(_D["cp_impl"], "--cp-impl",
                                 help="With --cp: ring (a KV ring beside the attention) or torch (torch "
                                      "context_parallel as torchtitan runs it: all-gathered KV, fp32 merges)."),
+    dp_overlap: bool = typer.Option(_D["dp_overlap"], "--dp-overlap/--no-dp-overlap",
+                                    help="DP gradients reduced behind the backward, or after it, exposed (Megatron-LM "
+                                         "2021-22, DeepSpeed's pipeline engine; not with --fsdp)."),
+    pp_p2p_overlap: bool = typer.Option(_D["pp_p2p_overlap"], "--pp-p2p-overlap/--no-pp-p2p-overlap",
+                                        help="Pipeline sends / receives behind compute (Megatron-Core overlap_p2p_comm; "
+                                             "NeMo and Megatron-Bridge set it with --vpp > 1)."),
+    optimizer_impl: str = typer.Option(_D["optimizer_impl"], "--optimizer-impl",
+                                       help="AdamW: fused (one kernel), foreach (torch multi-tensor) or unfused (a "
+                                            "per-tensor loop of eager kernels: Composer's DecoupledAdamW)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -130,7 +139,8 @@ def analyze(
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                       recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
-                      train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl)
+                      train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
+                      dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
