@@ -628,7 +628,11 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
              "'cp_merge'; a ring beside the attention otherwise) and whether FSDP1's flat parameters make autograd "
              "concatenate every unit's gradients (flat_param_grads_of: llm-foundry; op and breakdown column "
-             "'fsdp_grad_cat').",
+             "'fsdp_grad_cat') and which AdamW runs (optimizer_impl_of: Composer's per-tensor DecoupledAdamW loop for "
+             "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
+             "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
+             "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs (and on A100 FlashAttention-2 and STREAM bandwidth) from "
              "published op-level microbenchmarks (cost/published.py, docs/published-calibration.md) and the rest from "
