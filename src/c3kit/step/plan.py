@@ -170,6 +170,7 @@ def make_plan(graph) -> Plan:
     per_micro = np.zeros(len(nodes))  # count = per_micro x micro-batches ...
     const = np.zeros(len(nodes))  # ... or count = const (once-per-step nodes)
     groups: dict[tuple[str, str], list[int]] = {}
+    after_bwd = not getattr(par, "dp_overlap", True)  # gradients reduced once, after the last backward
     for i, nd in enumerate(nodes):
         if nd.phase not in PHASES:
             raise StepError(f"node {nd.id!r}: phase {nd.phase!r}: use one of {', '.join(PHASES)}")
@@ -182,7 +183,7 @@ def make_plan(graph) -> Plan:
         key = nd.scope
         if nd.scope == "step":
             inst[i] = const[i] = nd.count
-        elif nd.stream == "dp" and nd.scope == "layer" and nd.count < m:
+        elif nd.stream == "dp" and nd.scope == "layer" and (nd.count < m or (after_bwd and nd.phase == "bwd")):
             # a layer's collective that runs once per step: a gradient reduction in the last micro-batch's backward,
             # a parameter gather in the first micro-batch's forward
             key = "last" if nd.phase != "fwd" else "first"
@@ -229,7 +230,7 @@ def make_plan(graph) -> Plan:
     return Plan(others=_other_layers(graph, L, pp),
         n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
         layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), dp_first=dp_first, micro=micro,
-        step=step, dp_after_bwd=not getattr(par, "dp_overlap", True), hidden=tuple(sorted(hidden)),
+        step=step, dp_after_bwd=after_bwd, hidden=tuple(sorted(hidden)),
         multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
         in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
