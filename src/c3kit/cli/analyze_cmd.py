@@ -62,7 +62,8 @@ def analyze(
                                         help="With --recompute layer: every N-th layer is recomputed (torchtitan's "
                                              "selective_ac_option N)."),
     overlap: str = typer.Option(_D["overlap"], "--overlap",
-                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), auto "
+                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), contended (independent "
+                                     "pairs slowed by the alpha measured on the H200), auto "
                                      "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
                                      "fused) or a schedule name.", show_default="simple"),
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
