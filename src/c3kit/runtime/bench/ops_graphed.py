@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import sys
 
 from c3kit.runtime._torch import require_torch
 from c3kit.runtime.bench.timing import Budget, eager_time, elapsed
@@ -78,20 +79,33 @@ def bench_attn_graph(device, quick: bool) -> tuple[list[str], list[list]]:
             k = torch.randn(b, hk, s, hd, device=device, dtype=bf, requires_grad=True)
             v = torch.randn(b, hk, s, hd, device=device, dtype=bf, requires_grad=True)
             gqa = hq != hk
-            with backend_ctx("flash" if cuda else "default"):
-                fwd = lambda: sdpa(q, k, v, is_causal=True, enable_gqa=gqa)  # noqa: E731
-                with torch.no_grad():
-                    t, how = graph_or_events(fwd, device)
-                rows.append(["fwd", how, b, s, hq, hk, hd, 1, t])
-                st = torch.cuda.Stream(device) if cuda else None
-                with _on(torch, st):
-                    out = fwd()
-                    dout = torch.randn_like(out)
-                bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
-                t, how = graph_or_events(bwd, device, st)
-                rows.append(["bwd", how, b, s, hq, hk, hd, 1, t])
-            del q, k, v, out, dout
+            try:
+                rows += _attn_case(torch, device, cuda, sdpa, backend_ctx, q, k, v, gqa, (b, s, hq, hk, hd))
+            except RuntimeError as e:  # no flash kernel for this case (e.g. GQA on an older torch): say so, go on
+                print(f"attn_graph: skipped b={b} s={s} heads={hq}/{hk} hd={hd}: {str(e).splitlines()[0]}",
+                      file=sys.stderr)
+                if cuda:
+                    torch.cuda.synchronize(device)
+            del q, k, v
     return ATTN_COLUMNS, rows
+
+
+def _attn_case(torch, device, cuda: bool, sdpa, backend_ctx, q, k, v, gqa: bool, shape) -> list[list]:
+    """The forward and backward rows of one attention case."""
+    rows = []
+    with backend_ctx("flash" if cuda else "default"):
+        fwd = lambda: sdpa(q, k, v, is_causal=True, enable_gqa=gqa)  # noqa: E731
+        with torch.no_grad():
+            t, how = graph_or_events(fwd, device)
+        rows.append(["fwd", how, *shape, 1, t])
+        st = torch.cuda.Stream(device) if cuda else None
+        with _on(torch, st):
+            out = fwd()
+            dout = torch.randn_like(out)
+        bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+        t, how = graph_or_events(bwd, device, st)
+        rows.append(["bwd", how, *shape, 1, t])
+    return rows
 
 
 # ---------------------------------------------------------------- norm_bwd
@@ -185,17 +199,34 @@ def bench_grouped_wgrad(device, quick: bool) -> tuple[list[str], list[list]]:
                 tm, how = graph_or_events(loop, device)
                 rows.append(["mm_loop", how, E, t, h, f, flops, tm])
                 if gmm is not None and cuda:
-                    offs = torch.arange(t, E * t + 1, t, device=device, dtype=torch.int32)
-                    Xt = X.t()  # (h, E*t) view: groups split the reduction dimension
-                    try:
-                        gmm(Xt, dY, offs=offs)
-                        torch.cuda.synchronize(device)
-                        tg, how = graph_or_events(lambda: gmm(Xt, dY, offs=offs), device)
-                        rows.append(["grouped_mm", how, E, t, h, f, flops, tg])
-                    except Exception:  # noqa: BLE001 - this layout / dtype / GPU is not supported: loop only
-                        torch.cuda.synchronize(device)
+                    row = _grouped_row(torch, device, gmm, X, dY, E, t)
+                    if row is not None:
+                        rows.append([row[0], row[1], E, t, h, f, flops, row[2]])
                 del X, dY, W, Xs, dYs
     return WGRAD_COLUMNS, rows
+
+
+def _grouped_row(torch, device, gmm, X, dY, E: int, t: int):
+    """(impl, how, seconds) of dW as one torch._grouped_mm (groups split the reduction dimension), with the first
+    operand layout this build accepts (the relayout itself untimed: a fused kernel would read it in place);
+    None when none runs."""
+    offs = torch.arange(t, E * t + 1, t, device=device, dtype=torch.int32)
+    Xt = X.t()
+    layouts = (("grouped_mm", lambda: (Xt, dY)), ("grouped_mm_a_rowmajor", lambda: (Xt.contiguous(), dY)),
+               ("grouped_mm_a_row_b_col", lambda: (Xt.contiguous(), dY.t().contiguous().t())))
+    errors = []
+    for impl, make in layouts:
+        try:
+            a, b = make()
+            gmm(a, b, offs=offs)
+            torch.cuda.synchronize(device)
+            t_s, how = graph_or_events(lambda a=a, b=b: gmm(a, b, offs=offs), device)
+            return impl, how, t_s
+        except RuntimeError as e:  # this layout is not supported here: try the next
+            errors.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            torch.cuda.synchronize(device)
+    print(f"grouped_wgrad: torch._grouped_mm did not run (E={E}, t={t}): {errors[-1]}", file=sys.stderr)
+    return None
 
 
 # ---------------------------------------------------------------- fp8_cast_parts
