@@ -246,3 +246,14 @@ def test_fp8_cast_parts_scale_maps_amax_to_the_e4m3_limit():
     x = torch.tensor([[-3.0, 1.5], [0.5, 2.0]], dtype=torch.bfloat16)
     scale = E4M3_MAX / x.abs().max().float()
     assert float((x * scale).abs().max()) == E4M3_MAX == 448.0
+
+
+def test_copy_rate_counts_only_chunks_that_end_inside_the_gemm_window():
+    import math
+
+    from c3kit.runtime.bench.ops_undercomm import _rate
+
+    ends_ms = [0.0, 1.0, 2.0, 4.0]
+    assert _rate(ends_ms, 1000) == 3 * 1000 / 4e-3
+    assert _rate(ends_ms, 1000, lo=0.5, hi=2.5) == 1000 / 1e-3  # chunks ending at 1 and 2 ms
+    assert math.isnan(_rate(ends_ms, 1000, lo=2.5, hi=3.5))  # fewer than two ends inside: no rate

@@ -48,9 +48,17 @@ def _graph_time_on(torch, fn, device, calls: int, stream, repeats: int = 5) -> f
     return statistics.median(elapsed(g.replay, device) / calls for _ in range(repeats))
 
 
+@contextlib.contextmanager
 def _on(torch, stream):
-    """A context that makes `stream` current (nothing when it is None)."""
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+    """Make `stream` current (nothing when it is None), ordered after the work already queued and finished
+    before the block is left, so tensors made on either side are ready on the other."""
+    if stream is None:
+        yield
+        return
+    stream.wait_stream(torch.cuda.current_stream(stream.device))
+    with torch.cuda.stream(stream):
+        yield
+    torch.cuda.synchronize(stream.device)
 
 
 # ---------------------------------------------------------------- attn_graph
