@@ -8,7 +8,7 @@
 # cases (about 75 s by default) and FAMILY_TIMEOUT kills one that overruns. Overlap and graph-timed families
 # (each one's docstring states its expected time on one H200):
 #   FAMILIES="gemm_under_comm attn_graph norm_bwd grouped_wgrad fp8_cast_parts" FAMILY_BUDGET_S=75 \
-#     bash benchmarks/run_ops_h200.sh   # about 45 + 60 + 45 + 60 + 30 s of cases
+#     bash benchmarks/run_ops_h200.sh   # about 45 + 40 + 40 + 50 + 20 s of cases (estimated)
 #   gemm_under_comm: a GEMM under an SM copy (k blocks) / CE copy / pinned H2D on a high-priority stream
 #   attn_graph: flash SDPA fwd / bwd in CUDA graphs; norm_bwd: RMSNorm / LayerNorm fwd, bwd, weight-grad sum
 #   grouped_wgrad: MoE expert dW as an mm loop and torch._grouped_mm; fp8_cast_parts: amax, scale, casts

@@ -3,8 +3,8 @@ LayerNorm with their weight-grad reduction, MoE expert weight-gradient GEMMs (a 
 and the FP8 recipe's cast kernels one by one.
 
 Families of `python -m c3kit.runtime.bench.ops --only attn_graph,norm_bwd,grouped_wgrad,fp8_cast_parts`.
-Expected run times on one H200: attn_graph about 60 s, norm_bwd about 45 s, grouped_wgrad about 60 s,
-fp8_cast_parts about 30 s (--budget-s cuts whole cases).
+Expected run times on one H200 (estimated from the case counts, not yet measured): attn_graph about 40 s,
+norm_bwd about 40 s, grouped_wgrad about 50 s, fp8_cast_parts about 20 s (--budget-s cuts whole cases).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ counts), a copy-engine device-to-device copy and a pinned host-to-device copy, e
 high-priority stream and kept busy for longer than the GEMMs, at full rate or throttled to half duty. How much does a
 concurrent collective slow compute (FSDP / DP overlap), and how much does the GEMM slow the copy?
 
-Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Expected run time on one H200: about 45 s
-(3 GEMM shapes x 16 stand-ins; --budget-s cuts whole cases).
+Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Expected run time on one H200 (estimated, not yet
+measured): about 45 s (3 GEMM shapes x 16 stand-ins, about 0.6 s each; --budget-s cuts whole cases).
 """
 
 from __future__ import annotations
