@@ -3,8 +3,10 @@ counts), a copy-engine device-to-device copy and a pinned host-to-device copy, e
 high-priority stream and kept busy for longer than the GEMMs, at full rate or throttled to half duty. How much does a
 concurrent collective slow compute (FSDP / DP overlap), and how much does the GEMM slow the copy?
 
-Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Expected run time on one H200 (estimated, not yet
-measured): about 45 s (3 GEMM shapes x 16 stand-ins, about 0.6 s each; --budget-s cuts whole cases).
+Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Run time on one H200: 31 s in call 30 (3 GEMM
+shapes x 16 stand-ins; --budget-s cuts whole cases), a few seconds more since the GEMM alone is timed beside each case.
+Call 30 timed the GEMM alone once per shape, before its clocks had ramped up (it ran 12% slower than under the copy):
+the GEMMs now run WARMUP_S before anything is timed, and each row's GEMM alone is timed right before its case.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ BUF_BYTES = 1 << 30  # largest chunk: about 0.4 ms for the fastest copies, so fe
 WINDOW_S = 0.03  # GEMM time per measurement
 CHUNK_S = 1e-3  # copy time per chunk when alone
 REPEATS = 3
+WARMUP_S = 1.0  # GEMMs back to back before the first timing: the SM clock ramps up from idle over ~0.1-1 s
 
 
 def _copiers(torch, device, cuda: bool):
@@ -125,7 +128,9 @@ def _cuda_rows(torch, device, quick: bool) -> list[list]:
         reps = int(max(3, min(200, WINDOW_S / max(_time.perf_counter() - t0, 1e-5))))
         alone = _gemm_alone(torch, device, gemm, reps)
         reps = int(max(3, min(400, WINDOW_S / alone)))
-        alone = _gemm_alone(torch, device, gemm, reps)
+        t0 = _time.perf_counter()
+        while _time.perf_counter() - t0 < WARMUP_S:
+            _gemm_alone(torch, device, gemm, reps)
         for comm, blocks, copy in (copiers[:2] if quick else copiers):
             for duty in (DUTIES[:1] if quick else DUTIES):
                 if Budget.spent():
@@ -143,6 +148,7 @@ def _cuda_rows(torch, device, quick: bool) -> list[list]:
                 n_chunks = int(math.ceil((3.0 * reps * alone + 0.01) / (t_chunk / duty))) + 2
                 ends, _, _ = _run(torch, device, hp, copy, chunk, n_chunks, sleep, None, 0)
                 copy_alone = _rate(ends, chunk)
+                alone = _gemm_alone(torch, device, gemm, reps)
                 under, rates, covered = [], [], True
                 for _ in range(REPEATS):
                     ends, gs, ge = _run(torch, device, hp, copy, chunk, n_chunks, sleep, gemm, reps)
