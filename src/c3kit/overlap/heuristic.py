@@ -33,7 +33,7 @@ from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, build_key, check
-from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time
+from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time, compute_rates
 from c3kit.sim.params import ContentionParams
 
 
@@ -153,14 +153,10 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs as far as
-            # their output tiles together exceed them (both filling the GPU: each at half speed), and HBM by the
-            # other's share of it for the memory-bound part; a memory-bound kernel beside it: HBM only
-            hbm = (1.0 - t.phi) * u_hbm / H
-            if u.category != "comp":
-                return hbm
-            used = min(t.tiles or S, S) + min(u.tiles or S, S)
-            return max(hbm, min(1.0, max(0.0, used / S - 1.0)))
+            # two kernels on two streams (PyTorch async TP issues its steps on two streams; a reduction beside a
+            # GEMM) share SMs and HBM as the simulator shares them (sim.engine.compute_pair_rates)
+            both = compute_rates((t, u), S, H, (prio.get(t.stream, 0), prio.get(u.stream, 0)))[0]
+            return compute_rates((t,), S, H)[0] / both - 1.0 if both > 0 else 1.0
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
