@@ -14,9 +14,9 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
-    GEMM x GEMM:         (two streams of one schedule) by how far their output tiles together exceed the
-                         SMs (both filling the GPU: half speed each), at least the other's HBM share of
-                         the memory-bound part; GEMM x memory-bound kernel: that HBM share only.
+    GEMM x GEMM:         (two streams of one schedule; also GEMM x memory-bound kernel) the speeds the
+                         simulator gives the two running together (sim.engine.compute_rates: SMs by
+                         priority and cap, HBM shared), against the GEMM's speed alone.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
