@@ -147,6 +147,9 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     return max(end), free
 
 
+_COMPUTE_PAIR: dict[tuple, float] = {}  # _pair_cost of two compute tasks by what the simulator's sharing reads of them
+
+
 def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: ContentionParams,
                u_hbm: float, t_link: float, t_rate: float = 0.0, u_rate: float = 0.0,
                res: Resources | None = None) -> float:
@@ -155,8 +158,15 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
         if u.kind != "comm":
             # two kernels on two streams (PyTorch async TP issues its steps on two streams; a reduction beside a
             # GEMM) share SMs and HBM as the simulator shares them (sim.engine.compute_pair_rates)
-            both = compute_rates((t, u), S, H, (prio.get(t.stream, 0), prio.get(u.stream, 0)))[0]
-            return compute_rates((t,), S, H)[0] / both - 1.0 if both > 0 else 1.0
+            pt, pu = prio.get(t.stream, 0), prio.get(u.stream, 0)
+            key = (t.sms, t.tiles, t.hbm, t.phi, t.curve, u.sms, u.tiles, u.hbm, u.phi, u.curve, S, H, pt > pu, pt < pu)
+            hit = _COMPUTE_PAIR.get(key)
+            if hit is None:
+                if len(_COMPUTE_PAIR) >= 1 << 16:
+                    _COMPUTE_PAIR.clear()
+                both = compute_rates((t, u), S, H, (pt, pu))[0]
+                hit = _COMPUTE_PAIR[key] = compute_rates((t,), S, H)[0] / both - 1.0 if both > 0 else 1.0
+            return hit
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
