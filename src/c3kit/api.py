@@ -160,7 +160,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
-            flat_param_grads: bool = False, cp_impl: str = "ring") -> AnalyzeResult:
+            flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
+            moe_imbalance: float = 1.0) -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -193,6 +194,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     LanguageCrossEntropy and LanguagePerplexity: 2; workload.layer.check_train_metrics); flat_param_grads: FSDP1's
     per-unit gradient concatenation (workload.layer.FLAT_PARAM_GRADS); cp_impl: "ring" or "torch" (torch
     context_parallel as torchtitan runs it: workload.parallel.CP_IMPL_SOURCES).
+    moe_experts: how a MoE rank's local experts' GEMMs run (step.overheads.MOE_EXPERTS: grouped, per_expert as
+    Transformer Engine GroupedLinear, sequential as Megatron-Core SequentialMLP); it sets the default overheads'
+    OverheadModel.moe_experts. moe_imbalance: the busiest expert-parallel rank's expert tokens over the balanced
+    share (Parallelism.moe_imbalance, >= 1).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -218,11 +223,11 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
-        if fsdp_impl != overheads.fsdp_impl or fp8_scaling != overheads.fp8_scaling:
+        if (fsdp_impl, fp8_scaling, moe_experts) != (overheads.fsdp_impl, overheads.fp8_scaling, overheads.moe_experts):
             from dataclasses import replace
 
             # an unknown name is a one-line C3kitError
-            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling)
+            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling, moe_experts=moe_experts)
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)
@@ -231,7 +236,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
-                  flat_param_grads=flat_param_grads, cp_impl=cp_impl)
+                  flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

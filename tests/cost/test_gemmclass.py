@@ -123,14 +123,8 @@ def test_cost_time_uses_the_classes():
     assert cost.explain(Gemm("t", 64, 64, 64), H200, "efficiency").method == "efficiency"
 
 
-def test_held_out_checks_run():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_ops.py"
-    spec = importlib.util.spec_from_file_location("validate_ops", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_held_out_checks_run(load_benchmark):
+    mod = load_benchmark("validate_ops")
     errs = mod.gemm_held_out_errors()
     assert len(errs["gemm small-M"]) == 30 and len(errs["gemm fp8 (_scaled_mm)"]) == 4
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))

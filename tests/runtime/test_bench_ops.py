@@ -136,14 +136,8 @@ def test_act_chunked_family_times_strided_and_contiguous_swiglu(tmp_path):
 
 
 
-def test_decode_profile_writes_per_kernel_rows_per_step(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_decode_step.py"
-    spec = importlib.util.spec_from_file_location("profile_decode_step", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_decode_profile_writes_per_kernel_rows_per_step(tmp_path, load_benchmark):
+    mod = load_benchmark("profile_decode_step")
     assert mod.main(["--out", str(tmp_path), "--quick", "--layers"]) == 0
     doc = json.loads((tmp_path / "h200-sxm-decode-profile-layers.json").read_text())
     assert doc["kind"] == "decode-profile-layers" and doc["rows"]

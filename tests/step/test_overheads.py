@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 from c3kit.errors import C3kitError
 from c3kit.hw import get_gpu
 from c3kit.step import make_plan, node_times, project
+from c3kit.step.moe_host import moe_host_calibration
 from c3kit.step.overheads import (
     DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, eager_launch_s, fp8_cast_elements, fp8_cast_time,
     pipeline_factor, step_overheads)
@@ -133,17 +134,21 @@ def test_moe_imbalance_and_permute_in_the_graph():
     assert "moe_imbalance" not in got and "moe_permute" not in got
     assert [n.name for n in g.layer_nodes() if n.role == "permute"] == [
         "moe_permute", "moe_unpermute", "moe_unpermute.bwd", "moe_permute.bwd"]
-    heavy = terms(g, OverheadModel(moe_imbalance=1.25))[0]["moe_imbalance"].seconds
-    experts = sum(1e-3 * plan.multiplicity[i] for i, n in enumerate(g.nodes) if n.role.removeprefix("re_") == "experts")
-    assert heavy == pytest.approx(0.25 * experts)
+    # the load imbalance has one place, Parallelism.moe_imbalance: the busiest rank's expert GEMM rows
+    assert not hasattr(DEFAULT_OVERHEADS, "moe_imbalance")
+    def fc1_rows(**par):  # ep 2: 256 tokens x top-2 over 4 local experts = 128 rows each when balanced
+        return next(n.op.m for n in graph(MOE, dp=2, ep=2, **par).layer_nodes() if n.name == "expert_fc1")
+
+    assert (fc1_rows(), fc1_rows(moe_imbalance=1.25)) == (128, 160)
 
 
 def test_moe_host_sync_hand_checked():
-    # 4 layers x 8 micro-batches, no pipeline: one host wait per MoE layer forward = 32 waits, one eager launch each
+    # 4 layers x 8 micro-batches, no pipeline: one host wait per MoE layer forward = 32 waits, each the measured
+    # count wait (36.40 us, call 29 moe_host) plus one eager launch (7.1 us, the H200 host's, transferred to H100)
     g = graph(MOE, dp=2, ep=2, global_batch=16)
     got, _ = terms(g)
-    each = eager_launch_s(H100)
-    assert 5e-6 < each < 10e-6  # the H200 host's measured eager tiny_add slope (7.1 us), transferred to H100
+    each = moe_host_calibration("H100-SXM").sync_s + eager_launch_s(H100)
+    assert 43e-6 < each < 44e-6
     assert got["moe_host_sync"].runs == 4 * 8
     assert got["moe_host_sync"].seconds == pytest.approx(32 * each)
     # full recomputation runs every forward twice: twice the waits
@@ -155,6 +160,96 @@ def test_moe_host_sync_hand_checked():
     assert "moe_host_sync" not in terms(graph())[0]
     assert "moe_host_sync" not in terms(g, OverheadModel(moe_host_sync=False))[0]
     assert "moe_host_sync" not in terms(g, NO_OVERHEADS)[0]
+
+
+def fast_timer(op, hw, grouped_s=1e-6):
+    """1 us per GEMM (grouped_s for a grouped one), 2 us per attention, 1 us per collective, memory ops free."""
+    if isinstance(op, MemOp):
+        return 0.0
+    if isinstance(op, Gemm):
+        return grouped_s if op.batch > 1 else 1e-6
+    return 1e-6 if isinstance(op, Collective) else 2e-6
+
+
+def moe_terms(g, model=DEFAULT_OVERHEADS, timer=fast_timer):
+    plan = make_plan(g)
+    return {o.name: o for o in step_overheads(g, H100, timer, plan, node_times(g, H100, timer), model)}
+
+
+def test_moe_host_bound_hand_checked():
+    # tiny MoE, ep 2 (4 local experts), 4 layers x 8 micro-batches. A layer forward: 15 compute ops, of them 5 GEMMs
+    # (qkv, proj, router, expert_fc1, expert_fc2) and the attention: 5 + 2 + 15 x 0.9 (launch gaps) = 20.5 us of GPU;
+    # its backward 22 ops, 10 GEMMs and the attention's: 10 + 2 + 22 x 0.9 = 31.8 us
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    fwd = [n for n in g.layer_nodes() if n.stream == "compute" and n.phase == "fwd"]
+    bwd = [n for n in g.layer_nodes() if n.stream == "compute" and n.phase == "bwd"]
+    assert (len(fwd), sum(isinstance(n.op, Gemm) for n in fwd)) == (15, 5)
+    assert (len(bwd), sum(isinstance(n.op, Gemm) for n in bwd)) == (22, 10)
+    cal = moe_host_calibration("H100-SXM")
+    got = moe_terms(g)["moe_host_bound"]
+    assert got.runs == 64
+    assert got.seconds == pytest.approx(32 * (cal.base_s["fwd"] - 20.5e-6) + 32 * (cal.base_s["bwd"] - 31.8e-6))
+    # experts from a Python loop: 4 x the measured per-expert host time more per pass, less the GPU time the
+    # per-expert GEMMs add to the window (6 GEMMs: 4 x 1 us alone + 3 launch gaps - 1 us grouped = 5.7 us each)
+    seq = moe_terms(g, OverheadModel(moe_experts="sequential"))["moe_host_bound"].seconds
+    assert seq == pytest.approx(got.seconds + 32 * 4 * (cal.per_expert_s["fwd"] + cal.per_expert_s["bwd"])
+                                - 32 * 6 * 5.7e-6)
+    # full recomputation: the recomputed forward waits for the counts again, a third pass of the forward's GPU time
+    full = moe_terms(graph(MOE, dp=2, ep=2, global_batch=16, recompute="full"))["moe_host_bound"]
+    assert full.runs == 96 and full.seconds == pytest.approx(got.seconds + 32 * (cal.base_s["fwd"] - 20.5e-6))
+    # a GPU slower than the host: nothing exposed (stub_timer: 1 ms per GEMM)
+    assert terms(g)[0]["moe_host_bound"].seconds == 0.0
+    assert "moe_host_bound" not in moe_terms(g, OverheadModel(moe_host_bound=False))
+    assert "moe_host_bound" not in moe_terms(graph(dp=2))
+
+
+def test_moe_per_expert_hand_checked():
+    # 6 expert GEMMs per layer pass pair (fc1, fc2 forward; their dgrad and wgrad), 4 local experts each:
+    # 4 x 1 us alone + 3 extra launch gaps x 0.9 us - the grouped GEMM's 2 us = 4.7 us each, x 32 runs
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    grouped2 = lambda op, hw: fast_timer(op, hw, grouped_s=2e-6)  # noqa: E731
+    got = moe_terms(g, OverheadModel(moe_experts="per_expert"), grouped2)["moe_per_expert"]
+    assert got.seconds == pytest.approx(6 * 32 * 4.7e-6)
+    assert got.runs == 6 * 32 * 4
+    assert "moe_per_expert" not in moe_terms(g, DEFAULT_OVERHEADS, grouped2)  # grouped: the graph's own GEMM
+    # a grouped GEMM priced above its experts alone: floored at 0 (grouped 20 us > 4 x 1 us + 2.7 us)
+    slow = lambda op, hw: fast_timer(op, hw, grouped_s=20e-6)  # noqa: E731
+    assert moe_terms(g, OverheadModel(moe_experts="per_expert"), slow)["moe_per_expert"].seconds == 0.0
+    from c3kit.step.overheads import MOE_EXPERTS
+
+    assert set(MOE_EXPERTS) == {"grouped", "per_expert", "sequential"}
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(1, 8), more=st.integers(1, 8), rc=st.sampled_from(["none", "full"]))
+def test_moe_host_sync_grows_with_the_forwards(m, more, rc):
+    def sync(mb):
+        got = moe_terms(graph(MOE, dp=2, ep=2, global_batch=2 * mb, recompute=rc))["moe_host_sync"]
+        return got.seconds, got.runs
+
+    (a, na), (b, nb) = sync(m), sync(m + more)
+    assert b > a > 0 and na == 4 * m * (2 if rc == "full" else 1)
+    assert b / a == pytest.approx(nb / na)  # the same measured wait per forward
+
+
+@settings(max_examples=20, deadline=None)
+@given(scale=st.floats(1.0, 200.0), impl=st.sampled_from(["grouped", "per_expert", "sequential"]))
+def test_moe_host_bound_falls_as_the_gpu_slows(scale, impl):
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    model = OverheadModel(moe_experts=impl)
+    slow = lambda op, hw: scale * fast_timer(op, hw)  # noqa: E731
+    base = moe_terms(g, model)["moe_host_bound"].seconds
+    assert 0 <= moe_terms(g, model, slow)["moe_host_bound"].seconds <= base + 1e-12
+
+
+@settings(max_examples=20, deadline=None)
+@given(grouped=st.floats(0.1e-6, 50e-6), more=st.floats(0, 50e-6))
+def test_moe_per_expert_falls_as_the_grouped_gemm_slows(grouped, more):
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    model = OverheadModel(moe_experts="per_expert")
+    t = [moe_terms(g, model, lambda op, hw, s=s: fast_timer(op, hw, grouped_s=s))["moe_per_expert"].seconds
+         for s in (grouped, grouped + more)]
+    assert t[0] >= t[1] >= 0
 
 
 def test_dp_bucket_only_for_small_layers_without_fsdp():
@@ -180,12 +275,12 @@ def test_project_shows_overheads_as_rows_and_adds_them():
 
 
 def test_every_term_has_a_source():
-    assert set(SOURCES) == {"launch_gaps", "grad_clip", "moe_imbalance", "fp8_casts",
-                            "dp_bucket", "fsdp_copy_out", "moe_host_sync"}
+    assert set(SOURCES) == {"launch_gaps", "grad_clip", "fp8_casts", "dp_bucket", "fsdp_copy_out",
+                            "moe_host_sync", "moe_host_bound", "moe_per_expert"}
     assert all(len(s) > 40 for s in SOURCES.values())
 
 
-@pytest.mark.parametrize("bad", [dict(kernel_gap_s=-1e-6), dict(moe_imbalance=0.5), dict(dp_bucket_params=-1)])
+@pytest.mark.parametrize("bad", [dict(kernel_gap_s=-1e-6), dict(moe_experts="batched"), dict(dp_bucket_params=-1)])
 def test_bad_parameters(bad):
     with pytest.raises(C3kitError):
         OverheadModel(**bad)

@@ -113,6 +113,13 @@ def analyze(
     cp_impl: str = typer.Option(_D["cp_impl"], "--cp-impl",
                                 help="With --cp: ring (a KV ring beside the attention) or torch (torch "
                                      "context_parallel as torchtitan runs it: all-gathered KV, fp32 merges)."),
+    moe_experts: str = typer.Option(_D["moe_experts"], "--moe-experts",
+                                    help="How a MoE rank's local experts' GEMMs run: grouped (one grouped kernel), "
+                                         "per_expert (one cuBLAS GEMM each from one call: Transformer Engine "
+                                         "GroupedLinear) or sequential (a Python loop: Megatron-Core SequentialMLP)."),
+    moe_imbalance: float = typer.Option(_D["moe_imbalance"], "--moe-imbalance",
+                                        help="MoE load imbalance: the busiest expert-parallel rank's expert tokens "
+                                             "over the balanced share (>= 1; 1 = balanced)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -130,7 +137,8 @@ def analyze(
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                       recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
-                      train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl)
+                      train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
+                      moe_experts=moe_experts, moe_imbalance=moe_imbalance)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

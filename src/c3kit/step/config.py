@@ -67,7 +67,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
-            cp_impl: str = "ring") -> StepConfig:
+            cp_impl: str = "ring", moe_imbalance: float = 1.0) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -202,7 +202,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
                            global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
                            dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
-                           recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap)
+                           recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
+                           moe_imbalance=moe_imbalance)
 
     tried: list[Candidate] = []
     last_fit: Exception | None = None

@@ -29,18 +29,30 @@ SOURCES = {
                  "foreach): an L2 norm over every local fp32 gradient (reads 4 B per parameter), an all-reduce of "
                  "the norm over all ranks, then an in-place scale of every gradient (reads and writes 8 B per "
                  "parameter); parameters as sharded by ZeRO-1 / FSDP.",
-    "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
-                     "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
-                     "balanced over experts; set it from a measured router histogram for free routing.",
     "moe_host_sync": "Megatron-Core (core_v0.16.0) moe/token_dispatcher.py: the alltoall dispatcher copies the token "
                      "counts per expert to the host and waits for them (_maybe_dtoh_and_synchronize at cuda_sync_point "
                      "'before_ep_alltoall', dropless; 'before_permutation_1' with a capacity factor; 'before_finish' "
-                     "without ep / tp), and the allgather dispatcher calls .cpu() on them: the grouped expert GEMM takes "
-                     "its per-expert row counts as host integers. Once per MoE layer forward (and recomputed forward) "
-                     "the host waits until the GPU has drained its queue, so the GPU then idles while the host launches "
-                     "the next kernel: priced as one eager kernel launch of the host, measured (ops-floor tiny_add "
-                     "eager slope, H200 host where the GPU has no measurement of its own). A lower bound: the host's "
-                     "Python and NCCL launch of the all-to-all after the wait were not measured.",
+                     "without ep / tp), and the allgather dispatcher calls .cpu() on them: the expert GEMMs take "
+                     "their per-expert row counts as host integers. Once per MoE layer forward (and recomputed forward) "
+                     "the GPU drains its queue and idles through the wait and the host's launch of the next kernel: "
+                     "the measured wait (median .tolist() of the counts, device call 29 moe_host 'sync' rows, "
+                     "step/moe_host.py) plus one eager kernel launch (ops-floor tiny_add eager slope); the H200 "
+                     "host's figures where the GPU has none of its own.",
+    "moe_host_bound": "Host-bound MoE layers (step/moe_host.py): after each token-count wait the GPU's queue is empty, "
+                      "so the host's time to issue a MoE layer pass is exposed where it exceeds the GPU time of that "
+                      "pass (its compute-stream ops plus their launch gaps). Host issue time measured on the H200 "
+                      "host (device call 29, moe_host layer_fwd / layer_bwd rows: a whole MoE layer in Megatron-Core's "
+                      "op order issued behind a GPU spin): a median per pass with the experts issued as one call, plus "
+                      "a median per local expert issued from a Python loop (Megatron-Core SequentialMLP). Plain "
+                      "PyTorch: a lower bound for Transformer Engine modules.",
+    "moe_per_expert": "Transformer Engine GroupedLinear (Megatron-Core TEGroupedMLP, chosen by moe_grouped_gemm with "
+                      "TE: megatron/core/models/gpt/moe_module_specs.py) runs one cuBLAS GEMM per local expert "
+                      "(transformer_engine/pytorch/csrc/extensions/gemm.cpp te_general_grouped_gemm -> "
+                      "nvte_multi_tensor_gemm, 'only multi-stream cublas backend'; TE PR #853, issue #1386), as does "
+                      "Megatron-Core SequentialMLP: each expert's GEMM is priced on the GEMM curve at its own rows, "
+                      "with one launch gap per extra kernel, in place of the one grouped GEMM of the layer graph. "
+                      "The multi-stream launch gains nothing: two GEMMs on two streams took 0.99-1.09x of back to "
+                      "back on the H200 (device call 29 gemm_pair). Floored at 0 where the grouped price is higher.",
     "fp8_casts": "Every FP8 GEMM operand is quantized from BF16 by a cast kernel: the activation and the weight "
                  "before each forward GEMM, the output gradient before each dgrad GEMM (the wgrad reuses the "
                  "transposed copies). Recipes (FP8_SCALING): Transformer Engine DelayedScaling (its default: one "
@@ -80,6 +92,10 @@ FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": 
                "eager": (7, 13.0, False), "mxfp8": (1, 4.0 + 2.0 / 32, True)}
 
 FSDP_IMPLS = ("fsdp2", "flat")
+# how a rank's local experts run (SOURCES moe_per_expert) -> how the host issues them (step/moe_host.HOST_IMPLS):
+# one grouped kernel; one cuBLAS GEMM each issued in C++ from one Python call (TE GroupedLinear); a Python loop
+# with one GEMM each (Megatron-Core SequentialMLP)
+MOE_EXPERTS = {"grouped": "grouped", "per_expert": "grouped", "sequential": "sequential"}
 
 
 @dataclass(frozen=True)
@@ -90,13 +106,14 @@ class OverheadModel:
     cuda_graphs: bool = False  # the step is captured in CUDA graphs: graph_kernel_gap_s per kernel
     graph_kernel_gap_s: float = 0.5e-6
     grad_clip: bool = True
-    moe_imbalance: float = 1.0  # max / mean tokens per expert
     fp8_recipe: bool = True  # cast kernels of the FP8 GEMMs under dtype fp8 (which ops are FP8: layer.op_dtype)
     fp8_scaling: str = "delayed"  # FP8_SCALING key: Transformer Engine's default recipe
     dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
     dp_bucket: bool = True
     fsdp_impl: str = "fsdp2"  # "fsdp2" (per-parameter sharding, copy-out) or "flat" (FSDP1, Megatron FSDP)
     moe_host_sync: bool = True  # the host waits for the token counts once per MoE layer forward (SOURCES)
+    moe_host_bound: bool = True  # MoE layer passes whose host issue time exceeds their GPU time (SOURCES)
+    moe_experts: str = "grouped"  # MOE_EXPERTS key: how the local experts' GEMMs run
 
     def __post_init__(self) -> None:
         if self.fsdp_impl not in FSDP_IMPLS:
@@ -106,13 +123,13 @@ class OverheadModel:
                 raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
         if self.fp8_scaling not in FP8_SCALING:
             raise C3kitError(f"overheads: unknown fp8_scaling {self.fp8_scaling!r}: use one of {', '.join(FP8_SCALING)}")
-        if not self.moe_imbalance >= 1.0:
-            raise C3kitError(f"overheads: moe_imbalance is max / mean tokens per expert, >= 1, got {self.moe_imbalance!r}")
+        if self.moe_experts not in MOE_EXPERTS:
+            raise C3kitError(f"overheads: moe_experts {self.moe_experts!r}: use one of {', '.join(MOE_EXPERTS)}")
 
 
 DEFAULT_OVERHEADS = OverheadModel()
 NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, fp8_recipe=False,
-                             dp_bucket=False, moe_host_sync=False)
+                             dp_bucket=False, moe_host_sync=False, moe_host_bound=False)
 
 
 @dataclass(frozen=True)
@@ -146,11 +163,6 @@ def eager_launch_s(hw) -> float:
         if cal is not None and math.isfinite(cal.floor_eager_s) and cal.floor_eager_s > 0:
             return float(cal.floor_eager_s)
     raise C3kitError("no measured eager kernel launch (ops-floor calibration) is shipped")
-
-
-def is_router_forward(nd) -> bool:
-    """A MoE layer's forward (or recomputed forward) top-k: where the dispatcher's host synchronisation follows."""
-    return nd.stream == "compute" and nd.name.removeprefix("re.") == "router_topk"
 
 
 def fp8_cast_elements(nd) -> tuple[float, float]:
@@ -239,23 +251,10 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                                         else 0), hw))
         out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
 
-    # MoE load imbalance (the router, top-k and permute / unpermute kernels are ops of the layer graph)
-    if graph.model.is_moe and model.moe_imbalance > 1.0:
-        imb_s = 0.0
-        for i, nd in enumerate(nodes):
-            if nd.role.removeprefix("re_") == "experts":
-                imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
-        out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
-                            SOURCES["moe_imbalance"]))
-
-    # MoE dispatchers: the host waits for the token counts once per MoE layer forward; the GPU idles one launch
-    if model.moe_host_sync and graph.model.is_moe and graph.phase == "train":
-        syncs = [i for i, nd in enumerate(nodes) if is_router_forward(nd)]
-        if syncs:
-            each = eager_launch_s(hw)
-            n_sync = float(sum(runs[i] for i in syncs))
-            out.append(Overhead("moe_host_sync", each * n_sync * pf, n_sync,
-                                f"{n_sync:,.0f} host waits x {each * 1e6:.2f} us", SOURCES["moe_host_sync"]))
+    # MoE (the load imbalance is Parallelism.moe_imbalance, in the expert GEMMs' rows): count waits, host-bound
+    # passes, per-expert GEMMs
+    if graph.model.is_moe and graph.phase == "train":
+        out += moe_overheads(graph, hw, timer, runs, op_t, pf, model, gap)
 
     # FSDP2: the all-gather copy-out on the compute stream, once per all-gather run
     if model.fsdp_impl == "fsdp2" and getattr(graph.par, "fsdp", False):
@@ -293,3 +292,34 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
             out.append(Overhead("dp_bucket", t, 1, f"last bucket {bucket:,.0f} params vs one layer {layer_params:,.0f}",
                                 SOURCES["dp_bucket"]))
     return tuple(out)
+
+
+def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel, gap: float) -> list[Overhead]:
+    """The MoE terms of one training step graph: moe_host_sync, moe_host_bound, moe_per_expert (SOURCES)."""
+    from c3kit.step.moe_host import exposed_host_s, host_issue_s, moe_host_calibration, moe_pass_gpu, per_expert_gemms
+
+    out: list[Overhead] = []
+    passes = moe_pass_gpu(graph, op_t, runs, gap)
+    if not passes or not (model.moe_host_sync or model.moe_host_bound or model.moe_experts != "grouped"):
+        return out
+    n_fwd = sum(n for ps, (_, n) in passes.items() if ps != "bwd")
+    if model.moe_host_sync:
+        each = moe_host_calibration(hw.name).sync_s + eager_launch_s(hw)
+        out.append(Overhead("moe_host_sync", each * n_fwd * pf, n_fwd,
+                            f"{n_fwd:,.0f} host waits x {each * 1e6:.1f} us", SOURCES["moe_host_sync"]))
+    el = int(graph.model.n_experts) // max(int(getattr(graph.par, "ep", 1)), 1)
+    if model.moe_experts != "grouped":
+        t, gemms, per_pass = per_expert_gemms(graph, hw, timer, runs, op_t, gap)
+        out.append(Overhead("moe_per_expert", max(t, 0.0) * pf, gemms,
+                            f"{gemms:,.0f} expert GEMMs one per expert ({t * pf:+.4g} s vs grouped)",
+                            SOURCES["moe_per_expert"]))
+        if t > 0:  # the GPU time the host's issue overlaps with (the grouped price kept where it is the higher)
+            passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
+    if model.moe_host_bound:
+        cal = moe_host_calibration(hw.name)
+        host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
+        t = sum(exposed_host_s(host["bwd" if ps == "bwd" else "fwd"], g) * n for ps, (g, n) in passes.items())
+        out.append(Overhead("moe_host_bound", t * pf, sum(n for _, n in passes.values()),
+                            f"host {host['fwd'] * 1e3:.2f} / {host['bwd'] * 1e3:.2f} ms per layer fwd / bwd, "
+                            f"{el} local experts ({model.moe_experts})", SOURCES["moe_host_bound"]))
+    return out

@@ -182,6 +182,7 @@ NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
 MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "source", "reason")
+MOE_EXPERT_COLUMNS = ("runs", "framework", "experts", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -290,6 +291,25 @@ def moe_options(path=None) -> pd.DataFrame:
 def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     """Whether a run's EP all-to-alls overlap another micro-batch's compute (first matching row; off when none)."""
     return _first_match(run, moe_options() if table is None else table, "a2a_overlap", "0") == "1"
+
+
+def _check_moe_experts(name: str) -> str:
+    from c3kit.step.overheads import MOE_EXPERTS
+
+    if name not in MOE_EXPERTS:
+        raise StudyError(f"moe experts: unknown experts {name!r}: use one of {', '.join(MOE_EXPERTS)}")
+    return name
+
+
+def moe_experts_table(path=None) -> pd.DataFrame:
+    """How each MoE run's local experts' GEMMs ran (studies/data/moe_experts.csv: run glob, framework, a key of
+    step.overheads.MOE_EXPERTS, source, reason), decided from the framework's code."""
+    return _run_table("moe_experts.csv", MOE_EXPERT_COLUMNS, _check_moe_experts, path)
+
+
+def moe_experts_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """grouped, per_expert or sequential for a run: the first matching row of the table (grouped when none does)."""
+    return _first_match(run, moe_experts_table() if table is None else table, "experts", "grouped")
 
 
 def model_of(row):
@@ -473,6 +493,9 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
     if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
         ovh = replace(ovh, fp8_scaling=recipe)
+    experts = moe_experts_of(str(row["run"])) if m.is_moe else ovh.moe_experts
+    if experts != ovh.moe_experts:  # how the framework runs the experts' GEMMs (studies/data/moe_experts.csv)
+        ovh = replace(ovh, moe_experts=experts)
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
@@ -570,7 +593,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "activation checkpointing recomputes (studies/data/recompute_modes.csv: torchtitan's op policy or "
              "every-N-th-layer checkpointing), whether a MoE run's expert-parallel all-to-alls overlap another micro-batch's "
              "compute (studies/data/moe_options.csv: Megatron-Core overlap_moe_expert_parallel_comm, from the recipe "
-             "whose layout matches the published one), "
+             "whose layout matches the published one), how a MoE run's local experts' GEMMs ran (studies/data/moe_experts.csv: "
+             "Transformer Engine GroupedLinear, one cuBLAS GEMM per expert; term 'moe_per_expert'), "
              "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
              "adds, or none with Megatron-Core and Transformer Engine), how gradients accumulate over "
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
