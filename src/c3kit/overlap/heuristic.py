@@ -14,9 +14,9 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
-    GEMM x GEMM:         (two streams of one schedule) by how far their output tiles together exceed the
-                         SMs (both filling the GPU: half speed each), at least the other's HBM share of
-                         the memory-bound part; GEMM x memory-bound kernel: that HBM share only.
+    GEMM x GEMM:         (two streams of one schedule; also GEMM x memory-bound kernel) the speeds the
+                         simulator gives the two running together (sim.engine.compute_rates: SMs by
+                         priority and cap, HBM shared), against the GEMM's speed alone.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
@@ -33,7 +33,7 @@ from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, build_key, check
-from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time
+from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time, compute_rates
 from c3kit.sim.params import ContentionParams
 
 
@@ -147,20 +147,26 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     return max(end), free
 
 
+_COMPUTE_PAIR: dict[tuple, float] = {}  # _pair_cost of two compute tasks by what the simulator's sharing reads of them
+
+
 def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: ContentionParams,
                u_hbm: float, t_link: float, t_rate: float = 0.0, u_rate: float = 0.0,
                res: Resources | None = None) -> float:
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs as far as
-            # their output tiles together exceed them (both filling the GPU: each at half speed), and HBM by the
-            # other's share of it for the memory-bound part; a memory-bound kernel beside it: HBM only
-            hbm = (1.0 - t.phi) * u_hbm / H
-            if u.category != "comp":
-                return hbm
-            used = min(t.tiles or S, S) + min(u.tiles or S, S)
-            return max(hbm, min(1.0, max(0.0, used / S - 1.0)))
+            # two kernels on two streams (PyTorch async TP issues its steps on two streams; a reduction beside a
+            # GEMM) share SMs and HBM as the simulator shares them (sim.engine.compute_pair_rates)
+            pt, pu = prio.get(t.stream, 0), prio.get(u.stream, 0)
+            key = (t.sms, t.tiles, t.hbm, t.phi, t.curve, u.sms, u.tiles, u.hbm, u.phi, u.curve, S, H, pt > pu, pt < pu)
+            hit = _COMPUTE_PAIR.get(key)
+            if hit is None:
+                if len(_COMPUTE_PAIR) >= 1 << 16:
+                    _COMPUTE_PAIR.clear()
+                both = compute_rates((t, u), S, H, (pt, pu))[0]
+                hit = _COMPUTE_PAIR[key] = compute_rates((t,), S, H)[0] / both - 1.0 if both > 0 else 1.0
+            return hit
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
