@@ -97,19 +97,22 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     share = params.noprio_comm_sm_share
     links = _links if _links is not None else _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
     alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
-    work = [alone[i] - t.pre - t.post for i, t in enumerate(tasks)]
+    work = [a - t.pre - t.post for a, t in zip(alone, tasks)]
     start, end = _walk_idx(links, alone)
     free = max(end)
-    # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent)
-    hbm_use = [(t.work / work[i] * t.hbm if t.kind == "comm" else t.hbm) if work[i] > 0 else 0.0
-               for i, t in enumerate(tasks)]
-    rate = [t.work / work[i] if work[i] > 0 else 0.0 for i, t in enumerate(tasks)]  # comm: B/s alone
-    all_links = (1 << res.links) - 1
-    link_cap = [bin((t.links & all_links) or all_links).count("1") * res.link_bw / res.links for t in tasks]
-    costs: dict[tuple[int, int], float] = {}
-    fixed = [t.pre + t.post for t in tasks]
+    every = (1 << res.links) - 1
+    hbm_use, rate, link_cap, fixed = [], [], [], []
+    for t, w in zip(tasks, work):
+        # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent), and a transfer's B/s alone
+        r = t.work / w if w > 0 else 0.0
+        rate.append(r)
+        hbm_use.append((r * t.hbm if t.kind == "comm" else t.hbm) if w > 0 else 0.0)
+        link_cap.append(bin((t.links & every) or every).count("1") * res.link_bw / res.links)
+        fixed.append(t.pre + t.post)
+    costs: list = [None] * (n * n)  # pair cost of (i beside j) at i * n + j, computed when first needed
+    rng = range(n)
     for _ in range(PASSES - 1):
-        order = sorted(range(n), key=start.__getitem__)
+        order = sorted(rng, key=start.__getitem__)
         stretch = [0.0] * n
         for a_pos, i in enumerate(order):
             end_i = end[i]
@@ -124,10 +127,10 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     continue
                 # both directions: how much i slows beside j, and j beside i
                 if work_i > 0:
-                    c = costs.get((i, j))
+                    c = costs[i * n + j]
                     if c is None:
-                        c = costs[(i, j)] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
-                                                       link_cap[i], rate[i], rate[j], res)
+                        c = costs[i * n + j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
+                                                          link_cap[i], rate[i], rate[j], res)
                     # slowed to 1/(1+c) over the overlap: if j leaves first, i only loses the work it did
                     # not do in the window (c/(1+c) of it); if i ends inside j, all of i stretches by c
                     if end_j <= end_i:
@@ -135,15 +138,14 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     stretch[i] += ov / work_i * c
                 work_j = work[j]
                 if work_j > 0:
-                    c = costs.get((j, i))
+                    c = costs[j * n + i]
                     if c is None:
-                        c = costs[(j, i)] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
-                                                       link_cap[j], rate[j], rate[i], res)
+                        c = costs[j * n + i] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
+                                                          link_cap[j], rate[j], rate[i], res)
                     if end_i <= end_j:
                         c = c / (1.0 + c)
                     stretch[j] += ov / work_j * c
-        dur = [fixed[i] + work[i] * (1.0 + stretch[i]) for i in range(n)]
-        start, end = _walk_idx(links, dur)
+        start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
 
 
