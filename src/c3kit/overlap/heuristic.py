@@ -257,19 +257,14 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     res = ctx.res
     derived = ctx.cache.derived
 
-    for order, (name, spec) in enumerate(SCHEDULES.items()):
-        if name in exclude or check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
-            continue
-        tasks, streams = build(spec, ctx, engine)
-        bkey = build_key(spec, engine)
+    for order, name, spec, bkey in _candidates(ctx, engine, exclude):
         hit = walked.get(bkey)
         if hit is None:
-            times = []
-            for t in tasks:
-                v = alone.get(id(t))
-                if v is None:
-                    v = alone[id(t)] = alone_time(t, res)
-                times.append(v)
+            tasks, _ = build(spec, ctx, engine)
+            get = alone.get
+            times = [get(id(t)) for t in tasks]
+            if None in times:  # tasks built outside the field caches (barriers, reductions, local copies)
+                times = [alone_time(t, res) if v is None else v for t, v in zip(tasks, times)]
             # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
             lkey = ("walk-graph", bkey, problem.pattern, problem.gpus)
             links = derived.get(lkey)
@@ -277,19 +272,34 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             _, end = _walk_idx(links, times)
             hit = walked[bkey] = (max(end, default=0.0), times, links)
-        cands.append((hit[0], order, name, spec, tasks, streams, hit[1], hit[2]))
+        cands.append((hit[0], order, name, spec, hit[1], hit[2]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, tasks, streams, times, links in cands:
+    for free, order, name, spec, times, links in cands:
         if best is not None and free > best[0]:
             break
+        tasks, streams = build(spec, ctx, engine)
         t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)
     return best[3]
+
+
+def _candidates(ctx: Ctx, engine: str, exclude: frozenset) -> tuple:
+    """(order in SCHEDULES, name, spec, build key) of every schedule pick() weighs for ctx's problem: those not
+    excluded that check() lets run and that are realizable. check() reads the pattern, the GPU count and whether
+    m divides by its square (the GPU is the cost cache's), so the list is kept per those in the cache."""
+    prob = ctx.p
+    key = ("pick-candidates", prob.pattern, prob.gpus, prob.m % (prob.gpus * prob.gpus) == 0, engine, exclude)
+    hit = ctx.cache.derived.get(key)
+    if hit is None:
+        hit = ctx.cache.derived[key] = tuple(
+            (order, name, spec, build_key(spec, engine)) for order, (name, spec) in enumerate(SCHEDULES.items())
+            if name not in exclude and check(spec, prob, ctx.gpu) is None and spec.realizable(prob.pattern))
+    return hit
 
 
 def _serial_engine(ctx: Ctx) -> str:
