@@ -62,25 +62,31 @@ def _walk(tasks: list[Task], dur: list[float], index: dict[str, int]) -> tuple[l
     return _walk_idx(_links_of(tasks, index), dur)
 
 
-def _links_of(tasks: list[Task], index: dict[str, int]) -> list[tuple[str, tuple[int, ...]]]:
-    """(stream, dependency indices) of every task: what a walk needs of the graph."""
-    return [(t.stream, tuple(index[d] for d in t.deps)) for t in tasks]
+def _links_of(tasks: list[Task], index: dict[str, int]) -> list[tuple[int, ...]]:
+    """The indices of the tasks each task waits for (the previous task of its stream, then its dependencies): what
+    a walk needs of the graph."""
+    last: dict[str, int] = {}
+    out = []
+    for i, t in enumerate(tasks):
+        prev = last.get(t.stream)
+        out.append(((prev,) if prev is not None else ()) + tuple(index[d] for d in t.deps))
+        last[t.stream] = i
+    return out
 
 
-def _walk_idx(links: list[tuple[str, tuple[int, ...]]], dur: list[float]) -> tuple[list[float], list[float]]:
-    """_walk on a graph given as (stream, dependency indices) per task."""
+def _walk_idx(links: list[tuple[int, ...]], dur: list[float]) -> tuple[list[float], list[float]]:
+    """_walk on a graph given as the indices each task waits for (_links_of)."""
     n = len(links)
     start = [0.0] * n
     end = [0.0] * n
-    last: dict[str, float] = {}
-    for i, (stream, deps) in enumerate(links):
-        s0 = last.get(stream, 0.0)
-        for d in deps:
+    for i, waits in enumerate(links):
+        s0 = 0.0
+        for d in waits:
             e = end[d]
             if e > s0:
                 s0 = e
         start[i] = s0
-        end[i] = last[stream] = s0 + dur[i]
+        end[i] = s0 + dur[i]
     return start, end
 
 
