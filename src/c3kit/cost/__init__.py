@@ -16,7 +16,7 @@ from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
 from c3kit.cost.opclass import calibration_for
-from c3kit.cost.published import attention_eff, mem_eff as published_mem_eff
+from c3kit.cost.published import attention_eff, comm_eff as published_comm_eff, mem_eff as published_mem_eff
 from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 

@@ -105,3 +105,36 @@ def basis(gpu_name: str) -> dict[str, str]:
         else:
             out[c] = "measured"
     return out
+
+
+DATASHEET = "catalog datasheet (c3kit.hw) x the cost model's assumed efficiencies (cost/model.py)"
+
+
+def basis_sources(gpu_name: str) -> dict[str, str]:
+    """op class -> where its parameters come from on this GPU, for the label basis() gives: the calibration
+    file(s) measured, the transfer's reason, the published rows' sources with their retrieval date, or the
+    datasheet."""
+    from c3kit.cost.calib_store import calibration_path, op_calibration_path
+    from c3kit.cost.published import published_ops
+
+    base = catalog_name(gpu_name)
+    labels = basis(gpu_name)
+    ops = published_ops(base)
+    out = {}
+    for c, label in labels.items():
+        src = source_gpu(gpu_name, c)
+        if src is not None:
+            if c in GEMM_CLASSES or c == "gemm":
+                path = op_calibration_path(src, "gemm") if c in GEMM_CLASSES else calibration_path(src, "gemm")
+            elif c == "collective":
+                path = calibration_path(src, "comm")
+            else:
+                path = op_calibration_path(src, c)
+            where = f"cost/data/calib/{path.name}"
+            t = transfers().get(base)
+            out[c] = where if src == base else f"{where} by cost/data/transfers.toml: {t.reason}"
+        elif label.startswith("published"):
+            out[c] = f"{'; '.join(ops.sources(c))} (cost/data/published_ops/{ops.origin}, retrieved {ops.retrieved})"
+        else:
+            out[c] = DATASHEET
+    return out

@@ -148,7 +148,7 @@ def published_dir():
 
 def _cite(source: str) -> str:
     """A row's source without the table / figure detail after the first comma (the citation's document)."""
-    return source.split(", '")[0].split(" (")[0].strip()
+    return source.split(", ")[0].split(" (")[0].strip()
 
 
 def _need(row: dict, keys: tuple[str, ...], where: str, value: str = "tflops") -> None:
