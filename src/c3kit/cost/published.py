@@ -167,11 +167,6 @@ def parse(doc: dict, origin: str) -> PublishedOps:
     """PublishedOps from one file's parsed TOML (errors name the file and what is missing)."""
     if "gpu" not in doc:
         raise CostError(f"{origin}: needs gpu = \"<catalog name>\"")
-    try:
-        retrieved = datetime.date.fromisoformat(str(doc.get("retrieved", ""))).isoformat()
-    except ValueError:
-        raise CostError(f"{origin}: needs retrieved = \"YYYY-MM-DD\" (the date its rows were read from their "
-                        f"sources), got {doc.get('retrieved')!r}") from None
     gemm = []
     for i, r in enumerate(doc.get("gemm", [])):
         _need(r, ("dtype", "m", "n", "k", "tflops", "source", "role"), f"{origin} gemm row {i + 1}")
@@ -199,6 +194,11 @@ def parse(doc: dict, origin: str) -> PublishedOps:
             raise CostError(f"{origin} collective row {i + 1}: only all_reduce rows set the scale-up efficiency")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
                                     str(r["source"]), str(r["role"])))
+    try:
+        retrieved = datetime.date.fromisoformat(str(doc.get("retrieved", ""))).isoformat()
+    except ValueError:
+        raise CostError(f"{origin}: needs retrieved = \"YYYY-MM-DD\" (the date its rows were read from their "
+                        f"sources), got {doc.get('retrieved')!r}") from None
     return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved)
 
 
