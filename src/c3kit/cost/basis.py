@@ -114,7 +114,8 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
     """op class -> where its parameters come from on this GPU, for the label basis() gives: the calibration
     file(s) measured, the transfer's reason, the published rows' sources with their retrieval date, or the
     datasheet."""
-    from c3kit.cost.calib_store import calibration_path, op_calibration_path
+    from c3kit.cost.calib_store import calibration_path, op_calibration_path, published_ops_dir, shipped_name, \
+        transfers_path
     from c3kit.cost.published import published_ops
 
     base = catalog_name(gpu_name)
@@ -130,11 +131,11 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
                 path = calibration_path(src, "comm")
             else:
                 path = op_calibration_path(src, c)
-            where = f"cost/data/calib/{path.name}"
-            t = transfers().get(base)
-            out[c] = where if src == base else f"{where} by cost/data/transfers.toml: {t.reason}"
+            where = shipped_name(path)
+            out[c] = where if src == base else f"{where} by {shipped_name(transfers_path())}: {transfers()[base].reason}"
         elif label.startswith("published"):
-            out[c] = f"{'; '.join(ops.sources(c))} (cost/data/published_ops/{ops.origin}, retrieved {ops.retrieved})"
+            file = shipped_name(published_ops_dir() / ops.origin)
+            out[c] = f"{'; '.join(ops.sources(c))} ({file}, retrieved {ops.retrieved})"
         else:
             out[c] = DATASHEET
     return out
