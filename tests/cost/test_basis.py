@@ -50,13 +50,28 @@ def test_every_basis_names_its_source():
                     "transfers.toml" not in src)
     b = basis_sources("B200")
     assert b["attention"].startswith("NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/"
-                                     "sdpa_bf16_benchmark_results_NVIDIA_B200.csv @ cb560b92882357764b874dc3be2c469a488a94a7")
+                                     "sdpa_bf16_benchmark_results_NVIDIA_B200.csv @ cb560b92882357764b874dc3be2c469a488a94a7, "
+                                     "retrieved 2026-12-04 (cost/data/published_ops/b200.toml)")
     assert basis_sources("A100-SXM-80G")["collective"] == (
-        "Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md @ 3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2 "
-        "(cost/data/published_ops/a100-sxm-80g.toml, retrieved 2026-12-03)")
+        "Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md @ 3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2, "
+        "retrieved 2026-12-03 (cost/data/published_ops/a100-sxm-80g.toml)")
     assert basis_sources("H100-SXM")["attention"].startswith("cost/data/calib/h200-sxm-ops-attention.json by "
                                                              "cost/data/transfers.toml: same GH100 die")
     assert basis_sources("H200-SXM+2g(historical)")["gemm"] == "cost/data/calib/h200-sxm-gemm.json"
+
+
+def test_published_calibration_doc_lists_every_source_and_basis():
+    """docs/published-calibration.md's generated blocks are what benchmarks/published_ops.py makes from the files."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "published_ops.py"
+    spec = importlib.util.spec_from_file_location("published_ops_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = mod.DOC.read_text()
+    assert "<!-- generated:published-sources -->" in text and "<!-- generated:published-basis -->" in text
+    assert mod.doc_text(text) == text, "stale: run python benchmarks/published_ops.py --write-doc"
 
 
 def test_h200_is_measured_h100_transferred_a100_published_or_datasheet():

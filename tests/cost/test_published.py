@@ -163,6 +163,11 @@ def test_bad_documents_are_refused():
     with pytest.raises(CostError, match="needs retrieved"):
         pub.parse({"gpu": "X", "retrieved": "yesterday"}, "x.toml")
     assert pub.parse({"gpu": "X", "retrieved": "2026-12-04"}, "x.toml").retrieved == "2026-12-04"
+    row = {"kernel": "Copy", "gbps": 1.0, "source": "s", "role": "fit", "retrieved": "2026-12-05"}
+    ops = pub.parse({"gpu": "X", "retrieved": "2026-12-04", "memory": [row]}, "x.toml")
+    assert ops.memory[0].retrieved == "2026-12-05" and ops.sources("memory") == ("s, retrieved 2026-12-05",)
+    with pytest.raises(CostError, match="memory row 1: needs retrieved"):
+        pub.parse({"gpu": "X", "retrieved": "2026-12-04", "memory": [{**row, "retrieved": "soon"}]}, "x.toml")
     att = tomllib.loads('[[attention]]\nkernel="k"\nbackends=["flash2"]\ndirection="fwd"\ncausal=true\n'
                         'head_dim=64\nseq=512\ntflops=1.0\nsource="s"\nrole="fit"\n')
     with pytest.raises(CostError, match="only direction 'fwd\\+bwd'"):

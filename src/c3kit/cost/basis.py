@@ -135,7 +135,7 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
             out[c] = where if src == base else f"{where} by {shipped_name(transfers_path())}: {transfers()[base].reason}"
         elif label.startswith("published"):
             file = shipped_name(published_ops_dir() / ops.origin)
-            out[c] = f"{'; '.join(ops.sources(c))} ({file}, retrieved {ops.retrieved})"
+            out[c] = f"{'; '.join(ops.sources(c))} ({file})"
         else:
             out[c] = DATASHEET
     return out

@@ -53,6 +53,7 @@ class GemmPoint:
     tflops: float
     source: str
     role: str
+    retrieved: str = ""
 
     @property
     def seconds(self) -> float:
@@ -77,6 +78,7 @@ class AttentionPoint:
     batch: int | None = None
     heads: int | None = None
     kv_heads: int | None = None
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class MemoryPoint:
     gbps: float
     source: str
     role: str
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class CollectivePoint:
     busbw_gbps: float
     source: str
     role: str
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,14 +133,15 @@ class PublishedOps:
         return frozenset(out)
 
     def sources(self, op_class: str) -> tuple[str, ...]:
-        """The distinct sources of the fit rows that price op_class (cost/basis.py names), in file order."""
+        """The distinct sources of the fit rows that price op_class (cost/basis.py names) with their retrieval
+        dates, in file order."""
         rows = {"gemm": [p for p in self.fit_gemm() if GEMM_DTYPE_CLASS.get(p.dtype) == "gemm"],
                 "gemm_fp8": [p for p in self.fit_gemm() if GEMM_DTYPE_CLASS.get(p.dtype) == "gemm_fp8"],
                 "attention": [a for a in self.attention if a.role == "fit"],
                 "memory": [m for m in self.memory if m.role == "fit"],
                 "fp8_cast": [m for m in self.memory if m.role == "fit"],
                 "collective": [c for c in self.collective if c.role == "fit"]}.get(op_class, [])
-        return tuple(dict.fromkeys(_cite(r.source) for r in rows))
+        return tuple(dict.fromkeys(f"{cite(r.source)}, retrieved {r.retrieved or self.retrieved}" for r in rows))
 
 
 def published_dir():
@@ -146,7 +151,7 @@ def published_dir():
     return published_ops_dir()
 
 
-def _cite(source: str) -> str:
+def cite(source: str) -> str:
     """A row's source without the table / figure detail after the first comma (the citation's document)."""
     return source.split(", ")[0].split(" (")[0].strip()
 
@@ -163,6 +168,19 @@ def _need(row: dict, keys: tuple[str, ...], where: str, value: str = "tflops") -
         raise CostError(f"{where}: every row needs its source")
 
 
+def _date(value, where: str) -> str:
+    try:
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise CostError(f"{where}: needs retrieved = \"YYYY-MM-DD\" (the date its rows were read from their "
+                        f"sources), got {value!r}") from None
+
+
+def _row_date(r: dict, doc: dict, where: str) -> str:
+    """A row's retrieval date: its own `retrieved`, else its file's (checked once the rows are read)."""
+    return _date(r["retrieved"], where) if "retrieved" in r else str(doc.get("retrieved", ""))
+
+
 def parse(doc: dict, origin: str) -> PublishedOps:
     """PublishedOps from one file's parsed TOML (errors name the file and what is missing)."""
     if "gpu" not in doc:
@@ -171,7 +189,7 @@ def parse(doc: dict, origin: str) -> PublishedOps:
     for i, r in enumerate(doc.get("gemm", [])):
         _need(r, ("dtype", "m", "n", "k", "tflops", "source", "role"), f"{origin} gemm row {i + 1}")
         gemm.append(GemmPoint(str(r["dtype"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]),
-                              str(r["source"]), str(r["role"])))
+                              str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} gemm row {i + 1}")))
     att = []
     for i, r in enumerate(doc.get("attention", [])):
         _need(r, ("kernel", "backends", "direction", "causal", "head_dim", "seq", "tflops", "source", "role"),
@@ -181,11 +199,13 @@ def parse(doc: dict, origin: str) -> PublishedOps:
         layout = tuple(int(r[k]) if k in r else None for k in ("batch", "heads", "kv_heads"))
         att.append(AttentionPoint(str(r["kernel"]), tuple(str(b) for b in r["backends"]), str(r["direction"]),
                                   bool(r["causal"]), int(r["head_dim"]), int(r["seq"]), float(r["tflops"]),
-                                  str(r["source"]), str(r["role"]), *layout))
+                                  str(r["source"]), str(r["role"]), *layout,
+                                  _row_date(r, doc, f"{origin} attention row {i + 1}")))
     mem = []
     for i, r in enumerate(doc.get("memory", [])):
         _need(r, ("kernel", "gbps", "source", "role"), f"{origin} memory row {i + 1}", "gbps")
-        mem.append(MemoryPoint(str(r["kernel"]), float(r["gbps"]), str(r["source"]), str(r["role"])))
+        mem.append(MemoryPoint(str(r["kernel"]), float(r["gbps"]), str(r["source"]), str(r["role"]),
+                               _row_date(r, doc, f"{origin} memory row {i + 1}")))
     coll = []
     for i, r in enumerate(doc.get("collective", [])):
         _need(r, ("kind", "ranks", "bytes", "busbw_gbps", "source", "role"), f"{origin} collective row {i + 1}",
@@ -193,12 +213,8 @@ def parse(doc: dict, origin: str) -> PublishedOps:
         if r["role"] == "fit" and r["kind"] != "all_reduce":
             raise CostError(f"{origin} collective row {i + 1}: only all_reduce rows set the scale-up efficiency")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
-                                    str(r["source"]), str(r["role"])))
-    try:
-        retrieved = datetime.date.fromisoformat(str(doc.get("retrieved", ""))).isoformat()
-    except ValueError:
-        raise CostError(f"{origin}: needs retrieved = \"YYYY-MM-DD\" (the date its rows were read from their "
-                        f"sources), got {doc.get('retrieved')!r}") from None
+                                    str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} collective row {i + 1}")))
+    retrieved = _date(doc.get("retrieved"), origin)
     return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved)
 
 
