@@ -247,3 +247,21 @@ def test_published_scaleup_efficiency_prices_intra_node_collectives_only_off_roo
     b200 = get_gpu("B200")  # no published collective rows: the assumed comm_eff everywhere
     assert cost.time(ar, b200, EFF) == pytest.approx(7.8e-6 + 1.75 * s / (900e9 * EFF.comm_eff), rel=1e-12)
     assert pub.comm_eff(a100, EFF) == frac and pub.comm_eff(b200, EFF) == EFF.comm_eff
+
+
+def test_h100_flash_attention_rows_check_the_transfer_and_set_nothing():
+    # FlashAttention-2's H100 figure (24 bars: 2 head dims x causal or not x 512..16k): checks of the H200-measured
+    # flash2 rates the H100 takes by transfer; they set no rate and keep the transfer's label
+    ops = pub.published_ops("H100-SXM")
+    assert len(ops.attention) == 24 and all(a.role == "check" for a in ops.attention)
+    assert [a.tflops for a in ops.attention if a.head_dim == 128 and a.causal] == [163, 221, 265, 294, 308, 328]
+    h100 = get_gpu("H100-SXM")
+    assert pub.attention_fraction("H100-SXM", h100.peak_flops("bf16"), "flash2", 128, True, 8192) is None
+    assert basis("H100-SXM")["attention"] == "transferred from H200-SXM"
+    for a in ops.attention:  # the transferred rate sits at 0.72-0.99 of the published one (2023 flash-attn build)
+        heads = 2048 // a.head_dim
+        kw = dict(causal=a.causal, backend="flash2")
+        f = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, **kw)
+        b = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, backward=True, **kw)
+        rate = (f.flops + b.flops) / (cost.time(f, h100, EFF) + cost.time(b, h100, EFF)) / 1e12
+        assert 0.7 < rate / a.tflops < 1.0, (a.seq, a.head_dim, a.causal)

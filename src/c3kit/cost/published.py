@@ -332,7 +332,8 @@ def published_rows(a: dict, shape, backend: str, hw, model, price):
     import numpy as np
 
     ops = published_ops(hw.name)
-    if model.kind == "roofline" or ops is None or not any(backend in r.backends for r in ops.attention):
+    if model.kind == "roofline" or ops is None or not any(r.role == "fit" and backend in r.backends
+                                                            for r in ops.attention):
         return None
     from c3kit.workload.ops import Attention
 
