@@ -230,9 +230,10 @@ def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float 
     return t + base, algo
 
 
-def collective_time(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0) -> float:
+def collective_time(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0,
+                    su_eff: float | None = None) -> float:
     """Seconds of collective c on gpu with the given algorithm ('auto': fastest valid)."""
-    return collective_estimate(c, gpu, algo, eff)[0]
+    return collective_estimate(c, gpu, algo, eff, su_eff)[0]
 
 
 def ring_time(c: Collective, gpu: GPU) -> float:
