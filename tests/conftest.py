@@ -1,6 +1,9 @@
 """Suite-wide pytest settings: a run that collects too few tests fails instead of passing quietly."""
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -9,6 +12,25 @@ settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_
 settings.load_profile("ci")
 
 MIN_TESTS = int(os.environ.get("C3KIT_MIN_TESTS", "1"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load_benchmark(name: str):
+    """Import benchmarks/<name>.py as a module (benchmarks/ is on sys.path meanwhile, for its sibling imports)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """The one loader of benchmark scripts for tests: load_benchmark("validate_ops") -> module."""
+    return _load_benchmark
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

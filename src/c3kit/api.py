@@ -113,7 +113,8 @@ def config_dict(cfg) -> dict:
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
-            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync}
+            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync,
+            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap}
 
 
 def attention_dict(cfg) -> dict:
@@ -167,7 +168,9 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
-            flat_param_grads: bool = False, cp_impl: str = "ring") -> AnalyzeResult:
+            flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
+            moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
+            optimizer_impl: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -200,6 +203,14 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     LanguageCrossEntropy and LanguagePerplexity: 2; workload.layer.check_train_metrics); flat_param_grads: FSDP1's
     per-unit gradient concatenation (workload.layer.FLAT_PARAM_GRADS); cp_impl: "ring" or "torch" (torch
     context_parallel as torchtitan runs it: workload.parallel.CP_IMPL_SOURCES).
+    moe_experts: how a MoE rank's local experts' GEMMs run (step.overheads.MOE_EXPERTS: grouped, per_expert as
+    Transformer Engine GroupedLinear, sequential as Megatron-Core SequentialMLP); it sets the default overheads'
+    OverheadModel.moe_experts. moe_imbalance: the busiest expert-parallel rank's expert tokens over the balanced
+    share (Parallelism.moe_imbalance, >= 1). dp_overlap False: DP gradients
+    reduced after the backward (Megatron-LM 2021-22, DeepSpeed's pipeline engine); pp_p2p_overlap: pipeline p2p
+    behind compute (Megatron-Core overlap_p2p_comm): workload.parallel.DP_OVERLAP_SOURCES, PP_P2P_OVERLAP_SOURCE.
+    optimizer_impl: AdamW as one fused kernel, foreach, or a per-tensor loop ("unfused": Composer's DecoupledAdamW);
+    it sets the default overheads' OverheadModel.optimizer_impl (step.overheads.OPTIMIZER_IMPLS).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -225,11 +236,13 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
-        if fsdp_impl != overheads.fsdp_impl or fp8_scaling != overheads.fp8_scaling:
+        if (fsdp_impl, fp8_scaling, moe_experts, optimizer_impl) != (
+                overheads.fsdp_impl, overheads.fp8_scaling, overheads.moe_experts, overheads.optimizer_impl):
             from dataclasses import replace
 
             # an unknown name is a one-line C3kitError
-            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling)
+            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling, moe_experts=moe_experts,
+                                optimizer_impl=optimizer_impl)
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)
@@ -238,7 +251,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
-                  flat_param_grads=flat_param_grads, cp_impl=cp_impl)
+                  flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,
+                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -124,3 +124,14 @@ def test_report_links_only_files_that_exist(default_run):
     for f in named:
         assert (out / f).exists() or (repo / f).exists(), f
     assert "|---|\n\n" not in md  # no table without rows
+
+
+def test_moe_experts_and_imbalance_reach_the_step():
+    kw = dict(model="Mixtral-8x7B", hw="H100-SXM", gpus=16, tp=8, pp=2, seq=256, compare_overlap=False)
+    loop = {r.name: r.compute_s for r in c3kit.analyze(**kw, moe_experts="sequential").step.rows}
+    one = {r.name: r.compute_s for r in c3kit.analyze(**kw).step.rows}
+    # 8 local experts issued from a Python loop: more host time per layer pass than one grouped call
+    assert loop["moe_host_bound"] > one.get("moe_host_bound", 0.0)
+    kw.update(seq=4096, ep=8)  # the busiest expert-parallel rank's experts take 1.5x the balanced rows
+    heavy = c3kit.analyze(**kw, moe_imbalance=1.5)
+    assert heavy.config.par.moe_imbalance == 1.5 and heavy.step_time > c3kit.analyze(**kw).step_time

@@ -114,6 +114,9 @@ def test_bench_nccl_without_gpus(workdir, capsys):
     (["study", "t3", "--tp", "8,"], "--tp"),
     (["analyze", "--no-such-option"], "No such option"),
     (["analyze", "--tp", "eight"], "--tp"),
+    (["analyze", "--model", "Mixtral-8x7B", "--moe-experts", "batched"], "moe_experts"),
+    (["analyze", "--model", "Mixtral-8x7B", "--moe-imbalance", "0.5"], "moe_imbalance"),
+    (["analyze", "--moe-imbalance", "many"], "--moe-imbalance"),
 ])
 def test_accepted_before_now_refused(workdir, capsys, argv, says):
     _refused(capsys, workdir, argv, says)

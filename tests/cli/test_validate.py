@@ -75,3 +75,11 @@ def test_report_has_the_breakdown(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "breakdown.png" in md and "breakdown.csv" in md
     assert (out / "breakdown.png").stat().st_size > 10_000
+
+
+def test_validate_bad_overlap_exits_2(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["validate", "--overlap", "bogus", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "contended" in err
+    assert not out.exists()

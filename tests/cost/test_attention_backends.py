@@ -203,3 +203,17 @@ def test_context_parallel_chunks_are_ring_steps_of_the_backend():
         assert time(op, hw, EFF) == pytest.approx(float(want), rel=1e-12)
         fwd = time(Attention("a", 1, 32, 8, q, S, 128, "bf16", True, False, True, "flash2"), hw, EFF)
         assert cp * fwd == pytest.approx(whole, rel=0.05)
+
+
+def test_cost_time_prices_a_flash2_forward_by_its_makespan_class():
+    from c3kit.cost.opclass import attention_features, op_calibration
+
+    hw = get_gpu("H200-SXM")
+    cal = op_calibration("H200-SXM")
+    m = cal.attention_model(False, 128, "flash2")
+    op = Attention("a", 1, 8, 8, 4096, 4096, 128, "bf16", True, False, False, "flash2")
+    want = m.fixed_s + attention_features(1, 8, 8, 4096, 4096, 128, True, False, hw.sms) @ np.asarray(m.coefs)
+    assert time(op, hw, EFF) == pytest.approx(float(want), rel=1e-12)
+    # one more head appends CTAs at the end of the launch order: never sooner
+    assert time(Attention("a", 1, 9, 9, 4096, 4096, 128, "bf16", True, False, False, "flash2"), hw, EFF) >= time(
+        op, hw, EFF)

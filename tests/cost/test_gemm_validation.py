@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("validate_gemm", ROOT / "benchmarks" / "validate_gemm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_shipped_h200_model_meets_the_target_on_held_out_workload_gemms(capsys):
-    rc = _load().main(["--no-ablation", "--json"])
+def test_shipped_h200_model_meets_the_target_on_held_out_workload_gemms(capsys, load_benchmark):
+    rc = load_benchmark("validate_gemm").main(["--no-ablation", "--json"])
     res = json.loads(capsys.readouterr().out)
     w = res["workload"]["calibrated"]
     assert rc == 0 and res["pass"]
@@ -30,20 +22,17 @@ def test_shipped_h200_model_meets_the_target_on_held_out_workload_gemms(capsys):
     assert st["workload"]["sustained"]["median"] < 0.6 * st["workload"]["burst"]["median"]
 
 
-def test_validate_gemm_without_held_out_rows_is_a_clear_error(tmp_path, capsys):
+def test_validate_gemm_without_held_out_rows_is_a_clear_error(tmp_path, capsys, load_benchmark):
     doc = {"kind": "gemm", "meta": {}, "columns": ["m", "n", "k", "dtype", "time_s"],
            "rows": [[64, 256, 256, "bf16", 1e-5]]}
     f = tmp_path / "t.json"
     f.write_text(json.dumps(doc))
-    assert _load().main(["--file", str(f), "--holdout", ""]) == 2
+    assert load_benchmark("validate_gemm").main(["--file", str(f), "--holdout", ""]) == 2
     assert "no held-out" in capsys.readouterr().err
 
 
-def test_layer_gemm_sequences_on_the_h200_match_sustained_pricing(capsys):
-    spec = importlib.util.spec_from_file_location("validate_gemm_sequence",
-                                                  ROOT / "benchmarks" / "validate_gemm_sequence.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_layer_gemm_sequences_on_the_h200_match_sustained_pricing(capsys, load_benchmark):
+    mod = load_benchmark("validate_gemm_sequence")
     assert mod.main(["--check", str(ROOT / "benchmarks" / "gemm_sequence_h200" / "gemm-sequence.json"), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)["summary"]
     assert s["n"] >= 30

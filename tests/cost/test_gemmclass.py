@@ -1,6 +1,7 @@
 """GEMM op classes fitted to the measured ops-gemm rows (cost/gemmclass.py): exact values, monotonicity,
 the fits' held-out rows, basis labels and how cost.time uses them."""
 
+import math
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -45,7 +46,8 @@ def test_h200_classes_are_fitted_from_its_rows():
     grouped_rows = [r for r in rows if r["kind"] == "grouped_mm"] + [f for f, _ in pairs]
     held = sum(gc.is_held_out_grouped(r) for r in grouped_rows)
     assert len(pairs) == 36 and cal.grouped.n_rows == len(grouped_rows) - held and held > 0
-    wg = gc.wgrad_rows(pairs, cal.grouped)
+    # the wgrad class: the moe_grad rows (CUDA graph), held out by the same rule
+    wg = gc.graph_wgrad_rows(gc.moe_grad_parts(gc.gemm_rows("H200-SXM", ("moe_grad",))))
     assert cal.grouped_wgrad.n_rows == sum(not gc.is_held_out_grouped(r) for r in wg) >= 8
     assert 0.5 < fp8_fraction("H200-SXM") < 1.0 and fp8_fraction("B200") is None
     assert cal.cast.n_rows == 8 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
@@ -74,10 +76,16 @@ def test_cast_time_hand_checked():
        g=st.sampled_from([1, 4, 16]))
 def test_classes_grow_with_size(m, n, k, g):
     cal = gc.gemm_calibration("H200-SXM")
-    for model in (cal.small_m, cal.grouped):
-        t = model(m, n, k, g)
-        assert model(m + 16, n, k, g) >= t and model(m, 2 * n, k, g) > t
-        assert model(m, n, 2 * k, g) > t and model(m, n, k, 2 * g) > t
+    t = cal.small_m(m, n, k, g)
+    assert cal.small_m(m + 16, n, k, g) >= t and cal.small_m(m, 2 * n, k, g) > t
+    assert cal.small_m(m, n, 2 * k, g) > t and cal.small_m(m, n, k, 2 * g) > t
+    # the grouped class: a longer K loop always costs more; more rows, columns or groups never cost less (inside
+    # one wave of tiles the math term can hide a longer stream entirely)
+    for routed in (False, True):
+        t = cal.grouped(m, n, k, g, routed=routed)
+        assert cal.grouped(m, n, 2 * k, g, routed=routed) > t
+        assert min(cal.grouped(m + 16, n, k, g, routed=routed), cal.grouped(m, 2 * n, k, g, routed=routed),
+                   cal.grouped(m, n, k, 2 * g, routed=routed)) >= t
 
 
 def test_basis_labels_of_the_gemm_classes():
@@ -103,7 +111,8 @@ def test_fp8_fraction_reaches_the_default_curve():
 def test_cost_time_uses_the_classes():
     cls = gc.gemm_classes_for(H200)
     grouped = Gemm("e", 512, 1536, 2048, "bf16", 16)
-    assert cost.time(grouped, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16), rel=1e-12)
+    assert cost.time(grouped, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16, routed=True),
+                                                                   rel=1e-12)
     est = cost.explain(grouped, H200, "efficiency")
     assert est.method == "gemm_grouped" and est.detail["basis"] == "measured"
     small = Gemm("d", 8, 4096, 4096)
@@ -113,7 +122,8 @@ def test_cost_time_uses_the_classes():
     curve = default_curve_for(H200)[0]
     f8 = Gemm("e8", 512, 1536, 2048, "fp8", 16)
     ratio = curve.gemm_time(512 * 16, 1536, 2048, "fp8", H200) / curve.gemm_time(512 * 16, 1536, 2048, "bf16", H200)
-    assert cost.time(f8, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16) * ratio, rel=1e-12)
+    assert cost.time(f8, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16, routed=True) * ratio,
+                                                              rel=1e-12)
     # no class on the B200: the curve prices it; roofline never uses the classes
     b = Gemm("e", 512, 1536, 2048, "bf16", 16)
     assert cost.time(b, B200, "efficiency") == pytest.approx(
@@ -123,14 +133,8 @@ def test_cost_time_uses_the_classes():
     assert cost.explain(Gemm("t", 64, 64, 64), H200, "efficiency").method == "efficiency"
 
 
-def test_held_out_checks_run():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_ops.py"
-    spec = importlib.util.spec_from_file_location("validate_ops", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_held_out_checks_run(load_benchmark):
+    mod = load_benchmark("validate_ops")
     errs = mod.gemm_held_out_errors()
     assert len(errs["gemm small-M"]) == 30 and len(errs["gemm fp8 (_scaled_mm)"]) == 4
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))
@@ -150,11 +154,11 @@ def test_moe_train_pairs_and_wgrad_rows_hand_checked():
     f, fb = pairs[0]
     # 4096 tokens x top-8 over 16 local experts: 2048 rows each; gate+up: N = 2 x 768, K = 2048
     assert (f["m"], f["n"], f["k"], f["groups"]) == (2048, 1536, 2048, 16) and fb["time_s"] == 1.2e-3
-    flat = gc.StreamingGemm(1e-4, 1e18, 0.0, 1e18, 1.0, 1.0)  # prices every GEMM at 100 us
+    flat = gc.TiledGroupedGemm(1e-4, 1e18, 1e18, 0.0, 1.0, 132)  # prices every GEMM at 100 us
     (w,) = gc.wgrad_rows(pairs, flat)
     assert (w["m"], w["n"], w["k"], w["groups"]) == (2048, 1536, 2048, 16)
     assert w["time_s"] == pytest.approx(1.2e-3 - 3e-4 - 1e-4, rel=1e-3)
-    slow = gc.StreamingGemm(1e-3, 1e18, 0.0, 1e18, 1.0, 1.0)  # a dgrad priced above the remainder: no wgrad row
+    slow = gc.TiledGroupedGemm(1e-3, 1e18, 1e18, 0.0, 1.0, 132)  # a dgrad priced above the remainder: no wgrad row
     assert gc.wgrad_rows(pairs, slow) == []
 
 
@@ -168,7 +172,7 @@ def test_expert_wgrad_takes_the_wgrad_class():
     wg = Gemm("expert_fc1.wgrad", 2048, 1536, 256, "bf16", 128)
     assert cost.time(wg, hw, "efficiency") == pytest.approx(cls.grouped_wgrad(2048, 1536, 256, 128), rel=1e-12)
     dg = Gemm("expert_fc1.dgrad", 256, 2048, 1536, "bf16", 128)
-    assert cost.time(dg, hw, "efficiency") == pytest.approx(cls.grouped(256, 2048, 1536, 128), rel=1e-12)
+    assert cost.time(dg, hw, "efficiency") == pytest.approx(cls.grouped(256, 2048, 1536, 128, routed=True), rel=1e-12)
 
 
 
@@ -189,3 +193,67 @@ def test_fit_wave_recovers_known_tile_costs():
     w = gc.fit_wave(m, n, k, g, t, sms=132)
     assert (w.fixed_s, w.per_tile_s, w.per_k_s) == pytest.approx((5e-6, 2e-6, 3e-9), rel=1e-6)
     assert w.n_rows == len(t) and w.min_nk == 768
+
+
+def test_expected_row_tiles_by_hand():
+    # balanced: groups x ceil(M / tile); one group gets every row whatever the routing
+    assert gc.expected_row_tiles(256, 8) == 16.0 and gc.expected_row_tiles(257, 8) == 24.0
+    assert gc.expected_row_tiles(8192, 1, routed=True) == 64.0
+    # routed: 4 x 64 rows over 4 groups, tiles of 16; exact binomial expectation of sum ceil(X / 16)
+    n, p = 256, 0.25
+    exact = 4 * sum(math.comb(n, x) * p ** x * (1 - p) ** (n - x) * math.ceil(x / 16) for x in range(n + 1))
+    assert gc.expected_row_tiles(64, 4, 16, routed=True) == pytest.approx(exact, rel=5e-3)
+    # the spread adds tails: 128 experts of 256 rows on average need about 2.5 tiles each, not 2
+    assert gc.expected_row_tiles(256, 128, routed=True) == pytest.approx(128 * 2.49, rel=5e-3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 4096), g=st.integers(1, 256))
+def test_routed_tiles_lie_between_the_rows_and_one_partial_tile_a_group(m, g):
+    # sum ceil(X_i / 128) is at least the rows over 128 and below that plus one tile a group, and grows with M
+    routed = gc.expected_row_tiles(m, g, routed=True)
+    assert g * m / 128 - 1e-6 * g <= routed <= g * m / 128 + g
+    assert routed <= gc.expected_row_tiles(m + 128, g, routed=True) + 1e-9
+
+
+def test_tiled_grouped_gemm_by_hand():
+    g = gc.TiledGroupedGemm(fixed_s=1e-6, bw=1e12, tile_rate=1e12, per_tile_s=1e-6, p=1.0, sms=132)
+    # 8 groups of 256 x 1024 x 512: (1024 x 512 + 256 x 512 + 256 x 1024) x 2 B x 8 = 14,680,064 B at 1 TB/s;
+    # 8 x 2 x 8 = 128 tiles, one wave of 1 us + 2 x 128 x 128 x 512 / 1e12 s; p = 1 adds them
+    assert g(256, 1024, 512, 8) == pytest.approx(1e-6 + 14.680064e-6 + 1e-6 + 16.777216e-6, rel=1e-12)
+    # 133 tiles take a second wave
+    assert g(128, 128 * 133, 512, 1) - g(128, 128 * 132, 512, 1) == pytest.approx(
+        1e-6 + 16.777216e-6 + 128 * 512 * 2 / 1e12 + 128 * 128 * 2 / 1e12, rel=1e-9)
+    # a GPU with twice the math rate and bandwidth halves both terms, not the fixed cost
+    assert g.scaled(2.0, 2.0)(256, 1024, 512, 8) == pytest.approx(1e-6 + (g(256, 1024, 512, 8) - 1e-6) / 2, rel=1e-12)
+
+
+def test_shipped_grouped_class_prices_routed_experts_above_balanced():
+    cal = gc.gemm_calibration("H200-SXM")
+    bal, rt = cal.grouped(256, 1536, 2048, 128), cal.grouped(256, 1536, 2048, 128, routed=True)
+    assert rt > bal and cal.grouped.n_rows > 40
+
+
+def test_moe_grad_parts_and_graph_wgrad_rows_hand_checked():
+    base = {"kind": "down", "model": "m", "tokens": 4096, "hidden": 2048, "ffn": 768, "experts": 16, "top_k": 8,
+            "ep": 8, "routing": "random"}
+    times = {"fwd": 2e-4, "fwd_dgrad": 5e-4, "fwd_wgrad": 4.5e-4, "fwd_bwd": 7e-4, "grad_accumulate": 1e-4}
+    rows = [{**base, "pass": p, "time_s": t} for p, t in times.items()]
+    rows += [{**base, "routing": "balanced", "pass": "fwd", "time_s": 1e-4}]  # incomplete: left out
+    (p,) = gc.moe_grad_parts(rows)
+    # 4096 x 8 rows over 16 local experts: 2048 each; down: N = hidden, K = ffn
+    assert (p["m"], p["n"], p["k"], p["groups"], p["routed"]) == (2048, 2048, 768, 16, True)
+    assert p["dgrad"] == pytest.approx(3e-4) and p["wgrad"] == pytest.approx(2.5e-4)
+    assert p["both"] == pytest.approx(5e-4) and p["acc"] == 1e-4
+    (w,) = gc.graph_wgrad_rows([p])
+    assert (w["m"], w["n"], w["k"], w["groups"]) == (768, 2048, 2048, 16) and w["time_s"] == pytest.approx(2.5e-4)
+    assert gc.graph_wgrad_rows([{**p, "wgrad": -1e-6}]) == []
+
+
+def test_shipped_wgrad_class_is_fitted_on_the_graph_rows():
+    cal = gc.gemm_calibration("H200-SXM")
+    wrows = gc.graph_wgrad_rows(gc.moe_grad_parts(gc.gemm_rows("H200-SXM", ("moe_grad",))))
+    fit = [r for r in wrows if not gc.is_held_out_grouped(r)]
+    assert len(wrows) == 72 and cal.grouped_wgrad.n_rows == len(fit) < len(wrows)
+    # no eager floor in CUDA-graph rows: the fitted fixed part is far below the eager rows' 89 us
+    assert cal.grouped_wgrad.fixed_s < 20e-6

@@ -263,3 +263,88 @@ def test_shipped_h200_chunked_swiglu_costs_about_twice_the_contiguous_one():
     el = 8192 * 7168  # measured: 308 us strided, 142 us contiguous (call 23)
     ratio = cal.kind_time("swiglu_chunked", el, 7168) / cal.kind_time("swiglu", el, 7168)
     assert 1.8 < ratio < 2.6
+
+
+def test_norm_backward_weight_gradient_waves_by_hand():
+    from c3kit.cost.opclass import dgamma_wave_rows
+
+    # ceil(N / 32) blocks of one column strip each: 4096 -> 128 blocks, one wave on 132 SMs; 5120 -> 160, two waves;
+    # 2048 -> 64, one; 8192 -> 256, two
+    assert [float(dgamma_wave_rows(8192, w, 132)) for w in (2048, 4096, 5120, 8192)] == [8192.0, 8192.0, 16384.0,
+                                                                                          16384.0]
+    # above 64 Ki rows with fewer than SMs / 2 blocks the kernel splits the rows over blocks: no wave term
+    assert float(dgamma_wave_rows(2 ** 17, 2048, 132)) == 0.0
+    assert float(dgamma_wave_rows(2 ** 17, 4096, 132)) == 2.0 ** 17  # 128 blocks >= 66: not split
+    f = memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf, sms=132)
+    assert f.shape == (4,) and float(f[3]) == 2048.0
+    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf).shape == (3,)  # not adopted there
+    with pytest.raises(CostError):
+        memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, (1 << 16) - 1), st.integers(1, 16384), st.integers(1, 16384))
+def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):  # up to the split-M switch (64 Ki rows)
+    from c3kit.cost.opclass import dgamma_wave_rows
+
+    lo, hi = sorted((w1, w2))
+    assert dgamma_wave_rows(rows, lo, 132) <= dgamma_wave_rows(rows, hi, 132)
+    assert dgamma_wave_rows(rows, lo, 132) <= dgamma_wave_rows(rows + 1, lo, 132)
+
+
+def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_waves():
+    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    m = cal.cal.memory["layernorm.bwd"]
+    assert len(m.coefs) == 4 and m.coefs[3] > 0
+    # same bytes per row, one more wave: 5120 costs more per element than 4096 at equal rows
+    t4, t5 = (float(cal.kind_time("layernorm.bwd", 16384 * w, w)) for w in (4096, 5120))
+    assert t5 / 5120 > t4 / 4096
+    # a kind priced by another's model with a launch-shape column (a proxy) runs none of that column's work
+    proxy = OpCalibration("x", {"layernorm.bwd": FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-9))}, {}, None, 0.0, 0.0, {},
+                          1e9, sms=132)
+    sc = ScaledCalibration(proxy, 1.0, 1.0, 1e9, 132)
+    assert sc._fitted("softmax.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
+        1e-6 + 6e6 * 1e-12, rel=1e-12)  # softmax.bwd moves 3 x 2 B an element
+
+
+def test_forward_makespan_by_hand():
+    from c3kit.cost.opclass import _makespan_steps, forward_makespan_flops
+
+    # 4 query tiles of 128 on 132 slots: each its own slot, the last (4 KV tiles) the longest
+    assert _makespan_steps(1, 512, 512, True, 132) == 4.0
+    # two heads of 3 tiles (work 1, 2, 3) on 2 slots in launch order: A1 B2 | A+3=4 | B+1=3 | B+2=5 | A+3=7
+    assert _makespan_steps(2, 384, 384, True, 2) == 7.0
+    assert _makespan_steps(2, 256, 256, True, 1) == 6.0  # one slot runs everything: 1 + 2 + 1 + 2
+    assert _makespan_steps(1, 256, 1024, False, 132) == 8.0  # not causal: every tile sees all 8 KV tiles
+    # a chunk of 128 queries at the end of 1024 keys (causal, bottom-right): it sees all 8 KV tiles
+    assert _makespan_steps(1, 128, 1024, True, 132) == 8.0
+    # 132 heads of one 128-row tile on 132 SMs: one step a slot, 4 x 128 x 128 x d FLOPs a step
+    assert float(forward_makespan_flops(1, 132, 128, 128, 64, True, 132)) == 132 * 4.0 * 128 * 128 * 64
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 64), st.sampled_from([128, 512, 1000, 2048, 4096]), st.sampled_from([32, 66, 132]))
+def test_forward_makespan_bounds_and_more_heads_never_finish_sooner(bh, seq, slots):
+    from c3kit.cost.opclass import ATTN_TILE, _makespan_steps
+
+    nq = -(-seq // ATTN_TILE)
+    work = [-(-min(seq, (i + 1) * ATTN_TILE) // ATTN_TILE) for i in range(nq)]
+    t = _makespan_steps(bh, seq, seq, True, slots)
+    assert max(bh * sum(work) / slots, max(work)) <= t <= bh * sum(work) / slots + max(work)
+    assert _makespan_steps(bh + 1, seq, seq, True, slots) >= t  # tasks appended at the end of the launch order
+
+
+def test_makespan_feature_only_for_flash2_forwards():
+    from c3kit.cost.opclass import attention_flops, makespan_sms
+
+    assert makespan_sms("flash2", 132) == 132 and makespan_sms("cudnn", 132) is None
+    few = attention_features(1, 8, 8, 4096, 4096, 128, True, False, 132)
+    flat = attention_features(1, 8, 8, 4096, 4096, 128, True, False)
+    # 8 heads x 32 tiles = 256 CTAs on 132 slots: idle slots make the makespan cost more than the causal FLOPs
+    assert float(flat[0]) == float(attention_flops(1, 8, 4096, 4096, 128, True, False)) < float(few[0])
+    # the backward keeps its FLOPs
+    assert np.array_equal(attention_features(1, 8, 8, 4096, 4096, 128, True, True, 132),
+                          attention_features(1, 8, 8, 4096, 4096, 128, True, True))

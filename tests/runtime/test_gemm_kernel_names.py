@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gemm_kernel_names", ROOT / "benchmarks" / "gemm_kernel_names.py")
-gkn = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gkn)
 
 
-def test_kernels_in_start_order_and_grouped_between_markers():
+@pytest.fixture(scope="module")
+def gkn(load_benchmark):
+    """benchmarks/gemm_kernel_names.py as a module."""
+    return load_benchmark("gemm_kernel_names")
+
+
+def test_kernels_in_start_order_and_grouped_between_markers(gkn):
     trace = {"traceEvents": [
         {"cat": "kernel", "ts": 30, "name": "spin_kernel"}, {"cat": "kernel", "ts": 40, "name": "nvjet_b"},
         {"cat": "kernel", "ts": 10, "name": "spin_kernel"}, {"cat": "kernel", "ts": 20, "name": "nvjet_a"},
@@ -24,7 +28,7 @@ def test_kernels_in_start_order_and_grouped_between_markers():
     assert gkn.group_by_markers(["nvjet_x"]) == []  # nothing before the first marker counts
 
 
-def test_shipped_kernel_names_cover_every_shipped_shape():
+def test_shipped_kernel_names_cover_every_shipped_shape(gkn):
     doc = json.loads((ROOT / "benchmarks" / "gemm_kernels_h200" / "gemm-kernels.json").read_text())
     have = {tuple(r[:4]) for r in doc["rows"]}
     want = {s[:4] for s in gkn.shapes()}

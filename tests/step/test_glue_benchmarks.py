@@ -1,28 +1,15 @@
 """The profile summary: the split backward's cat as c3kit prices it against the profiled SplitWithSizesBackward0,
 op by op, and its bad input."""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "benchmarks" / "ops_h200" / "h200-sxm-train-profile.json"
 
 
-def _load(name):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
-def test_profile_summary_qkv_cat_matches_the_profiled_split_backward():
-    lines = _load("profile_train_step").summarize(PROFILE)
+def test_profile_summary_qkv_cat_matches_the_profiled_split_backward(load_benchmark):
+    lines = load_benchmark("profile_train_step").summarize(PROFILE)
     cases = [i for i, ln in enumerate(lines) if not ln.startswith(" ")]
     assert len(cases) == 3
     for start, end in zip(cases, cases[1:] + [len(lines)]):
@@ -32,8 +19,8 @@ def test_profile_summary_qkv_cat_matches_the_profiled_split_backward():
         assert abs(mine / prof - 1) < 0.2  # the measured copy class prices the cat within 20% of the profile
 
 
-def test_profile_summary_bad_file(tmp_path, capsys):
-    mod = _load("profile_train_step")
+def test_profile_summary_bad_file(tmp_path, capsys, load_benchmark):
+    mod = load_benchmark("profile_train_step")
     assert mod.main(["--summarize", str(tmp_path / "none.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
     assert mod.main([]) == 2

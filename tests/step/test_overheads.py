@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 from c3kit.errors import C3kitError
 from c3kit.hw import get_gpu
 from c3kit.step import make_plan, node_times, project
+from c3kit.step.moe_host import moe_host_calibration
 from c3kit.step.overheads import (
     DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, eager_launch_s, fp8_cast_elements, fp8_cast_time,
     pipeline_factor, step_overheads)
@@ -133,17 +134,21 @@ def test_moe_imbalance_and_permute_in_the_graph():
     assert "moe_imbalance" not in got and "moe_permute" not in got
     assert [n.name for n in g.layer_nodes() if n.role == "permute"] == [
         "moe_permute", "moe_unpermute", "moe_unpermute.bwd", "moe_permute.bwd"]
-    heavy = terms(g, OverheadModel(moe_imbalance=1.25))[0]["moe_imbalance"].seconds
-    experts = sum(1e-3 * plan.multiplicity[i] for i, n in enumerate(g.nodes) if n.role.removeprefix("re_") == "experts")
-    assert heavy == pytest.approx(0.25 * experts)
+    # the load imbalance has one place, Parallelism.moe_imbalance: the busiest rank's expert GEMM rows
+    assert not hasattr(DEFAULT_OVERHEADS, "moe_imbalance")
+    def fc1_rows(**par):  # ep 2: 256 tokens x top-2 over 4 local experts = 128 rows each when balanced
+        return next(n.op.m for n in graph(MOE, dp=2, ep=2, **par).layer_nodes() if n.name == "expert_fc1")
+
+    assert (fc1_rows(), fc1_rows(moe_imbalance=1.25)) == (128, 160)
 
 
 def test_moe_host_sync_hand_checked():
-    # 4 layers x 8 micro-batches, no pipeline: one host wait per MoE layer forward = 32 waits, one eager launch each
+    # 4 layers x 8 micro-batches, no pipeline: one host wait per MoE layer forward = 32 waits, each the measured
+    # count wait (36.40 us, call 29 moe_host) plus one eager launch (7.1 us, the H200 host's, transferred to H100)
     g = graph(MOE, dp=2, ep=2, global_batch=16)
     got, _ = terms(g)
-    each = eager_launch_s(H100)
-    assert 5e-6 < each < 10e-6  # the H200 host's measured eager tiny_add slope (7.1 us), transferred to H100
+    each = moe_host_calibration("H100-SXM").sync_s + eager_launch_s(H100)
+    assert 43e-6 < each < 44e-6
     assert got["moe_host_sync"].runs == 4 * 8
     assert got["moe_host_sync"].seconds == pytest.approx(32 * each)
     # full recomputation runs every forward twice: twice the waits
@@ -157,12 +162,103 @@ def test_moe_host_sync_hand_checked():
     assert "moe_host_sync" not in terms(g, NO_OVERHEADS)[0]
 
 
+def fast_timer(op, hw, grouped_s=1e-6):
+    """1 us per GEMM (grouped_s for a grouped one), 2 us per attention, 1 us per collective, memory ops free."""
+    if isinstance(op, MemOp):
+        return 0.0
+    if isinstance(op, Gemm):
+        return grouped_s if op.batch > 1 else 1e-6
+    return 1e-6 if isinstance(op, Collective) else 2e-6
+
+
+def moe_terms(g, model=DEFAULT_OVERHEADS, timer=fast_timer):
+    plan = make_plan(g)
+    return {o.name: o for o in step_overheads(g, H100, timer, plan, node_times(g, H100, timer), model)}
+
+
+def test_moe_host_bound_hand_checked():
+    # tiny MoE, ep 2 (4 local experts), 4 layers x 8 micro-batches. A layer forward: 15 compute ops, of them 5 GEMMs
+    # (qkv, proj, router, expert_fc1, expert_fc2) and the attention: 5 + 2 + 15 x 0.9 (launch gaps) = 20.5 us of GPU;
+    # its backward 22 ops, 10 GEMMs and the attention's: 10 + 2 + 22 x 0.9 = 31.8 us
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    fwd = [n for n in g.layer_nodes() if n.stream == "compute" and n.phase == "fwd"]
+    bwd = [n for n in g.layer_nodes() if n.stream == "compute" and n.phase == "bwd"]
+    assert (len(fwd), sum(isinstance(n.op, Gemm) for n in fwd)) == (15, 5)
+    assert (len(bwd), sum(isinstance(n.op, Gemm) for n in bwd)) == (22, 10)
+    cal = moe_host_calibration("H100-SXM")
+    got = moe_terms(g)["moe_host_bound"]
+    assert got.runs == 64
+    assert got.seconds == pytest.approx(32 * (cal.base_s["fwd"] - 20.5e-6) + 32 * (cal.base_s["bwd"] - 31.8e-6))
+    # experts from a Python loop: 4 x the measured per-expert host time more per pass, less the GPU time the
+    # per-expert GEMMs add to the window (6 GEMMs: 4 x 1 us alone + 3 launch gaps - 1 us grouped = 5.7 us each)
+    seq = moe_terms(g, OverheadModel(moe_experts="sequential"))["moe_host_bound"].seconds
+    assert seq == pytest.approx(got.seconds + 32 * 4 * (cal.per_expert_s["fwd"] + cal.per_expert_s["bwd"])
+                                - 32 * 6 * 5.7e-6)
+    # full recomputation: the recomputed forward waits for the counts again, a third pass of the forward's GPU time
+    full = moe_terms(graph(MOE, dp=2, ep=2, global_batch=16, recompute="full"))["moe_host_bound"]
+    assert full.runs == 96 and full.seconds == pytest.approx(got.seconds + 32 * (cal.base_s["fwd"] - 20.5e-6))
+    # a GPU slower than the host: nothing exposed (stub_timer: 1 ms per GEMM)
+    assert terms(g)[0]["moe_host_bound"].seconds == 0.0
+    assert "moe_host_bound" not in moe_terms(g, OverheadModel(moe_host_bound=False))
+    assert "moe_host_bound" not in moe_terms(graph(dp=2))
+
+
+def test_moe_per_expert_hand_checked():
+    # 6 expert GEMMs per layer pass pair (fc1, fc2 forward; their dgrad and wgrad), 4 local experts each:
+    # 4 x 1 us alone + 3 extra launch gaps x 0.9 us - the grouped GEMM's 2 us = 4.7 us each, x 32 runs
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    grouped2 = lambda op, hw: fast_timer(op, hw, grouped_s=2e-6)  # noqa: E731
+    got = moe_terms(g, OverheadModel(moe_experts="per_expert"), grouped2)["moe_per_expert"]
+    assert got.seconds == pytest.approx(6 * 32 * 4.7e-6)
+    assert got.runs == 6 * 32 * 4
+    assert "moe_per_expert" not in moe_terms(g, DEFAULT_OVERHEADS, grouped2)  # grouped: the graph's own GEMM
+    # a grouped GEMM priced above its experts alone: floored at 0 (grouped 20 us > 4 x 1 us + 2.7 us)
+    slow = lambda op, hw: fast_timer(op, hw, grouped_s=20e-6)  # noqa: E731
+    assert moe_terms(g, OverheadModel(moe_experts="per_expert"), slow)["moe_per_expert"].seconds == 0.0
+    from c3kit.step.overheads import MOE_EXPERTS
+
+    assert set(MOE_EXPERTS) == {"grouped", "per_expert", "sequential"}
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(1, 8), more=st.integers(1, 8), rc=st.sampled_from(["none", "full"]))
+def test_moe_host_sync_grows_with_the_forwards(m, more, rc):
+    def sync(mb):
+        got = moe_terms(graph(MOE, dp=2, ep=2, global_batch=2 * mb, recompute=rc))["moe_host_sync"]
+        return got.seconds, got.runs
+
+    (a, na), (b, nb) = sync(m), sync(m + more)
+    assert b > a > 0 and na == 4 * m * (2 if rc == "full" else 1)
+    assert b / a == pytest.approx(nb / na)  # the same measured wait per forward
+
+
+@settings(max_examples=20, deadline=None)
+@given(scale=st.floats(1.0, 200.0), impl=st.sampled_from(["grouped", "per_expert", "sequential"]))
+def test_moe_host_bound_falls_as_the_gpu_slows(scale, impl):
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    model = OverheadModel(moe_experts=impl)
+    slow = lambda op, hw: scale * fast_timer(op, hw)  # noqa: E731
+    base = moe_terms(g, model)["moe_host_bound"].seconds
+    assert 0 <= moe_terms(g, model, slow)["moe_host_bound"].seconds <= base + 1e-12
+
+
+@settings(max_examples=20, deadline=None)
+@given(grouped=st.floats(0.1e-6, 50e-6), more=st.floats(0, 50e-6))
+def test_moe_per_expert_falls_as_the_grouped_gemm_slows(grouped, more):
+    g = graph(MOE, dp=2, ep=2, global_batch=16)
+    model = OverheadModel(moe_experts="per_expert")
+    t = [moe_terms(g, model, lambda op, hw, s=s: fast_timer(op, hw, grouped_s=s))["moe_per_expert"].seconds
+         for s in (grouped, grouped + more)]
+    assert t[0] >= t[1] >= 0
+
+
 def test_dp_bucket_only_for_small_layers_without_fsdp():
     g = graph(dp=4)
     got, _ = terms(g)
     assert "dp_bucket" in got  # 4 layers of ~3M params: the 40M-parameter bucket holds the whole stage
     assert "dp_bucket" not in terms(graph(dp=4, fsdp=True))[0]
     assert "dp_bucket" not in terms(g, OverheadModel(dp_bucket=False))[0]
+    assert "dp_bucket" not in terms(graph(dp=4, dp_overlap=False))[0]  # reduced after the backward: all exposed
 
 
 def test_project_shows_overheads_as_rows_and_adds_them():
@@ -180,12 +276,13 @@ def test_project_shows_overheads_as_rows_and_adds_them():
 
 
 def test_every_term_has_a_source():
-    assert set(SOURCES) == {"launch_gaps", "grad_clip", "moe_imbalance", "fp8_casts",
-                            "dp_bucket", "fsdp_copy_out", "moe_host_sync"}
+    assert set(SOURCES) == {"launch_gaps", "grad_clip", "fp8_casts", "dp_bucket", "fsdp_copy_out",
+                            "moe_host_sync", "moe_host_bound", "moe_per_expert", "optimizer_unfused"}
     assert all(len(s) > 40 for s in SOURCES.values())
 
 
-@pytest.mark.parametrize("bad", [dict(kernel_gap_s=-1e-6), dict(moe_imbalance=0.5), dict(dp_bucket_params=-1)])
+@pytest.mark.parametrize("bad", [dict(kernel_gap_s=-1e-6), dict(moe_experts="batched"), dict(dp_bucket_params=-1),
+                                 dict(optimizer_impl="loop")])
 def test_bad_parameters(bad):
     with pytest.raises(C3kitError):
         OverheadModel(**bad)
@@ -198,6 +295,54 @@ def test_overheads_never_shorten_a_step(dp, dtype, moe, rc):
     g = graph(MOE if moe else DENSE, dtype, dp=dp, recompute=rc)
     base = project(g, H100).totals.step_time
     assert project(g, H100, overheads=DEFAULT_OVERHEADS).totals.step_time >= base
+
+
+def test_optimizer_impl_hand_checked():
+    # 4 layers of 3,147,776 parameters + 2 x 1024 x 512 embeddings = 13,639,680; the fused op moves 30 B each
+    g = graph()
+    fused_s = 13_639_680 * 30 * 1e-9
+    assert "optimizer_unfused" not in terms(g)[0]
+    fe = terms(g, OverheadModel(optimizer_impl="foreach"))[0]["optimizer_unfused"]
+    assert fe.seconds == pytest.approx(fused_s * (80 / 28 - 1))
+    un = terms(g, OverheadModel(optimizer_impl="unfused"))[0]["optimizer_unfused"]
+    assert un.seconds == pytest.approx(fused_s * (88 / 28 - 1))
+    # per layer 2 layernorms (weight, bias) + 6 matrices, plus embedding, final norm, head: 43 tensors x 9 kernels
+    assert un.runs == 9 * 43
+    # memory for free: the Python loop's eager launches bound it
+    def free(op, hw):
+        return 0.0 if isinstance(op, MemOp) else stub_timer(op, hw)
+
+    got = {o.name: o for o in step_overheads(g, H100, free, make_plan(g), node_times(g, H100, free),
+                                             OverheadModel(optimizer_impl="unfused"))}
+    assert got["optimizer_unfused"].seconds == pytest.approx(387 * eager_launch_s(H100))
+    flat = terms(graph(dp=4, fsdp=True), OverheadModel(optimizer_impl="unfused", fsdp_impl="flat"))[0]
+    assert flat["optimizer_unfused"].runs == 9 * (4 + 1)  # one flat parameter per FSDP unit
+    assert "optimizer_unfused" not in terms(g, NO_OVERHEADS)[0]
+
+
+def test_optimizer_pass_count_matches_the_h200_foreach_rows():
+    import json
+    from pathlib import Path
+
+    from c3kit.step.overheads import OPTIMIZER_IMPLS
+
+    rows = json.loads((Path(__file__).parents[2] / "benchmarks/ops_h200/h200-sxm-ops-memory.json").read_text())["rows"]
+    t = {(r[0], r[3]): r[5] for r in rows if r[0] in ("adamw_fused", "adamw_foreach")}
+    big = [n for (op, n) in t if op == "adamw_foreach" and n >= 64 * 2**20]
+    assert big
+    for n in big:  # measured 2.81x and 2.66x against 80 / 28 = 2.86x
+        assert t[("adamw_foreach", n)] / t[("adamw_fused", n)] == pytest.approx(
+            OPTIMIZER_IMPLS["foreach"][1] / OPTIMIZER_IMPLS["fused"][1], rel=0.08)
+
+
+@settings(max_examples=15, deadline=None)
+@given(dp=st.sampled_from([1, 2, 4]), fsdp=st.booleans(), layers=st.integers(1, 6))
+def test_optimizer_impls_are_ordered(dp, fsdp, layers):
+    m = ModelConfig("t", hidden=256, layers=layers, heads=4, vocab=512)
+    g = build_step(m, Parallelism(dp=dp, fsdp=fsdp and dp > 1), "train", 128, "bf16", 8)
+    t = [project(g, H100, overheads=OverheadModel(optimizer_impl=k)).totals.step_time
+         for k in ("fused", "foreach", "unfused")]
+    assert t[0] < t[1] < t[2]
 
 
 def test_fsdp2_copy_out_hand_checked():

@@ -1,6 +1,5 @@
 """benchmarks/make_docs.py: every figure block in the docs has a generator, and the cheap ones are current."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,11 +8,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def make_docs():
-    spec = importlib.util.spec_from_file_location("make_docs", ROOT / "benchmarks" / "make_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def make_docs(load_benchmark):
+    return load_benchmark("make_docs")
 
 
 def test_every_marker_has_a_generator_and_every_generator_a_marker(make_docs):

@@ -25,6 +25,10 @@ def validate(
                                    help="roofline, efficiency or table (c3kit.cost), as in `c3kit analyze`."),
     power: str = POWER_OPT,
     runs: Path = typer.Option(None, "--runs", help="A CSV of runs with the shipped file's columns."),
+    overlap: str = typer.Option("simple", "--overlap",
+                                help="Overlap mode of `c3kit analyze`: simple (independent pairs fully overlap), "
+                                     "contended (they slow each other by the alpha measured on the H200: "
+                                     "step.policy.measured_contention_alpha), none, auto, a family or a schedule."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -32,15 +36,18 @@ def validate(
     from c3kit.errors import StudyError
     from c3kit.studies import validation as v
 
+    from c3kit.step.policy import policy_for
+
     cm, label = with_power(cost_model, power)  # the same construction as `c3kit analyze`
+    policy = policy_for(overlap, getattr(cm, "power", "burst"))
     if runs is not None and not runs.is_file():
         raise StudyError(f"--runs {runs}: no such file")
     table = v.load_runs(runs)
     with progress_bar("pricing runs", not as_json) as update:
-        res = v.validate(cm, table, progress=update)
+        res = v.validate(cm, table, policy=policy, progress=update)
     write_report(out, res, table, label)
     if as_json:
-        emit_json({"cost_model": label, "overall": res.overall(), "targets": v.TARGETS,
+        emit_json({"cost_model": label, "overlap": overlap, "overall": res.overall(), "targets": v.TARGETS,
                    "by_group": res.by_group(), "runs": res.table, "not_modelled": res.skipped[["run", "status"]],
                    "notes": res.notes, "op_basis": op_basis_by_gpu(res.table["gpu"]), "out": str(out)})
         return

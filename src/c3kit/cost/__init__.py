@@ -75,7 +75,8 @@ def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
             t *= curve.gemm_time(op.m, op.n, rows, "fp8", hw) / curve.gemm_time(op.m, op.n, rows, "bf16", hw)
         return t, "gemm_grouped"
     if grouped and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
-        t = cls.grouped(op.m, op.n, op.k, op.batch)
+        # the experts' rows come from a router: group sizes spread about the mean M (gemmclass.expected_row_tiles)
+        t = cls.grouped(op.m, op.n, op.k, op.batch, routed=True)
         if op.dtype == "fp8":
             rows = op.m * op.batch
             t *= curve.gemm_time(rows, op.n, op.k, "fp8", hw) / curve.gemm_time(rows, op.n, op.k, "bf16", hw)

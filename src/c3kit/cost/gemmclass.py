@@ -6,18 +6,25 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   math term over M padded to the kernel's M tile, joined by a p-norm, plus a fixed cost:
       t = fixed + (t_mem^p + t_math^p)^(1/p),  t_mem = bytes / bw x (1 + n_half / N),
       t_math = 2 ceil(M / tm) tm N K / peak
-- grouped GEMM (MoE experts, torch._grouped_mm: `groups` GEMMs of M x N x K in one launch): the same
-  form over all groups (bytes and padded FLOPs summed over the groups).
+- grouped GEMM (MoE experts, torch._grouped_mm: `groups` GEMMs of M x N x K in one launch; TiledGroupedGemm):
+  the weight-streaming term of all groups and a math term in waves of 128 x 128 output tiles over the SMs, each
+  tile a fixed part (prologue, epilogue) plus its K loop, joined by a p-norm:
+      t = fixed + (t_mem^p + t_math^p)^(1/p),  t_mem = bytes / bw,
+      t_math = ceil(tiles / SMs) x (per_tile + 2 x 128 x 128 x K / tile_rate),
+      tiles = ceil(N / 128) x sum over groups of ceil(M_g / 128).
+  Balanced groups have M_g = M; routed ones (routed=True: each of the groups x M rows sent to a group uniformly at
+  random, as the moe_train rows were and as a router spreads tokens) the expected sum (expected_row_tiles): the
+  per-expert tails that make routed rows slower than balanced ones of the same mean.
 - grouped wgrad (the weight gradient of MoE experts: per group a K x N output reduced over the group's M rows):
   wave quantization over the SMs (WaveGemm): the output tiles of all groups run one per SM a wave, each tile's
   time a fixed part (prologue, epilogue: writing the tile) plus a part per row of the reduction,
       t = fixed + ceil(groups x ceil(K / 128) x ceil(N / 128) / SMs) x (a + b x M),
-  fitted on the moe_train rows (runtime/bench/ops_decode.py: five published MoE layers, forward and forward +
-  backward by autograd; its fixed part, 89 us on the H200 rows, is mostly the eager autograd's: those rows were
-  timed eagerly, and the attention backward rows show the same 115-170 us floor) as t_wgrad = t(forward +
-  backward) - t(forward) - the grouped class's dgrad at (M, K, N): a composition with the grouped class, held out
-  by the same rule on the wgrad shape.
-  Those rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
+  fitted on the moe_grad rows (runtime/bench/ops_decode.py bench_moe_grad: the expert GEMMs of five published MoE
+  layers, forward and forward + wgrad by autograd.grad inside a CUDA graph, at a random router's counts and at
+  balanced counts) as t_wgrad = t(forward + wgrad) - t(forward): no eager host time, no .grad accumulation. Held
+  out by is_held_out_grouped on the wgrad shape. Without moe_grad rows, the moe_train rows (timed eagerly) as
+  t(forward + backward) - t(forward) - the grouped class's dgrad at (M, K, N) (wgrad_rows).
+  The moe_train rows' forwards join the grouped class's own rows (kind grouped_mm, M = the mean rows per expert).
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
   held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
@@ -89,7 +96,89 @@ class StreamingGemm:
         return replace(self, bw=self.bw * bw_ratio, peak=self.peak * flops_ratio)
 
 
-WAVE_TILE = 128  # output tile edge of the wave class (CUTLASS's Hopper grouped kernels; 128 x 256 fits alike)
+WAVE_TILE = 128  # output tile edge of the wave classes (CUTLASS's Hopper grouped kernels; 128 x 256 fits alike)
+
+
+def expected_row_tiles(m, groups, tile: int = WAVE_TILE, routed=False):
+    """Sum over groups of ceil(M_g / tile): groups x ceil(M / tile) when balanced; when routed, its expectation over
+    groups x M rows each sent to one of the groups uniformly at random (M_g binomial; E ceil(X / tile) = sum over
+    j >= 0 of P(X > j tile), by the normal approximation with continuity correction)."""
+    m, g, r = np.broadcast_arrays(np.asarray(m, float), np.asarray(groups, float), np.asarray(routed, bool))
+    out = (g * np.ceil(m / tile)).ravel()
+    for i in np.flatnonzero(r.ravel() & (g.ravel() > 1)):
+        mu, gi = float(m.flat[i]), float(g.flat[i])
+        sd = math.sqrt(mu * (1.0 - 1.0 / gi))  # binomial(groups x M, 1 / groups)
+        top = int(math.ceil((mu + 10.0 * sd) / tile))
+        out[i] = gi * sum(0.5 * math.erfc((j * tile + 0.5 - mu) / (sd * math.sqrt(2.0))) for j in range(top + 1))
+    out = out.reshape(m.shape)
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class TiledGroupedGemm:
+    """t = fixed + (t_mem^p + t_math^p)^(1/p) of `groups` GEMMs in one launch, the math in waves of output tiles
+    (see the module docstring)."""
+
+    fixed_s: float
+    bw: float  # B/s of the weight / activation stream
+    tile_rate: float  # FLOP/s of one SM on one output tile's K loop
+    per_tile_s: float  # a tile's fixed part (prologue, epilogue)
+    p: float
+    sms: int
+    n_rows: int = 0
+    min_nk: float = 0.0  # the smallest N and K among the fitted rows
+
+    def covers(self, n, k):
+        """True (elementwise) where N and K are at least half the smallest measured N and K."""
+        return (np.asarray(n) >= 0.5 * self.min_nk) & (np.asarray(k) >= 0.5 * self.min_nk)
+
+    def __call__(self, m, n, k, groups=1, itemsize: float = 2.0, routed=False):
+        """Seconds (scalars or arrays); routed: group sizes from a uniform random router of mean M (else all M)."""
+        m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
+        t_mem = (n * k + m * k + m * n) * itemsize * g / self.bw
+        tiles = expected_row_tiles(m, g, WAVE_TILE, routed) * np.ceil(n / WAVE_TILE)
+        t_math = np.ceil(tiles / self.sms) * (self.per_tile_s + 2.0 * WAVE_TILE * WAVE_TILE * k / self.tile_rate)
+        hi, lo = np.maximum(t_mem, t_math), np.minimum(t_mem, t_math)
+        t = self.fixed_s + hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
+        return float(t) if t.ndim == 0 else t
+
+    def scaled(self, flops_ratio: float, bw_ratio: float) -> "TiledGroupedGemm":
+        """The same kernel on a GPU with flops_ratio x the peak and bw_ratio x the HBM bandwidth (the tile work at
+        the math rate; the measured GPU's SM count)."""
+        return replace(self, bw=self.bw * bw_ratio, tile_rate=self.tile_rate * flops_ratio,
+                       per_tile_s=self.per_tile_s / flops_ratio)
+
+
+def fit_tiled_grouped(m, n, k, groups, routed, t, sms: int) -> TiledGroupedGemm:
+    """TiledGroupedGemm by least squares on log time (Levenberg-Marquardt from a few starts)."""
+    from c3kit.cost.efficiency import _levenberg_marquardt
+
+    m, n, k, g, t = (np.asarray(x, dtype=float) for x in (m, n, k, groups, t))
+    if len(t) < 8 or np.any(t <= 0):
+        raise CostError(f"a grouped-GEMM fit needs at least 8 rows with positive times, got {len(t)}")
+    tiles = expected_row_tiles(m, g, WAVE_TILE, np.asarray(routed, bool))  # fixed by the shapes: computed once
+    min_nk = float(min(n.min(), k.min()))
+
+    def make(x) -> TiledGroupedGemm:
+        x = np.clip(x, -60.0, 60.0)
+        return TiledGroupedGemm(math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), math.exp(x[3]),
+                                1.0 + math.exp(min(x[4], 3.0)), int(sms), len(t), min_nk)
+
+    def resid(x):
+        c = make(x)
+        t_mem = (n * k + m * k + m * n) * 2.0 * g / c.bw
+        t_math = np.ceil(tiles * np.ceil(n / WAVE_TILE) / sms) * (
+            c.per_tile_s + 2.0 * WAVE_TILE * WAVE_TILE * k / c.tile_rate)
+        hi, lo = np.maximum(t_mem, t_math), np.minimum(t_mem, t_math)
+        return np.log(c.fixed_s + hi * (1.0 + (lo / hi) ** c.p) ** (1.0 / c.p)) - np.log(t)
+
+    best = None
+    for p in (1.0, 3.0, 8.0):
+        for per_tile in (1e-7, 1e-6):
+            x, cost, _ = _levenberg_marquardt(resid, np.log([5e-6, 3e12, 4e12, per_tile, p]), 300)
+            if best is None or cost < best[1]:
+                best = (x, cost)
+    return make(best[0])
 
 
 @dataclass(frozen=True)
@@ -185,12 +274,15 @@ def fit_small_m(rows: list[dict], hold_out: bool = True) -> StreamingGemm | None
     return fit_streaming(*([r[c] for r in pts] for c in ("m", "n", "k", "groups", "time_s")))
 
 
-def fit_grouped(rows: list[dict], kind: str = "grouped_mm", hold_out: bool = True) -> StreamingGemm | None:
-    """The grouped-GEMM class from rows of one kind (held-out rows left out unless hold_out is False)."""
+def fit_grouped(rows: list[dict], kind: str = "grouped_mm", hold_out: bool = True, *,
+                sms: int) -> TiledGroupedGemm | None:
+    """The grouped-GEMM class from rows of one kind (held-out rows left out unless hold_out is False; a row with
+    routed True ran at a random router's counts) on a GPU of `sms` SMs."""
     pts = [r for r in rows if r["kind"] == kind and r["time_s"] and not (hold_out and is_held_out_grouped(r))]
     if len(pts) < 8:
         return None
-    return fit_streaming(*([r[c] for r in pts] for c in ("m", "n", "k", "groups", "time_s")))
+    cols = [[r[c] for r in pts] for c in ("m", "n", "k", "groups")]
+    return fit_tiled_grouped(*cols, [bool(r.get("routed")) for r in pts], [r["time_s"] for r in pts], sms)
 
 
 def fp8_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
@@ -260,30 +352,56 @@ def moe_train_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
         H, F, el = int(r["hidden"]), int(r["ffn"]), int(r["experts"])
         n, k = (2 * F, H) if r["kind"] == "gate_up" else (H, F)
         shape = {"m": -(-int(r["tokens"]) * int(r["top_k"]) // el), "n": n, "k": k, "groups": el}
-        out.append(({**shape, "kind": "grouped_mm", "time_s": float(f["time_s"])},
+        out.append(({**shape, "kind": "grouped_mm", "routed": True, "time_s": float(f["time_s"])},
                     {**shape, "kind": "grouped_fwd_bwd", "time_s": float(r["time_s"])}))
     return out
 
 
-def wgrad_rows(pairs: list[tuple[dict, dict]], grouped: StreamingGemm) -> list[dict]:
+def wgrad_rows(pairs: list[tuple[dict, dict]], grouped: TiledGroupedGemm) -> list[dict]:
     """The wgrad of each pair as a grouped row (m = K, n = N, k = rows per expert): forward + backward - forward -
     the grouped class's dgrad; pairs whose remainder is not positive are left out."""
     out = []
     for f, fb in pairs:
-        t = fb["time_s"] - f["time_s"] - grouped(f["m"], f["k"], f["n"], f["groups"])
+        t = fb["time_s"] - f["time_s"] - grouped(f["m"], f["k"], f["n"], f["groups"], routed=f.get("routed", False))
         if t > 0:
             out.append({"kind": "grouped_wgrad", "m": f["k"], "n": f["n"], "k": f["m"], "groups": f["groups"],
                         "time_s": t})
     return out
 
 
-def fit_grouped_wgrad(pairs: list[tuple[dict, dict]], grouped: StreamingGemm | None,
-                      hold_out: bool = True, *, sms: int) -> WaveGemm | None:
-    """The grouped-wgrad class from moe_train pairs (held-out wgrad shapes left out unless hold_out is False) on a
-    GPU of `sms` SMs."""
-    if grouped is None:
-        return None
-    rows = [r for r in wgrad_rows(pairs, grouped) if not (hold_out and is_held_out_grouped(r))]
+def moe_grad_parts(rows: list[dict]) -> list[dict]:
+    """Each moe_grad shape x routing as a grouped shape (m = mean rows per local expert, n, k of the forward GEMM,
+    groups = local experts, routed) with its parts in seconds: fwd, dgrad, wgrad, both (forward + pass - forward)
+    and acc (the weight-gradient accumulate add)."""
+    by = {}
+    for r in rows:
+        if r["time_s"]:
+            by.setdefault((r["kind"], r["model"], r["tokens"], r["ep"], r["routing"]), {})[r["pass"]] = r
+    out = []
+    for (kind, *_), ps in by.items():
+        if not {"fwd", "fwd_dgrad", "fwd_wgrad", "fwd_bwd"} <= ps.keys():
+            continue
+        r = ps["fwd"]
+        H, F, el = int(r["hidden"]), int(r["ffn"]), int(r["experts"])
+        n, k = (2 * F, H) if kind == "gate_up" else (H, F)
+        f = float(r["time_s"])
+        out.append({"m": -(-int(r["tokens"]) * int(r["top_k"]) // el), "n": n, "k": k, "groups": el,
+                    "routed": r["routing"] == "random", "fwd": f, "dgrad": float(ps["fwd_dgrad"]["time_s"]) - f,
+                    "wgrad": float(ps["fwd_wgrad"]["time_s"]) - f, "both": float(ps["fwd_bwd"]["time_s"]) - f,
+                    "acc": float(ps["grad_accumulate"]["time_s"]) if "grad_accumulate" in ps else None})
+    return out
+
+
+def graph_wgrad_rows(parts: list[dict]) -> list[dict]:
+    """The moe_grad wgrads as grouped rows (m = K, n = N, k = rows per expert), positive ones only."""
+    return [{"kind": "grouped_wgrad", "m": p["k"], "n": p["n"], "k": p["m"], "groups": p["groups"],
+             "time_s": p["wgrad"]} for p in parts if p["wgrad"] > 0]
+
+
+def fit_grouped_wgrad(rows: list[dict], hold_out: bool = True, *, sms: int) -> WaveGemm | None:
+    """The grouped-wgrad class from wgrad rows (graph_wgrad_rows or wgrad_rows; held-out shapes left out unless
+    hold_out is False) on a GPU of `sms` SMs."""
+    rows = [r for r in rows if not (hold_out and is_held_out_grouped(r))]
     if len(rows) < 8:
         return None
     return fit_wave(*([r[c] for r in rows] for c in ("m", "n", "k", "groups", "time_s")), sms=sms)
@@ -295,7 +413,7 @@ class GemmCalibration:
 
     gpu: str
     small_m: StreamingGemm | None
-    grouped: StreamingGemm | None
+    grouped: TiledGroupedGemm | None
     cast: FeatureCost | None
     origin: str
     grouped_wgrad: WaveGemm | None = None
@@ -334,10 +452,12 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     from c3kit.hw.catalog import get_gpu
 
     pairs = moe_train_pairs(gemm_rows(gpu_name, ("moe_train",)) or [])
-    grouped = fit_grouped(rows + [f for f, _ in pairs])
+    sms = get_gpu(gpu_name).sms
+    grouped = fit_grouped(rows + [f for f, _ in pairs], sms=sms)
+    graph = graph_wgrad_rows(moe_grad_parts(gemm_rows(gpu_name, ("moe_grad",)) or []))
+    wrows = graph if graph else (wgrad_rows(pairs, grouped) if grouped is not None else [])
     return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
-                           op_calibration_path(gpu_name, "gemm").name,
-                           fit_grouped_wgrad(pairs, grouped, sms=get_gpu(gpu_name).sms))
+                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms))
 
 
 @dataclass(frozen=True)
@@ -345,7 +465,7 @@ class ScaledGemmClasses:
     """A GPU's GEMM classes (own or transferred, rescaled to it); None where its basis is the datasheet."""
 
     small_m: StreamingGemm | None
-    grouped: StreamingGemm | None
+    grouped: TiledGroupedGemm | None
     cast_fixed_s: float | None
     cast_s_per_element: float | None
     grouped_wgrad: WaveGemm | None = None

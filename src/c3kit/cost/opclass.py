@@ -5,7 +5,9 @@ measurements (runtime/bench/ops.py), never to step times.
 Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
 least squares (each row weighted by 1 / its time); the features say what the time grows with:
 - memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
-  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth).
+  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth); kinds whose
+  kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
+  argmax, and the norm backward's weight-gradient waves).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
@@ -25,6 +27,7 @@ left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -110,6 +113,10 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError("argmax's launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += argmax_shape(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)
+    elif kind in NORM_BWD_KINDS:
+        if not sms:
+            raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
+        cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
 
 
@@ -124,9 +131,20 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
 #   by one block, unless that is 256 or more and the grid is short, when the row is split over ctas blocks and
 #   reduced through global memory (V = 128256 stays in one block at 251 values a thread, 27 us; V = 152064 splits
 #   into 19, 8.6 us).
+# - layer_norm / rms_norm backward (layer_norm_kernel.cu): besides the per-row dX kernel (bytes), the weight
+#   gradient (GammaBetaBackwardCUDAKernelTemplate) runs ceil(N / 32) blocks of 32 x 32 threads, each summing its 32
+#   columns over all M rows; one block per SM fits the rows (two did worse on the fitted rows), so that kernel
+#   takes ceil(ceil(N / 32) / SMs) waves of M rows: width 4096 is one wave on 132 SMs, 5120 two (the held-out rows'
+#   lower bandwidth). Above 64 Ki rows with N / 32 < SMs / 2 it splits M over blocks too (column 0 there).
+#   rms_norm's backward runs the same kernel, but the term fitted on its rows missed its held-out check (7.3 / 11.9%
+#   against 9.1 / 13.9% without it) and moved the whole-layer check (benchmarks/validate_layers.py, fwd_bwd median
+#   1.89% -> 1.92%): not adopted there.
 KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
                          "embedding": ("small-index loop",),
-                         "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread")}
+                         "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread"),
+                         "layernorm.bwd": ("weight-gradient waves x rows",)}
+NORM_BWD_KINDS = ("layernorm.bwd",)
+DGAMMA_COLS, DGAMMA_SPLIT_ROWS = 32, 64 * 1024  # the weight-gradient kernel's block width, its split-M threshold
 INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
 SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
 REDUCE_THREADS, REDUCE_MAX_VPT, REDUCE_MIN_VPT = 512, 256, 16  # Reduce.cuh MAX_NUM_THREADS, values per thread
@@ -159,6 +177,14 @@ def embedding_small_index_loop(indices):
     return np.where(n <= SMALL_INDEX_MAX, n, 0.0)
 
 
+def dgamma_wave_rows(rows, width, sms: int):
+    """Waves x rows of the norm backward's weight-gradient kernel over a rows x width input (KERNEL_SHAPE_FEATURES)."""
+    rows, width = np.broadcast_arrays(np.asarray(rows, float), np.asarray(width, float))
+    blocks = np.ceil(width / DGAMMA_COLS)
+    split = (rows > DGAMMA_SPLIT_ROWS) & (blocks < sms // 2)
+    return np.where(split, 0.0, np.ceil(blocks / sms) * rows)
+
+
 def _last_pow2(n):
     return np.exp2(np.floor(np.log2(np.maximum(n, 1.0))))
 
@@ -187,16 +213,68 @@ def argmax_shape(rows, vocab, sms: int) -> list:
     return [vpt, (ctas > 1).astype(float), per_sm * vpt]
 
 
-def memory_scaling(kind: str, bw_ratio: float) -> np.ndarray:
+def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np.ndarray:
     """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
-    the width and launch-shape terms as measured."""
-    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ()))
+    the width and launch-shape terms as measured (n_coefs: the model's column count, when it is another kind's)."""
+    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ())) if n_coefs is None else n_coefs - 3
     return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
 
 
-def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
-    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention."""
-    f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
+# The fused forward kernels (FlashAttention-2's kBlockM for head dims 64 and 128 on sm90) run one CTA
+# per (batch x head, 128-row query tile), each looping over the 128-column KV tiles it sees (causal: up to the
+# diagonal), launched query tile fastest; the block scheduler hands each CTA to the first free slot. One CTA per SM:
+# chosen on the fit split (flash2 / cudnn training-row p90 3.9-7.6% at one, 14% and more at two or three per SM).
+# Adopted for flash2 only: on cudnn's rows the same feature passed the held-out check (d64 4.3 / 8.2% -> 1.2 / 4.4%,
+# d128 6.4 / 11.4% -> 3.8 / 6.6%) but moved the whole-layer check (benchmarks/validate_layers.py, where SDPA runs
+# cudnn: fwd median 1.56% -> 1.70%, p90 3.00% -> 4.03%, bias +1.23% -> +1.82%; the blocks' 2-8 heads a rank ran
+# faster than the makespan says): not adopted there.
+MAKESPAN_BACKENDS = ("flash2",)
+ATTN_TILE = 128
+MAKESPAN_EXACT_MAX = 32768  # CTAs scheduled one by one up to here; beyond, total / slots + half the longest CTA
+
+
+@lru_cache(maxsize=4096)
+def _makespan_steps(bh: int, q_len: int, kv_len: int, causal: bool, slots: int) -> float:
+    """KV-tile steps the busiest slot runs when bh heads x ceil(q_len / 128) query tiles are list-scheduled in launch
+    order onto `slots` slots."""
+    nq = -(-q_len // ATTN_TILE)
+    if causal:
+        work = [-(-min(kv_len, kv_len - q_len + (i + 1) * ATTN_TILE) // ATTN_TILE) for i in range(nq)]
+    else:
+        work = [-(-kv_len // ATTN_TILE)] * nq
+    if bh * nq <= slots:
+        return float(max(work))
+    if bh * nq > MAKESPAN_EXACT_MAX:  # the tail is at most one CTA: within 0.4% of the busiest slot's time here
+        return bh * sum(work) / slots + max(work) / 2.0
+    free = [0] * slots
+    for _ in range(bh):
+        for w in work:
+            heapq.heappush(free, heapq.heappop(free) + w)
+    return float(max(free))
+
+
+def makespan_sms(backend: str, sms: int | None) -> int | None:
+    """The SM count the forward makespan feature of `backend` uses (None: the backend's forward is priced by FLOPs)."""
+    return sms if backend in MAKESPAN_BACKENDS else None
+
+
+def forward_makespan_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, sms: int):
+    """The fused forward's makespan in FLOPs: the busiest slot's KV-tile steps x slots x one step's 4 x 128 x 128 x
+    head_dim FLOPs (the causal FLOPs when the tiles spread evenly; more when few heads leave slots idle)."""
+    b, h, q, kv, d = np.broadcast_arrays(*(np.asarray(x) for x in (batch, heads, q_len, kv_len, head_dim)))
+    steps = np.array([_makespan_steps(int(bi * hi), int(qi), int(ki), bool(causal), int(sms))
+                      for bi, hi, qi, ki in zip(b.ravel(), h.ravel(), q.ravel(), kv.ravel())]).reshape(b.shape)
+    return steps * sms * 4.0 * ATTN_TILE * ATTN_TILE * d
+
+
+def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: bool, backward: bool,
+                       sms: int | None = None):
+    """[causal FLOPs, query rows x head_dim, KV rows x head_dim] of a training attention; a forward on a GPU of
+    `sms` SMs has its makespan FLOPs (forward_makespan_flops) in the first column."""
+    if sms and not backward:
+        f = forward_makespan_flops(batch, heads, q_len, kv_len, head_dim, causal, sms)
+    else:
+        f = attention_flops(batch, heads, q_len, kv_len, head_dim, causal, backward)
     q_rows = np.asarray(batch, float) * heads * q_len * head_dim
     kv_rows = np.asarray(batch, float) * kv_heads * kv_len * head_dim
     return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
@@ -428,11 +506,12 @@ def is_held_out_attention(r: dict) -> bool:
     return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
 
 
-def _row_features(r: dict):
+def _row_features(r: dict, sms: int | None = None):
     if r["pass"] == "decode":
         return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
     return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
-                              bool(r["causal"]), r["pass"] == "bwd")
+                              bool(r["causal"]), r["pass"] == "bwd",
+                              makespan_sms(attention_row_backend(r) or "", sms))
 
 
 def hash_held_out_backends(rows: list[dict]) -> set[str]:
@@ -463,11 +542,12 @@ def _fit_attention_group(pts: list) -> FeatureCost | None:
 
 
 def fit_attention(rows: list[dict], hold_out: bool = True,
-                  leave_out: dict | None = None) -> tuple[dict, FeatureCost | None]:
+                  leave_out: dict | None = None, sms: int | None = None) -> tuple[dict, FeatureCost | None]:
     """((backend, pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows.
 
     hold_out: leave out every third shape (is_held_out_attention) of the backends measured widely enough
-    (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check.
+    (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check; sms: the
+    measured GPU's SM count (the forwards' makespan feature; None: their FLOPs).
     Decode rows are those of the default backend (what SDPA runs for q_len 1)."""
     hashed = hash_held_out_backends(rows) if hold_out else set()
     groups: dict = {}
@@ -478,7 +558,7 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
             continue
         if b in hashed and is_held_out_attention(r):
             continue
-        pt = (_row_features(r), float(r["time_s"]))
+        pt = (_row_features(r, sms), float(r["time_s"]))
         if r["pass"] == "decode":
             if b == "cudnn":
                 decode_pts.append(pt)
@@ -592,7 +672,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     gpu = get_gpu(gpu_name)
     mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
-    att, dec = fit_attention(arows) if arows else ({}, None)
+    att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
                          fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after)
@@ -633,7 +713,10 @@ class ScaledCalibration:
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
                             sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio))
+        n = len(m.coefs)
+        if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
+            f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
+        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio, n))
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an
@@ -660,7 +743,8 @@ class ScaledCalibration:
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None
-        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward)
+        f = attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backward,
+                               makespan_sms(backend, self.sms or cal.sms))
         return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
 
     def unfused_time(self, batch, heads, q_len, kv_len, head_dim, backward: bool):

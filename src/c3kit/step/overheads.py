@@ -29,18 +29,30 @@ SOURCES = {
                  "foreach): an L2 norm over every local fp32 gradient (reads 4 B per parameter), an all-reduce of "
                  "the norm over all ranks, then an in-place scale of every gradient (reads and writes 8 B per "
                  "parameter); parameters as sharded by ZeRO-1 / FSDP.",
-    "moe_imbalance": "Load imbalance: the busiest expert's tokens over the mean (max / mean), applied to the expert "
-                     "GEMMs. Default 1.0: the Megatron-Bridge performance tables state that tokens are force-"
-                     "balanced over experts; set it from a measured router histogram for free routing.",
     "moe_host_sync": "Megatron-Core (core_v0.16.0) moe/token_dispatcher.py: the alltoall dispatcher copies the token "
                      "counts per expert to the host and waits for them (_maybe_dtoh_and_synchronize at cuda_sync_point "
                      "'before_ep_alltoall', dropless; 'before_permutation_1' with a capacity factor; 'before_finish' "
-                     "without ep / tp), and the allgather dispatcher calls .cpu() on them: the grouped expert GEMM takes "
-                     "its per-expert row counts as host integers. Once per MoE layer forward (and recomputed forward) "
-                     "the host waits until the GPU has drained its queue, so the GPU then idles while the host launches "
-                     "the next kernel: priced as one eager kernel launch of the host, measured (ops-floor tiny_add "
-                     "eager slope, H200 host where the GPU has no measurement of its own). A lower bound: the host's "
-                     "Python and NCCL launch of the all-to-all after the wait were not measured.",
+                     "without ep / tp), and the allgather dispatcher calls .cpu() on them: the expert GEMMs take "
+                     "their per-expert row counts as host integers. Once per MoE layer forward (and recomputed forward) "
+                     "the GPU drains its queue and idles through the wait and the host's launch of the next kernel: "
+                     "the measured wait (median .tolist() of the counts, device call 29 moe_host 'sync' rows, "
+                     "step/moe_host.py) plus one eager kernel launch (ops-floor tiny_add eager slope); the H200 "
+                     "host's figures where the GPU has none of its own.",
+    "moe_host_bound": "Host-bound MoE layers (step/moe_host.py): after each token-count wait the GPU's queue is empty, "
+                      "so the host's time to issue a MoE layer pass is exposed where it exceeds the GPU time of that "
+                      "pass (its compute-stream ops plus their launch gaps). Host issue time measured on the H200 "
+                      "host (device call 29, moe_host layer_fwd / layer_bwd rows: a whole MoE layer in Megatron-Core's "
+                      "op order issued behind a GPU spin): a median per pass with the experts issued as one call, plus "
+                      "a median per local expert issued from a Python loop (Megatron-Core SequentialMLP). Plain "
+                      "PyTorch: a lower bound for Transformer Engine modules.",
+    "moe_per_expert": "Transformer Engine GroupedLinear (Megatron-Core TEGroupedMLP, chosen by moe_grouped_gemm with "
+                      "TE: megatron/core/models/gpt/moe_module_specs.py) runs one cuBLAS GEMM per local expert "
+                      "(transformer_engine/pytorch/csrc/extensions/gemm.cpp te_general_grouped_gemm -> "
+                      "nvte_multi_tensor_gemm, 'only multi-stream cublas backend'; TE PR #853, issue #1386), as does "
+                      "Megatron-Core SequentialMLP: each expert's GEMM is priced on the GEMM curve at its own rows, "
+                      "with one launch gap per extra kernel, in place of the one grouped GEMM of the layer graph. "
+                      "The multi-stream launch gains nothing: two GEMMs on two streams took 0.99-1.09x of back to "
+                      "back on the H200 (device call 29 gemm_pair). Floored at 0 where the grouped price is higher.",
     "fp8_casts": "Every FP8 GEMM operand is quantized from BF16 by a cast kernel: the activation and the weight "
                  "before each forward GEMM, the output gradient before each dgrad GEMM (the wgrad reuses the "
                  "transposed copies). Recipes (FP8_SCALING): Transformer Engine DelayedScaling (its default: one "
@@ -64,6 +76,18 @@ SOURCES = {
                      "all-gather copy-in and reduce-scatter streams beside the compute and are not added. FSDP1 "
                      "(FlatParameter: parameters are views into the gathered buffer) and Megatron FSDP (contiguous "
                      "buffers) have no copy-out: OverheadModel(fsdp_impl='flat').",
+    "optimizer_unfused": "An AdamW step that is not one fused kernel moves each fp32 parameter's state once per "
+                         "elementwise pass. MosaicML Composer's DecoupledAdamW (composer/optim/"
+                         "decoupled_weight_decay.py DecoupledAdamW.adamw, what llm-foundry trains with) loops over the "
+                         "parameter tensors in Python and runs 9 eager kernels on each: param.mul_ (8 B per parameter), "
+                         "exp_avg.mul_ (8) and .add_(grad) (12), exp_avg_sq.mul_ (8) and .addcmul_(grad, grad) (12), "
+                         "sqrt (8), / (8), .add_(eps) (8), param.addcdiv_ (16): 88 B against the fused kernel's 28 B. "
+                         "torch.optim.AdamW(foreach=True) runs the same passes over tensor lists (lerp_ for the first "
+                         "moment: 8 passes, 80 B). Priced as the step's fused optimizer op (the measured adamw class "
+                         "where the GPU has one) x bytes / 28 B, at least the loop's eager kernel launches (ops-floor "
+                         "eager slope) for unfused; the term is that time minus the fused op's. Check on the H200 "
+                         "(ops-memory adamw_foreach / adamw_fused at 64M and 268M parameters: 2.81x and 2.66x "
+                         "measured, 80 / 28 = 2.86x by this count): tests/step/test_overheads.py.",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
@@ -80,6 +104,12 @@ FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": 
                "eager": (7, 13.0, False), "mxfp8": (1, 4.0 + 2.0 / 32, True)}
 
 FSDP_IMPLS = ("fsdp2", "flat")
+# how a rank's local experts run (SOURCES moe_per_expert) -> how the host issues them (step/moe_host.HOST_IMPLS):
+# one grouped kernel; one cuBLAS GEMM each issued in C++ from one Python call (TE GroupedLinear); a Python loop
+# with one GEMM each (Megatron-Core SequentialMLP)
+MOE_EXPERTS = {"grouped": "grouped", "per_expert": "grouped", "sequential": "sequential"}
+# AdamW implementation -> (kernels per parameter tensor, bytes moved per fp32 parameter): SOURCES["optimizer_unfused"]
+OPTIMIZER_IMPLS = {"fused": (1, 28.0), "foreach": (8, 80.0), "unfused": (9, 88.0)}
 
 
 @dataclass(frozen=True)
@@ -90,13 +120,15 @@ class OverheadModel:
     cuda_graphs: bool = False  # the step is captured in CUDA graphs: graph_kernel_gap_s per kernel
     graph_kernel_gap_s: float = 0.5e-6
     grad_clip: bool = True
-    moe_imbalance: float = 1.0  # max / mean tokens per expert
     fp8_recipe: bool = True  # cast kernels of the FP8 GEMMs under dtype fp8 (which ops are FP8: layer.op_dtype)
     fp8_scaling: str = "delayed"  # FP8_SCALING key: Transformer Engine's default recipe
     dp_bucket_params: float = 40e6  # Megatron-Core default bucket (at least 1e6 x dp)
     dp_bucket: bool = True
     fsdp_impl: str = "fsdp2"  # "fsdp2" (per-parameter sharding, copy-out) or "flat" (FSDP1, Megatron FSDP)
     moe_host_sync: bool = True  # the host waits for the token counts once per MoE layer forward (SOURCES)
+    moe_host_bound: bool = True  # MoE layer passes whose host issue time exceeds their GPU time (SOURCES)
+    moe_experts: str = "grouped"  # MOE_EXPERTS key: how the local experts' GEMMs run
+    optimizer_impl: str = "fused"  # OPTIMIZER_IMPLS: fused AdamW kernel, foreach, or a per-tensor loop (Composer)
 
     def __post_init__(self) -> None:
         if self.fsdp_impl not in FSDP_IMPLS:
@@ -104,15 +136,17 @@ class OverheadModel:
         for name in ("kernel_gap_s", "graph_kernel_gap_s", "dp_bucket_params"):
             if not getattr(self, name) >= 0:
                 raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise C3kitError(f"overheads: optimizer_impl {self.optimizer_impl!r}: use one of {', '.join(OPTIMIZER_IMPLS)}")
         if self.fp8_scaling not in FP8_SCALING:
             raise C3kitError(f"overheads: unknown fp8_scaling {self.fp8_scaling!r}: use one of {', '.join(FP8_SCALING)}")
-        if not self.moe_imbalance >= 1.0:
-            raise C3kitError(f"overheads: moe_imbalance is max / mean tokens per expert, >= 1, got {self.moe_imbalance!r}")
+        if self.moe_experts not in MOE_EXPERTS:
+            raise C3kitError(f"overheads: moe_experts {self.moe_experts!r}: use one of {', '.join(MOE_EXPERTS)}")
 
 
 DEFAULT_OVERHEADS = OverheadModel()
 NO_OVERHEADS = OverheadModel(kernel_gap_s=0.0, graph_kernel_gap_s=0.0, grad_clip=False, fp8_recipe=False,
-                             dp_bucket=False, moe_host_sync=False)
+                             dp_bucket=False, moe_host_sync=False, moe_host_bound=False)
 
 
 @dataclass(frozen=True)
@@ -148,11 +182,6 @@ def eager_launch_s(hw) -> float:
     raise C3kitError("no measured eager kernel launch (ops-floor calibration) is shipped")
 
 
-def is_router_forward(nd) -> bool:
-    """A MoE layer's forward (or recomputed forward) top-k: where the dispatcher's host synchronisation follows."""
-    return nd.stream == "compute" and nd.name.removeprefix("re.") == "router_topk"
-
-
 def fp8_cast_elements(nd) -> tuple[float, float]:
     """(activation or gradient elements, weight elements) cast to FP8 for one run of a GEMM node."""
     from c3kit.workload.ops import Gemm
@@ -180,6 +209,33 @@ def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple
         k0, b0 = CAST_COMPOSITION
         return kernels / k0 * cls.cast_fixed_s + per_el / b0 * cls.cast_s_per_element * elements, kernels
     return float(timer(MemOp("fp8_cast", per_el * elements), hw)), kernels
+
+
+def optimizer_tensors(graph, flat: bool) -> int:
+    """Parameter tensors the optimizer loops over on one rank: one flat parameter per FSDP unit (every layer and the
+    root) with flat FSDP, else every weight matrix, bias and norm of the stage's layers plus embedding, final norm and
+    head."""
+    L = int(graph.layers_per_stage)
+    if flat:
+        return L + 1
+    m = graph.model
+    norms = 2 * (2 if m.norm == "layernorm" else 1)
+    return L * (norms + (4 + (3 if m.gated_mlp else 2)) * (2 if m.bias else 1)) + 3
+
+
+def optimizer_impl_overhead(graph, hw, fused_s: float, params: float, model: OverheadModel) -> Overhead:
+    """Seconds an AdamW of model.optimizer_impl adds over the fused optimizer op priced at fused_s (SOURCES)."""
+    kernels_each, per_param = OPTIMIZER_IMPLS[model.optimizer_impl]
+    base = OPTIMIZER_IMPLS["fused"][1]
+    t = fused_s * per_param / base
+    detail = f"{params:,.0f} parameters x {per_param:.0f} B vs {base:.0f} B fused"
+    kernels = 0
+    if model.optimizer_impl == "unfused":
+        flat = getattr(graph.par, "fsdp", False) and model.fsdp_impl == "flat"
+        kernels = kernels_each * optimizer_tensors(graph, flat)
+        t = max(t, kernels * eager_launch_s(hw))
+        detail += f", {kernels:,} eager kernels"
+    return Overhead("optimizer_unfused", max(t - fused_s, 0.0), kernels, detail, SOURCES["optimizer_unfused"])
 
 
 def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_OVERHEADS) -> tuple[Overhead, ...]:
@@ -239,23 +295,15 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                                         else 0), hw))
         out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
 
-    # MoE load imbalance (the router, top-k and permute / unpermute kernels are ops of the layer graph)
-    if graph.model.is_moe and model.moe_imbalance > 1.0:
-        imb_s = 0.0
-        for i, nd in enumerate(nodes):
-            if nd.role.removeprefix("re_") == "experts":
-                imb_s += (model.moe_imbalance - 1.0) * float(op_t[i]) * runs[i] * pf
-        out.append(Overhead("moe_imbalance", imb_s, 0, f"expert GEMMs x {model.moe_imbalance - 1:.2f}",
-                            SOURCES["moe_imbalance"]))
+    # an optimizer that is not one fused kernel: its extra elementwise passes (and, looped, its launches)
+    if model.optimizer_impl != "fused" and opt and graph.phase == "train":
+        out.append(optimizer_impl_overhead(graph, hw, float(op_t[opt[0]]), nodes[opt[0]].op.bytes / ADAM_BYTES_PER_PARAM,
+                                           model))
 
-    # MoE dispatchers: the host waits for the token counts once per MoE layer forward; the GPU idles one launch
-    if model.moe_host_sync and graph.model.is_moe and graph.phase == "train":
-        syncs = [i for i, nd in enumerate(nodes) if is_router_forward(nd)]
-        if syncs:
-            each = eager_launch_s(hw)
-            n_sync = float(sum(runs[i] for i in syncs))
-            out.append(Overhead("moe_host_sync", each * n_sync * pf, n_sync,
-                                f"{n_sync:,.0f} host waits x {each * 1e6:.2f} us", SOURCES["moe_host_sync"]))
+    # MoE (the load imbalance is Parallelism.moe_imbalance, in the expert GEMMs' rows): count waits, host-bound
+    # passes, per-expert GEMMs
+    if graph.model.is_moe and graph.phase == "train":
+        out += moe_overheads(graph, hw, timer, runs, op_t, pf, model, gap)
 
     # FSDP2: the all-gather copy-out on the compute stream, once per all-gather run
     if model.fsdp_impl == "fsdp2" and getattr(graph.par, "fsdp", False):
@@ -278,7 +326,8 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
     dp = int(getattr(graph.par, "dp", 1))
     grads = [i for i, nd in enumerate(nodes) if nd.role == "dp_grad" and nd.scope == "layer"
              and isinstance(nd.op, Collective)]
-    if model.dp_bucket and dp > 1 and not getattr(graph.par, "fsdp", False) and grads:
+    if (model.dp_bucket and dp > 1 and not getattr(graph.par, "fsdp", False) and grads
+            and getattr(graph.par, "dp_overlap", True)):  # reduced after the backward: all exposed already
         i = grads[0]
         op = nodes[i].op
         per_param = 4.0  # fp32 gradients (workload.graph's grad_dtype default)
@@ -293,3 +342,34 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
             out.append(Overhead("dp_bucket", t, 1, f"last bucket {bucket:,.0f} params vs one layer {layer_params:,.0f}",
                                 SOURCES["dp_bucket"]))
     return tuple(out)
+
+
+def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel, gap: float) -> list[Overhead]:
+    """The MoE terms of one training step graph: moe_host_sync, moe_host_bound, moe_per_expert (SOURCES)."""
+    from c3kit.step.moe_host import exposed_host_s, host_issue_s, moe_host_calibration, moe_pass_gpu, per_expert_gemms
+
+    out: list[Overhead] = []
+    passes = moe_pass_gpu(graph, op_t, runs, gap)
+    if not passes or not (model.moe_host_sync or model.moe_host_bound or model.moe_experts != "grouped"):
+        return out
+    n_fwd = sum(n for ps, (_, n) in passes.items() if ps != "bwd")
+    if model.moe_host_sync:
+        each = moe_host_calibration(hw.name).sync_s + eager_launch_s(hw)
+        out.append(Overhead("moe_host_sync", each * n_fwd * pf, n_fwd,
+                            f"{n_fwd:,.0f} host waits x {each * 1e6:.1f} us", SOURCES["moe_host_sync"]))
+    el = int(graph.model.n_experts) // max(int(getattr(graph.par, "ep", 1)), 1)
+    if model.moe_experts != "grouped":
+        t, gemms, per_pass = per_expert_gemms(graph, hw, timer, runs, op_t, gap)
+        out.append(Overhead("moe_per_expert", max(t, 0.0) * pf, gemms,
+                            f"{gemms:,.0f} expert GEMMs one per expert ({t * pf:+.4g} s vs grouped)",
+                            SOURCES["moe_per_expert"]))
+        if t > 0:  # the GPU time the host's issue overlaps with (the grouped price kept where it is the higher)
+            passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
+    if model.moe_host_bound:
+        cal = moe_host_calibration(hw.name)
+        host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
+        t = sum(exposed_host_s(host["bwd" if ps == "bwd" else "fwd"], g) * n for ps, (g, n) in passes.items())
+        out.append(Overhead("moe_host_bound", t * pf, sum(n for _, n in passes.values()),
+                            f"host {host['fwd'] * 1e3:.2f} / {host['bwd'] * 1e3:.2f} ms per layer fwd / bwd, "
+                            f"{el} local experts ({model.moe_experts})", SOURCES["moe_host_bound"]))
+    return out

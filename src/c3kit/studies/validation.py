@@ -182,6 +182,7 @@ NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
 MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "source", "reason")
+MOE_EXPERT_COLUMNS = ("runs", "framework", "experts", "source", "reason")
 
 
 def _run_table(name: str, columns: tuple, check, path=None) -> pd.DataFrame:
@@ -280,6 +281,43 @@ def _check_flag(v: str) -> str:
     return v
 
 
+PP_OPTION_COLUMNS = ("runs", "framework", "p2p_overlap", "source", "reason")
+
+
+def _check_p2p(v: str) -> str:
+    if v not in ("0", "1"):
+        raise StudyError(f"pp options: p2p_overlap must be 0 or 1, got {v!r}")
+    return v
+
+
+def pp_options(path=None) -> pd.DataFrame:
+    """The pipeline options of each pipelined run's recipe (studies/data/pp_options.csv: run glob, framework,
+    p2p_overlap 0/1 = Megatron-Core overlap_p2p_comm, source, reason), decided from the framework's recipe code."""
+    return _run_table("pp_options.csv", PP_OPTION_COLUMNS, _check_p2p, path)
+
+
+def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
+    """Whether a run's pipeline sends and receives overlap compute (first matching row; off when none matches)."""
+    return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
+
+
+def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
+    """Whether a run's framework reduces the data-parallel gradients behind the backward (workload.parallel.
+    DP_OVERLAP_SOURCES), from its code: not for Megatron-DeepSpeed (DeepSpeed's pipeline engine reduces after the
+    step's last backward) nor Megatron-LM of 2021-22 (its default local DDP all-reduces after forward_backward_func;
+    the year is the source's), overlapped for every other framework (Megatron-Core's --overlap-grad-reduce, which
+    NeMo and Megatron-Bridge turn on with data parallelism; FSDP's post-backward hooks)."""
+    import re
+
+    f = str(framework).lower()
+    if fsdp:
+        return True
+    if "deepspeed" in f:
+        return False
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str(source))]
+    return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
+
+
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
     Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
@@ -290,6 +328,25 @@ def moe_options(path=None) -> pd.DataFrame:
 def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     """Whether a run's EP all-to-alls overlap another micro-batch's compute (first matching row; off when none)."""
     return _first_match(run, moe_options() if table is None else table, "a2a_overlap", "0") == "1"
+
+
+def _check_moe_experts(name: str) -> str:
+    from c3kit.step.overheads import MOE_EXPERTS
+
+    if name not in MOE_EXPERTS:
+        raise StudyError(f"moe experts: unknown experts {name!r}: use one of {', '.join(MOE_EXPERTS)}")
+    return name
+
+
+def moe_experts_table(path=None) -> pd.DataFrame:
+    """How each MoE run's local experts' GEMMs ran (studies/data/moe_experts.csv: run glob, framework, a key of
+    step.overheads.MOE_EXPERTS, source, reason), decided from the framework's code."""
+    return _run_table("moe_experts.csv", MOE_EXPERT_COLUMNS, _check_moe_experts, path)
+
+
+def moe_experts_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """grouped, per_expert or sequential for a run: the first matching row of the table (grouped when none does)."""
+    return _first_match(run, moe_experts_table() if table is None else table, "experts", "grouped")
 
 
 def model_of(row):
@@ -339,7 +396,9 @@ def layout_of(row):
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
               pp_split=pipeline_splits().get(str(row["run"]), "even"),
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
-              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])))
+              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])),
+              dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
+              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -365,6 +424,14 @@ def fsdp_impl_of(framework: str) -> str:
     and Megatron FSDP gather into flat buffers the parameters view ("flat")."""
     f = str(framework).lower()
     return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
+
+
+def optimizer_impl_of(framework: str) -> str:
+    """How a run's framework runs AdamW (step.overheads.OPTIMIZER_IMPLS), from its code: llm-foundry "unfused"
+    (its yamls train with Composer's DecoupledAdamW, whose adamw loops over the parameter tensors with 9 eager
+    kernels each: composer/optim/decoupled_weight_decay.py); every other framework "fused" (Megatron's and NeMo's
+    apex / Transformer Engine FusedAdam and distributed optimizer, torchtitan's AdamW with fused=True)."""
+    return "unfused" if "llm-foundry" in str(framework).lower() else "fused"
 
 
 def fsdp_sync_of(framework: str, pp: int, fsdp: bool) -> str:
@@ -470,23 +537,25 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    if optimizer_impl_of(row["framework"]) != ovh.optimizer_impl:  # the framework's AdamW, from its code
+        ovh = replace(ovh, optimizer_impl=optimizer_impl_of(row["framework"]))
     recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
     if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
         ovh = replace(ovh, fp8_scaling=recipe)
+    experts = moe_experts_of(str(row["run"])) if m.is_moe else ovh.moe_experts
+    if experts != ovh.moe_experts:  # how the framework runs the experts' GEMMs (studies/data/moe_experts.csv)
+        ovh = replace(ovh, moe_experts=experts)
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
-    dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
-    if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
-        step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
     terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role in roles)
              for name, roles in FRAMEWORK_TERMS.items()}
     named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
     return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
-            "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
+            "exposed_s": t.exposed, "bubble_s": t.bubble,
             "overhead_s": t.overhead,
-            "mfu_predicted": t.mfu * t.step_time / step, **named}
+            "mfu_predicted": t.mfu, **named}
 
 
 def op_basis_of(gpu: str) -> str:
@@ -570,7 +639,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "activation checkpointing recomputes (studies/data/recompute_modes.csv: torchtitan's op policy or "
              "every-N-th-layer checkpointing), whether a MoE run's expert-parallel all-to-alls overlap another micro-batch's "
              "compute (studies/data/moe_options.csv: Megatron-Core overlap_moe_expert_parallel_comm, from the recipe "
-             "whose layout matches the published one), "
+             "whose layout matches the published one), how a MoE run's local experts' GEMMs ran (studies/data/moe_experts.csv: "
+             "Transformer Engine GroupedLinear, one cuBLAS GEMM per expert; term 'moe_per_expert'), "
              "which memory-bound glue the backward runs (glue_of: split QKV / gate-up copies, separate projections' "
              "adds, or none with Megatron-Core and Transformer Engine), how gradients accumulate over "
              "micro-batches (grad_acc_of) and how often FSDP gathers parameters and reduce-scatters gradients "
@@ -582,7 +652,11 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
              "'cp_merge'; a ring beside the attention otherwise) and whether FSDP1's flat parameters make autograd "
              "concatenate every unit's gradients (flat_param_grads_of: llm-foundry; op and breakdown column "
-             "'fsdp_grad_cat').",
+             "'fsdp_grad_cat') and which AdamW runs (optimizer_impl_of: Composer's per-tensor DecoupledAdamW loop for "
+             "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
+             "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
+             "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
              "and on A100 STREAM bandwidth and nccl-tests all-reduce bandwidth from published op-level microbenchmarks "
