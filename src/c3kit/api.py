@@ -53,6 +53,13 @@ class AnalyzeResult:
 
         return basis(self.config.hw.name)
 
+    def basis_sources(self) -> dict:
+        """Where each op class's parameters come from on this GPU: calibration file, transfer, published source
+        with its retrieval date, or datasheet (cost.basis.basis_sources)."""
+        from c3kit.cost.basis import basis_sources
+
+        return basis_sources(self.config.hw.name)
+
     def attention(self) -> dict:
         """The attention backend priced (asked for, or the GPU's default: what current PyTorch's SDPA picks
         there), whether it is the default, and the basis of its price on this GPU."""
@@ -70,7 +77,7 @@ class AnalyzeResult:
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
-                "basis": self.basis(), "attention": self.attention(),
+                "basis": self.basis(), "basis_sources": self.basis_sources(), "attention": self.attention(),
                 "norm_rope": getattr(self.config, "norm_rope", "fused"), "glue": getattr(self.config, "glue", "split"),
                 "grad_acc": self.grad_acc(),
                 "tried": [asdict(c) for c in self.config.tried],

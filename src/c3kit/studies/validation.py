@@ -658,10 +658,12 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
              "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
-             "a documented transfer (A100, B200) take GEMMs (and on A100 FlashAttention-2 and STREAM bandwidth) from "
-             "published op-level microbenchmarks (cost/published.py, docs/published-calibration.md) and the rest from "
-             "the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, no measured "
-             "per-kernel cost, other attention at an assumed 60% of peak, no sustained-clock (power) factor. On H100, where "
+             "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
+             "and on A100 STREAM bandwidth and nccl-tests all-reduce bandwidth from published op-level microbenchmarks "
+             "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
+             "and the rest from the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, "
+             "B200 collectives at an assumed 80% of link bandwidth, no measured per-kernel cost, no sustained-clock "
+             "(power) factor. On H100, where "
              "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
              "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)
