@@ -24,7 +24,7 @@ class AnalyzeResult:
     step: object  # c3kit.step.StepResult
     memory: object  # c3kit.workload.memory.MemoryReport
     cost_model: str  # the cost model's label, e.g. "efficiency (sustained clocks)"
-    overlap: str = "simple"  # the --overlap mode the step was projected under
+    overlap: str = "contended"  # the --overlap mode the step was projected under (step.policy.DEFAULT_MODE)
     overlap_modes: tuple = ()  # step time per overlap mode (c3kit.step.project.compare_overlap rows)
     trace: str | None = None  # the Perfetto trace file written, if any
 
@@ -173,7 +173,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             optimizer_impl: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
-    overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
+    overlap: none, simple, contended (default: step.policy.DEFAULT_MODE), auto, a schedule family or a schedule
+    name (c3kit.step.policy);
     policy is its old name (serial = none). trace: a path to write the whole step's Perfetto trace to.
     compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
@@ -216,9 +217,9 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     """
     from c3kit.step import project
     from c3kit.step.config import resolve
-    from c3kit.step.policy import policy_for
+    from c3kit.step.policy import DEFAULT_MODE, policy_for
 
-    mode = overlap or {"serial": "none"}.get(policy or "simple", policy or "simple")
+    mode = overlap or ({"serial": "none"}.get(policy, policy) if policy else DEFAULT_MODE)
     policy_for(mode)  # reject an unknown mode before any work
     from c3kit.workload.attention import check_backend
 

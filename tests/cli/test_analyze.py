@@ -178,7 +178,10 @@ def test_context_parallel_matches_the_layer_description():
     from c3kit.api import with_power
 
     cm, _ = with_power("efficiency", "sustained")
-    want = project(g, gpu, cost_model=cm, overheads=DEFAULT_OVERHEADS).totals.step_time
+    from c3kit.step.policy import DEFAULT_MODE, policy_for
+
+    want = project(g, gpu, cost_model=cm, overheads=DEFAULT_OVERHEADS,
+                   policy=policy_for(DEFAULT_MODE)).totals.step_time
     assert res.step.totals.step_time == want
 
 

@@ -63,8 +63,9 @@ def test_forced_schedule_exposure_is_the_engine_share():
 def test_modes_and_their_order():
     g = llama8b()
     modes = {r["mode"]: r for r in compare_overlap(g, H200, cost_model="efficiency")}
-    assert list(modes)[:3] == ["none", "simple", "auto"] and set(FAMILIES) <= set(modes)
+    assert list(modes)[:4] == ["none", "simple", "contended", "auto"] and set(FAMILIES) <= set(modes)
     assert modes["auto"]["step_time"] <= modes["simple"]["step_time"] <= modes["none"]["step_time"]
+    assert modes["simple"]["step_time"] <= modes["contended"]["step_time"] <= modes["none"]["step_time"]
     assert modes["simple"]["vs_simple"] == 0.0
     assert modes["none"]["exposed"] == pytest.approx(project(g, H200, policy=SerialOverlap(),
                                                              cost_model="efficiency").totals.comm)

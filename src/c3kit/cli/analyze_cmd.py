@@ -62,10 +62,11 @@ def analyze(
                                         help="With --recompute layer: every N-th layer is recomputed (torchtitan's "
                                              "selective_ac_option N)."),
     overlap: str = typer.Option(_D["overlap"], "--overlap",
-                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), contended (independent "
-                                     "pairs slowed by the alpha measured on the H200), auto "
-                                     "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
-                                     "fused) or a schedule name.", show_default="simple"),
+                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only, independent "
+                                     "pairs fully overlapped), contended (independent pairs at the compute / comm "
+                                     "contention measured on the H200), auto (the overlap engine's selector per pair), "
+                                     "a family (serial, bulk, ring, ficco, fused) or a schedule name.",
+                                show_default="contended"),
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
     trace: Path = out_file_option(_D["trace"], "Write a Perfetto/Chrome trace JSON of the whole step: a process "
                                   "per pipeline stage (open in ui.perfetto.dev).", flag="--trace", show_default="no trace"),
@@ -302,7 +303,8 @@ def write_report(out: Path, res) -> None:
             rep.table("streams", streams, "Communication by parallel group (seconds per GPU per step)")
         if res.overlap_modes:
             rep.table("overlap_modes", pd.DataFrame(list(res.overlap_modes)), "Step time by overlap mode: none "
-                      "(every collective on the critical path), simple (dependencies only), auto (the selector per "
+                      "(every collective on the critical path), simple (dependencies only), contended (independent "
+                      "pairs at the measured contention, the default), auto (the selector per "
                       "collective-GEMM pair), each schedule family forced where it applies; vs_simple = step time / "
                       "simple - 1")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")

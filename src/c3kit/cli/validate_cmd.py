@@ -8,6 +8,7 @@ import typer
 
 from c3kit.cli.common import (JSON_OPT, POWER_OPT, console, emit_json, out_dir_option, progress_bar, rich_table,
                               with_power)
+from c3kit.step.policy import DEFAULT_MODE
 from c3kit.units import fmt_time
 
 DEFAULT_OUT = "c3kit-out/validate"
@@ -25,10 +26,10 @@ def validate(
                                    help="roofline, efficiency or table (c3kit.cost), as in `c3kit analyze`."),
     power: str = POWER_OPT,
     runs: Path = typer.Option(None, "--runs", help="A CSV of runs with the shipped file's columns."),
-    overlap: str = typer.Option("simple", "--overlap",
-                                help="Overlap mode of `c3kit analyze`: simple (independent pairs fully overlap), "
-                                     "contended (they slow each other by the alpha measured on the H200: "
-                                     "step.policy.measured_contention_alpha), none, auto, a family or a schedule."),
+    overlap: str = typer.Option(DEFAULT_MODE, "--overlap",
+                                help="Overlap mode of `c3kit analyze`: contended (independent pairs at the contention "
+                                     "measured on the H200: step.policy.measured_contention), simple (they fully "
+                                     "overlap), none, auto, a family or a schedule."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:

@@ -77,46 +77,88 @@ class SlowdownOverlap:
 
 DEFAULT_POLICY = SimpleOverlap()
 
-# The op-level stand-in for an NCCL collective beside compute on one GPU: a same-priority SM copy kernel (8, 32 and
-# 132 blocks) launched beside a cuBLAS GEMM, `c3kit bench c3` on the H200 (calib/h200-sxm-c3.json, docs/measurements.md
-# run 2). Not yet measured with NCCL on several GPUs.
+# The op-level stand-in for an NCCL collective beside compute on one GPU: the k-block SM copy kernel launched first
+# on a high-priority stream, copying without pause for longer than the cuBLAS GEMMs beside it (device call 31,
+# family gemm_under_comm, calib/h200-sxm-ops-gemm_under_comm.json). NCCL runs one thread block per channel; the rows
+# with 8 to 32 blocks stand for its usual channel counts. Not yet measured with NCCL on several GPUs.
 CONTENTION_GPU = "H200-SXM"
-CONTENTION_VARIANTS = ("sm-copy-k8", "sm-copy-k32", "sm-copy-k132")
+CONTENTION_BLOCKS = (8, 16, 32)
 
 
-@functools.lru_cache(maxsize=4)
-def measured_contention_alpha(gpu_name: str = CONTENTION_GPU) -> float:
-    """SlowdownOverlap's alpha from the measured C3 rows: 1 - the mean fraction of the ideal overlap speedup that the
-    CONTENTION_VARIANTS realized (SlowdownOverlap realizes 1 - alpha of it), clipped to [0, 1]; C3kitError without
-    the calibration. benchmarks/overlap_alpha.py prints the derivation beside the two-stream gemm_pair rows."""
+@dataclass(frozen=True)
+class Contention:
+    """What one measured compute / comm pair says: comm_rate, the copy's rate beside a GEMM over its rate alone;
+    gemm_slowdown, the GEMM's time beside the copy over its time alone - 1 (both medians over `rows` rows)."""
+
+    comm_rate: float
+    gemm_slowdown: float
+    rows: int
+
+
+def contention_rows(gpu_name: str = CONTENTION_GPU) -> list[dict]:
+    """The stand-in rows of the measured gemm_under_comm file (SM copy, no pause, CONTENTION_BLOCKS blocks, the copy
+    busy over the whole GEMM window); C3kitError without them."""
     import json
 
-    from c3kit.cost.calib_store import calib_dir, calibration_path
+    from c3kit.cost.calib_store import op_calibration_path
     from c3kit.errors import C3kitError
 
-    path = calibration_path(gpu_name, "c3", calib_dir())
+    path = op_calibration_path(gpu_name, "gemm_under_comm")
     try:
         doc = json.loads(path.read_text())
         rows = [dict(zip(doc["columns"], r)) for r in doc["rows"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise C3kitError(f"no measured C3 table for {gpu_name} ({path.name}: {e})") from None
-    f = [float(r["fraction_of_ideal"]) for r in rows if r.get("variant") in CONTENTION_VARIANTS
-         and r.get("fraction_of_ideal") is not None]
-    if not f:
-        raise C3kitError(f"{path.name} holds no same-priority SM copy rows ({', '.join(CONTENTION_VARIANTS)})")
-    return float(np.clip(1.0 - np.mean(f), 0.0, 1.0))
+        raise C3kitError(f"no measured compute / comm contention for {gpu_name} ({path.name}: {e})") from None
+    keep = [r for r in rows if r.get("comm") == "sm_copy" and r.get("duty") == 1.0 and r.get("covered")
+            and r.get("blocks") in CONTENTION_BLOCKS]
+    if not keep:
+        raise C3kitError(f"{path.name} holds no SM copy rows at {CONTENTION_BLOCKS} blocks without pause")
+    return keep
 
 
-def contended_policy() -> SlowdownOverlap:
-    """--overlap contended: independent compute / comm pairs slow each other down by the measured alpha."""
-    pol = SlowdownOverlap(measured_contention_alpha())
-    pol.name = "contended"
-    return pol
+@functools.lru_cache(maxsize=4)
+def measured_contention(gpu_name: str = CONTENTION_GPU) -> Contention:
+    """The measured Contention of a GPU (medians over contention_rows; benchmarks/overlap_contention.py prints them)."""
+    rows = contention_rows(gpu_name)
+    rate = float(np.median([r["copy_under_Bps"] / r["copy_alone_Bps"] for r in rows]))
+    slow = float(np.median([r["gemm_under_s"] / r["gemm_alone_s"] - 1.0 for r in rows]))
+    return Contention(rate, slow, len(rows))
+
+
+class ContendedOverlap:
+    """Independent pairs overlap at measured rates: the comm moves at comm_rate of its speed while compute runs
+    (which takes 1 + gemm_slowdown, never less than alone), then alone: c' + max(0, m - comm_rate x c'), at most
+    serial. Dependent pairs: compute + comm."""
+
+    name = "contended"
+
+    def __init__(self, contention: Contention):
+        from c3kit.errors import C3kitError
+
+        if not 0.0 < contention.comm_rate <= 1.0:
+            raise C3kitError(f"contention: comm_rate must be within (0, 1], got {contention.comm_rate}")
+        self.contention = contention
+
+    def pair_time(self, compute_s, comm_s, dependent: bool):
+        """Dependent: c + m; independent: c (1 + slowdown) + the comm left after comm_rate of it, capped at c + m."""
+        if dependent:
+            return compute_s + comm_s
+        c = compute_s * (1.0 + max(self.contention.gemm_slowdown, 0.0))
+        return np.minimum(c + np.maximum(comm_s - self.contention.comm_rate * c, 0.0), compute_s + comm_s)
+
+
+def contended_policy() -> ContendedOverlap:
+    """--overlap contended: independent compute / comm pairs at the H200's measured contention."""
+    return ContendedOverlap(measured_contention())
 
 
 # --- the overlap engine in the step ------------------------------------------------------------------
 FAMILIES = ("serial", "bulk", "ring", "ficco", "fused")
-BASE_MODES = ("none", "simple", "auto")
+BASE_MODES = ("none", "simple", "contended", "auto")
+# `analyze` and `validate` price under this mode unless told otherwise: the op-level measurement (device call 31) says
+# a collective beside a GEMM moves at about a fifth of its rate, so simple's full overlap of independent pairs is an
+# upper bound that no measurement supports (README, docs/overlap_default.md).
+DEFAULT_MODE = "contended"
 
 
 def overlap_modes() -> tuple[str, ...]:
@@ -199,7 +241,7 @@ class EngineOverlap:
     def __init__(self, mode: str = "auto", power: str = "burst", patterns: tuple[str, ...] | None = None):
         from c3kit.errors import C3kitError
 
-        if mode not in overlap_modes() or mode in ("none", "simple"):
+        if mode not in overlap_modes() or mode in ("none", "simple", "contended"):
             raise C3kitError(f"unknown engine overlap mode {mode!r}: use auto, a family ({', '.join(FAMILIES)}) "
                              "or a schedule name (`c3kit overlap --help`)")
         self.name = mode if patterns is None else f"{mode}[{','.join(patterns)}]"

@@ -525,6 +525,10 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     from c3kit.workload.graph import build_step
 
     m, p = run_objects(row)
+    if policy is None:  # the same default mode as `c3kit analyze`
+        from c3kit.step.policy import DEFAULT_MODE, policy_for
+
+        policy = policy_for(DEFAULT_MODE)
     gpu = get_gpu(str(row["gpu"])) if gpu is None else gpu
     cm = default_cost_model() if cost_model is None else cost_model
     code = norm_rope_of(str(row["run"]))
