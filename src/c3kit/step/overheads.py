@@ -76,6 +76,20 @@ SOURCES = {
                      "all-gather copy-in and reduce-scatter streams beside the compute and are not added. FSDP1 "
                      "(FlatParameter: parameters are views into the gathered buffer) and Megatron FSDP (contiguous "
                      "buffers) have no copy-out: OverheadModel(fsdp_impl='flat').",
+    "moe_expert_casts": "Transformer Engine GroupedLinear (Megatron-Core TEGroupedMLP, --moe-experts per_expert) "
+                        "quantizes its input, and in the backward its output gradient, with tex.split_quantize and "
+                        "one quantizer per local expert; split_quantize's multi_quantize_impl has a fused "
+                        "multi-tensor kernel for delayed scaling only ('Currently only have fused kernel for FP8 "
+                        "delayed scaling', nvte_multi_cast_transpose) and otherwise quantizes each expert's rows "
+                        "alone (TE v2.10 769ed778 and v2.12 5671fd36 transformer_engine/pytorch/csrc/extensions/"
+                        "cast.cpp; current scaling runs nvte_compute_amax, nvte_compute_scale_from_amax and "
+                        "nvte_quantize_v2 per tensor, csrc/quantizer.cpp Float8CurrentScalingQuantizer::"
+                        "quantize_impl), as each expert's own Linear does under SequentialMLP: every FP8 operand "
+                        "cast of an expert GEMM (and the experts' weights, once per step) runs once per local "
+                        "expert. Priced as fp8_casts prices a cast, at each expert's share of the elements, less "
+                        "the one cast fp8_casts already counts: the measured per-cast fixed cost (H200 amax + scale "
+                        "+ cast rows, cost/gemmclass.py) once more per extra expert, the recipe's kernels per cast; "
+                        "each extra kernel also gets a launch gap (launch_gaps).",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
@@ -179,6 +193,15 @@ def fp8_cast_elements(nd) -> tuple[float, float]:
     return float(op.m * op.k * op.batch), float(op.k * op.n * op.batch)
 
 
+def expert_cast_splits(model: OverheadModel, local_experts: int) -> int:
+    """Quantize calls one FP8 operand cast of a MoE layer's expert GEMM takes (SOURCES moe_expert_casts): one per
+    local expert where the experts run one GEMM each, except Transformer Engine's GroupedLinear under delayed
+    scaling (one fused multi-tensor cast); 1 for a grouped GEMM."""
+    if model.moe_experts == "grouped" or (model.moe_experts == "per_expert" and model.fp8_scaling == "delayed"):
+        return 1
+    return max(int(local_experts), 1)
+
+
 def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple[float, int]:
     """(seconds, kernels) of casting `elements` BF16 elements to FP8 under a scaling recipe (FP8_SCALING)."""
     from c3kit.cost.gemmclass import CAST_COMPOSITION, gemm_classes_for
@@ -206,7 +229,7 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
     fp8 = model.fp8_recipe and str(graph.dtype) == "fp8"
 
     # FP8 recipe: the cast kernels feeding every FP8 GEMM (per micro-batch; TE's weight casts once per step)
-    cast_s = cast_kernels = 0.0
+    cast_s = cast_kernels = split_s = split_kernels = 0.0
     if fp8:
         once = FP8_SCALING[model.fp8_scaling][2]
         mbs = max(int(graph.micro_batches), 1)
@@ -218,15 +241,27 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
             if nd.stream != "compute" or not act + wt:
                 continue
             per = pf if nd.scope != "step" else 1.0
+            splits = expert_cast_splits(model, nd.op.batch) if nd.role.removeprefix("re_") == "experts" else 1
             for el, n_runs, crit in ((act, runs[i], per), (wt, runs[i] / mbs if once else runs[i], 1.0 if once else per)):
                 if el:
-                    hit = cache.get(el)
+                    hit = cache.get((el, 1))
                     if hit is None:
-                        hit = cache[el] = fp8_cast_time(el, hw, timer, model.fp8_scaling)
+                        hit = cache[(el, 1)] = fp8_cast_time(el, hw, timer, model.fp8_scaling)
                     cast_s += hit[0] * n_runs * crit
                     cast_kernels += hit[1] * n_runs
+                    if splits > 1:  # the same bytes, cast one local expert at a time (moe_expert_casts)
+                        each = cache.get((el, splits))
+                        if each is None:
+                            each = cache[(el, splits)] = fp8_cast_time(el / splits, hw, timer, model.fp8_scaling)
+                        split_s += (splits * each[0] - hit[0]) * n_runs * crit
+                        split_kernels += (splits * each[1] - hit[1]) * n_runs
         out.append(Overhead("fp8_casts", cast_s, cast_kernels,
                             f"{cast_kernels:,.0f} cast kernels ({model.fp8_scaling} scaling)", SOURCES["fp8_casts"]))
+        if split_kernels > 0:
+            out.append(Overhead("moe_expert_casts", split_s, split_kernels,
+                                f"{split_kernels:,.0f} more cast kernels, one quantize per local expert "
+                                f"({model.fp8_scaling} scaling)", SOURCES["moe_expert_casts"]))
+        cast_kernels += split_kernels
 
     # launch gaps: one kernel per compute node run (+ casts)
     gap = model.graph_kernel_gap_s if model.cuda_graphs else model.kernel_gap_s
