@@ -90,6 +90,18 @@ SOURCES = {
                         "the one cast fp8_casts already counts: the measured per-cast fixed cost (H200 amax + scale "
                         "+ cast rows, cost/gemmclass.py) once more per extra expert, the recipe's kernels per cast; "
                         "each extra kernel also gets a launch gap (launch_gaps).",
+    "moe_fp8_padding": "Megatron-Core (core_v0.16.0, 3bec9aa9) transformer/moe/experts.py TEGroupedMLP.forward: under "
+                       "FP8 the permuted rows go through TE Fp8Padding before linear_fc1 and the experts' output "
+                       "through Fp8Unpadding after linear_fc2 (and the permuted probabilities, one column, through "
+                       "Fp8Padding); TE (v2.10, 769ed778) module/fp8_padding.py pads every expert's rows to a "
+                       "multiple of 16 (32 under MXFP8) with tex.fused_multi_row_padding, a copy of the whole "
+                       "tensor, skipped only when every count is already aligned, and the backward copies the "
+                       "gradient back (fp8_unpadding.py the reverse). Megatron-Bridge sets "
+                       "moe_router_padding_for_fp8=False (recipes/qwen/qwen3_moe.py), so the router does not align "
+                       "the counts, and its benchmark's moe_router_force_load_balancing draws random logits "
+                       "(router.py apply_random_logits): counts are almost never all aligned. Priced per copy as the "
+                       "measured copy class over rows x hidden BF16 (read and write), plus one launch gap; the "
+                       "GPU window of moe_host_bound includes them.",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
@@ -350,6 +362,12 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
                             SOURCES["moe_per_expert"]))
         if t > 0:  # the GPU time the host's issue overlaps with (the grouped price kept where it is the higher)
             passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
+    if model.moe_experts == "per_expert" and model.fp8_recipe and str(graph.dtype) == "fp8":
+        t, copies, per_pass = fp8_padding_copies(graph, hw, timer, runs, gap)
+        out.append(Overhead("moe_fp8_padding", t * pf, copies,
+                            f"{copies:,.0f} row-padding copies of the experts' inputs and outputs",
+                            SOURCES["moe_fp8_padding"]))
+        passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
     if model.moe_host_bound:
         cal = moe_host_calibration(hw.name)
         host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
@@ -358,3 +376,31 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
                             f"host {host['fwd'] * 1e3:.2f} / {host['bwd'] * 1e3:.2f} ms per layer fwd / bwd, "
                             f"{el} local experts ({model.moe_experts})", SOURCES["moe_host_bound"]))
     return out
+
+
+def fp8_padding_copies(graph, hw, timer, runs, gap_s: float) -> tuple[float, float, dict]:
+    """(seconds per step, copies per step, {pass: seconds per pass run}) of the FP8 row padding around the local
+    experts (SOURCES moe_fp8_padding): fc1's input and fc2's output, rows x hidden BF16, copied once in the forward
+    and their gradients once in the backward, each on the measured copy class plus one launch gap; a recomputed
+    forward copies again. One critical path (no pipeline factor); passes as in step.moe_host.moe_pass_gpu."""
+    from c3kit.workload.ops import Gemm, MemOp
+
+    t = copies = 0.0
+    per_pass = {"fwd": 0.0, "re": 0.0, "bwd": 0.0}
+    for i, nd in enumerate(graph.nodes):
+        op = nd.op
+        if nd.stream != "compute" or nd.role.removeprefix("re_") != "experts" or not isinstance(op, Gemm) or nd.grad:
+            continue
+        width = {"expert_fc1": op.k, "expert_fc2": op.n}.get(nd.name.removeprefix("re."), 0)
+        if not width:
+            continue
+        el = float(op.m * op.batch * width)
+        c = float(timer(MemOp("moe_fp8_padding", 2.0 * 2.0 * el, 0.0, (("copy", el, 1),)), hw)) + gap_s
+        if nd.name.startswith("re."):
+            per_pass["re"] += c
+            t, copies = t + c * runs[i], copies + runs[i]
+        else:
+            per_pass["fwd"] += c
+            per_pass["bwd"] += c
+            t, copies = t + 2 * c * runs[i], copies + 2 * runs[i]
+    return t, copies, per_pass
