@@ -9,12 +9,22 @@ the table's shapes. Nothing here reads a published step time.
 The same cross-check for the Azure AI-benchmarking-guide suite, whose A100 and MI300X rows are shipped: its
 H200 rows (GEMM FP8 sweep after 10,000 warm-up iterations, BabelStream) against c3kit's H200 measurements.
 
+It also writes the generated blocks of docs/published-calibration.md: every shipped published source (GPU, op
+class, role, rows, retrieval date) and the basis of every catalog GPU x op class.
+
 Usage: python benchmarks/published_ops.py [--markdown]
+       python benchmarks/published_ops.py --write-doc     # rewrite the doc's generated blocks
+       python benchmarks/published_ops.py --check-doc     # exit 1 where they differ from the shipped files
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "published-calibration.md"
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated:(?P=name) -->)", re.S)
 
 # the table's Hopper rows (stas00/ml-engineering compute/accelerator/README.md @ 744d01e1, 'Maximum Achievable
 # Matmul FLOPS comparison table'): GPU, dtype, m, n, k, TFLOP/s; the BF16 H100 row says "H200 is the same"
@@ -46,11 +56,12 @@ def rows():
             out.append((ops.gpu, f"gemm {p.dtype}", f"{p.m}x{p.n}x{p.k}", p.role, p.tflops,
                         2 * p.m * p.n * p.k / t / 1e12))
         for a in ops.attention:
-            heads = 2048 // a.head_dim
-            op = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, causal=a.causal,
-                           backend=a.backends[0])
-            bwd = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, causal=a.causal,
-                            backward=True, backend=a.backends[0])
+            # the row's layout, else FlashAttention-2's benchmark: 16k tokens, hidden 2048
+            heads = a.heads or 2048 // a.head_dim
+            batch, kvh = a.batch or 16384 // a.seq, a.kv_heads or heads
+            op = Attention("a", batch, heads, kvh, a.seq, a.seq, a.head_dim, causal=a.causal, backend=a.backends[0])
+            bwd = Attention("a", batch, heads, kvh, a.seq, a.seq, a.head_dim, causal=a.causal, backward=True,
+                            backend=a.backends[0])
             t = cost.time(op, gpu, m) + cost.time(bwd, gpu, m)
             out.append((ops.gpu, f"{a.kernel} fwd+bwd", f"seq {a.seq} hd {a.head_dim}{' causal' if a.causal else ''}",
                         a.role, a.tflops, (op.flops + bwd.flops) / t / 1e12))
@@ -104,11 +115,67 @@ def azure_h200_check():
     return out
 
 
+ROW_CLASS = {"gemm": lambda r: {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}[r.dtype],
+             "attention": lambda r: "attention", "memory": lambda r: "memory, fp8_cast",
+             "collective": lambda r: "collective"}
+
+
+def sources_block() -> str:
+    """Markdown: every shipped published source, per GPU and op class, with its rows' roles and retrieval date."""
+    from c3kit.cost import published as pub
+    from c3kit.cost.published import cite
+
+    rows = []
+    for ops in pub.all_published():
+        seen: dict = {}
+        for table in ("gemm", "attention", "memory", "collective"):
+            for r in getattr(ops, table):
+                key = (ROW_CLASS[table](r), cite(r.source), r.retrieved or ops.retrieved)
+                roles = seen.setdefault(key, {"fit": 0, "check": 0})
+                roles[r.role] += 1
+        for (cls, src, date), roles in seen.items():
+            n = ", ".join(f"{v} {k}" for k, v in roles.items() if v)
+            rows.append((ops.gpu, cls, src, n, date, ops.origin))
+    head = ("GPU", "op class", "source (repository path @ commit, or address)", "rows", "retrieved", "file")
+    return _md(head, rows)
+
+
+def basis_block() -> str:
+    """Markdown: the basis of every catalog GPU x op class (cost/basis.py)."""
+    from c3kit.cost.basis import OP_CLASSES, basis
+    from c3kit.hw.catalog import list_gpus
+
+    rows = [(g.name, *(basis(g.name)[c].replace(" microbenchmark", "").replace("transferred from ", "from ")
+                       for c in OP_CLASSES)) for g in list_gpus()]
+    return _md(("GPU", *OP_CLASSES), rows)
+
+
+def _md(head, rows) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]) + "\n"
+
+
+def doc_text(text: str) -> str:
+    """text (docs/published-calibration.md) with its generated blocks rewritten from the shipped files."""
+    gen = {"published-sources": sources_block, "published-basis": basis_block}
+    return BLOCK.sub(lambda m: m.group(1) + gen[m.group("name")]() + m.group(4), text)
+
+
 def main(argv=None) -> int:
-    """Print both tables (plain text, or markdown with --markdown)."""
+    """Print both tables (plain text, or markdown with --markdown), or write / check the doc's blocks."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    ap.add_argument("--write-doc", action="store_true", help="rewrite docs/published-calibration.md's blocks")
+    ap.add_argument("--check-doc", action="store_true", help="exit 1 if the doc's blocks are stale")
     args = ap.parse_args(argv)
+    if args.write_doc or args.check_doc:
+        old = DOC.read_text()
+        new = doc_text(old)
+        if args.check_doc:
+            print("docs/published-calibration.md is " + ("up to date" if new == old else "stale: run --write-doc"))
+            return 0 if new == old else 1
+        DOC.write_text(new)
+        return 0
     md = args.markdown
     head = ("GPU", "op", "shape", "role", "published TFLOP/s", "model TFLOP/s", "model / published")
     body = [(g, op, sh, role, f"{p:.1f}", f"{q:.1f}", f"{q / p:.3f}") for g, op, sh, role, p, q in rows()]

@@ -4,6 +4,14 @@
 # blocks, CUDA-graph decode steps), each family one file under $OUT, plus nvidia-smi's log.
 # Usage (device tool, from the repo root): bash benchmarks/run_ops_h200.sh
 # Quick local check (CPU): OUT=/tmp/ops QUICK=--quick bash benchmarks/run_ops_h200.sh
+# Other families: FAMILIES="..." (names in c3kit.runtime.bench.ops.FAMILIES); FAMILY_BUDGET_S caps each one's
+# cases (about 75 s by default) and FAMILY_TIMEOUT kills one that overruns. Overlap and graph-timed families
+# (each one's docstring states its expected time on one H200):
+#   FAMILIES="gemm_under_comm attn_graph norm_bwd grouped_wgrad fp8_cast_parts" FAMILY_BUDGET_S=75 \
+#     bash benchmarks/run_ops_h200.sh   # about 45 + 40 + 40 + 50 + 20 s of cases (estimated)
+#   gemm_under_comm: a GEMM under an SM copy (k blocks) / CE copy / pinned H2D on a high-priority stream
+#   attn_graph: flash SDPA fwd / bwd in CUDA graphs; norm_bwd: RMSNorm / LayerNorm fwd, bwd, weight-grad sum
+#   grouped_wgrad: MoE expert dW as an mm loop and torch._grouped_mm; fp8_cast_parts: amax, scale, casts
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-c3kit-out/h200-ops}

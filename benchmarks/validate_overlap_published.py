@@ -3,11 +3,20 @@ docs/overlap_validation.md from the current outputs (run: python benchmarks/vali
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from c3kit.overlap.validate import SPLITS, async_tp_breakdown, validate
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "overlap_validation.md"
+CHUNKS = Path(__file__).resolve().parent / "ops_h200" / "h200-sxm-async-tp-chunks.json"  # device call 27
+
+
+def chunks_two_streams() -> dict[str, float]:
+    """Seconds of each case's eight per-step chunk GEMMs alternating over two streams, no communication, measured on
+    one H200 (device call 27, benchmarks/async_tp_chunks.py), by case."""
+    doc = json.loads(CHUNKS.read_text())
+    return {r["case"]: r["chunks_two_streams_s"] for r in (dict(zip(doc["columns"], row)) for row in doc["rows"])}
 
 
 def pct(x):
@@ -46,15 +55,18 @@ def main() -> None:
               "streams, copy-engine P2P copies one at a time, symmetric-memory barriers). Sub-GEMM: one step's GEMM alone "
               "(the c3kit GEMM curve; on H100 transferred from H200 measurements); excess per step: measured / steps - "
               "sub-GEMM, i.e. what each step costs beyond its GEMM as measured; weight read: one read of B at peak HBM, "
-              "which every step re-reads.", "",
+              "which every step re-reads; H200 chunks: the case's eight per-step GEMMs alternating over two streams "
+              "without communication, measured on one H200 (device call 27), the GEMM part of a step on the other die.", "",
               "| split | case | measured us | predicted us | error | steps x sub-GEMM us | copies alone us | "
-              "excess per step us | weight read us | excess / weight read |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "excess per step us | weight read us | excess / weight read | H200 chunks, two streams us |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    h200 = chunks_two_streams()
     print("async TP per row: measured, predicted, steps x sub-GEMM alone, excess per step (us)")
     for b in async_tp_breakdown():
         row = (f"| {b.split} | {b.case} | {b.measured * 1e6:.1f} | {b.predicted * 1e6:.1f} | "
                f"{100 * (b.predicted / b.measured - 1):+.1f}% | {b.steps} x {b.sub_gemm * 1e6:.1f} | {b.copies * 1e6:.1f} | "
-               f"{b.excess_per_step * 1e6:.1f} | {b.weight_read * 1e6:.1f} | {b.excess_per_step / b.weight_read:.2f} |")
+               f"{b.excess_per_step * 1e6:.1f} | {b.weight_read * 1e6:.1f} | {b.excess_per_step / b.weight_read:.2f} | "
+               + (f"{h200[b.case] * 1e6:.1f} |" if b.case in h200 else "- |"))
         lines.append(row)
         print(row)
     OUT.write_text("\n".join(lines) + "\n")

@@ -53,6 +53,13 @@ class AnalyzeResult:
 
         return basis(self.config.hw.name)
 
+    def basis_sources(self) -> dict:
+        """Where each op class's parameters come from on this GPU: calibration file, transfer, published source
+        with its retrieval date, or datasheet (cost.basis.basis_sources)."""
+        from c3kit.cost.basis import basis_sources
+
+        return basis_sources(self.config.hw.name)
+
     def attention(self) -> dict:
         """The attention backend priced (asked for, or the GPU's default: what current PyTorch's SDPA picks
         there), whether it is the default, and the basis of its price on this GPU."""
@@ -70,7 +77,7 @@ class AnalyzeResult:
     def to_dict(self) -> dict:
         """Everything as plain JSON-ready data (the document `c3kit analyze --json` prints, less `out`)."""
         return {"config": self.config_dict(), "chosen": list(self.config.chosen), "cost_model": self.cost_model,
-                "basis": self.basis(), "attention": self.attention(),
+                "basis": self.basis(), "basis_sources": self.basis_sources(), "attention": self.attention(),
                 "norm_rope": getattr(self.config, "norm_rope", "fused"), "glue": getattr(self.config, "glue", "split"),
                 "grad_acc": self.grad_acc(),
                 "tried": [asdict(c) for c in self.config.tried],
@@ -106,7 +113,8 @@ def config_dict(cfg) -> dict:
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
-            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync}
+            "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync,
+            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap}
 
 
 def attention_dict(cfg) -> dict:
@@ -161,7 +169,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
             flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
-            moe_imbalance: float = 1.0) -> AnalyzeResult:
+            moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
+            optimizer_impl: str = "fused") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple (default), auto, a schedule family or a schedule name (c3kit.step.policy);
@@ -197,7 +206,11 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     moe_experts: how a MoE rank's local experts' GEMMs run (step.overheads.MOE_EXPERTS: grouped, per_expert as
     Transformer Engine GroupedLinear, sequential as Megatron-Core SequentialMLP); it sets the default overheads'
     OverheadModel.moe_experts. moe_imbalance: the busiest expert-parallel rank's expert tokens over the balanced
-    share (Parallelism.moe_imbalance, >= 1).
+    share (Parallelism.moe_imbalance, >= 1). dp_overlap False: DP gradients
+    reduced after the backward (Megatron-LM 2021-22, DeepSpeed's pipeline engine); pp_p2p_overlap: pipeline p2p
+    behind compute (Megatron-Core overlap_p2p_comm): workload.parallel.DP_OVERLAP_SOURCES, PP_P2P_OVERLAP_SOURCE.
+    optimizer_impl: AdamW as one fused kernel, foreach, or a per-tensor loop ("unfused": Composer's DecoupledAdamW);
+    it sets the default overheads' OverheadModel.optimizer_impl (step.overheads.OPTIMIZER_IMPLS).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -223,11 +236,13 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
         from c3kit.step.overheads import DEFAULT_OVERHEADS
 
         overheads = DEFAULT_OVERHEADS
-        if (fsdp_impl, fp8_scaling, moe_experts) != (overheads.fsdp_impl, overheads.fp8_scaling, overheads.moe_experts):
+        if (fsdp_impl, fp8_scaling, moe_experts, optimizer_impl) != (
+                overheads.fsdp_impl, overheads.fp8_scaling, overheads.moe_experts, overheads.optimizer_impl):
             from dataclasses import replace
 
             # an unknown name is a one-line C3kitError
-            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling, moe_experts=moe_experts)
+            overheads = replace(overheads, fsdp_impl=fsdp_impl, fp8_scaling=fp8_scaling, moe_experts=moe_experts,
+                                optimizer_impl=optimizer_impl)
     cm, label = with_power(cost_model, power)
     pw = getattr(cm, "power", "burst")
     search = policy_for(mode, pw)  # the layout search prices under the mode asked for (auto included)
@@ -236,7 +251,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
-                  flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance)
+                  flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,
+                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -12,6 +12,7 @@ def test_runs_and_reports(tmp_path, capsys):
     assert main(["validate", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "overall over" in text and "MAE" in text and "bias" in text and "not modelled" in text
+    assert "Op basis per GPU and op class" in text  # per GPU of the runs and op class, its basis
     for f in ("report.md", "validation.csv", "by_group.csv", "runs.csv", "signed_error.png"):
         assert (out / f).is_file()
 
@@ -22,6 +23,12 @@ def test_json(tmp_path, capsys):
     assert doc["cost_model"].startswith("efficiency") and doc["overall"]["mae"] > 0 and len(doc["runs"]) >= 40
     assert {g["group"] for g in doc["by_group"]} >= {"gpu", "framework_family", "dtype", "kind"}
     assert all(r["status"].startswith("not modelled") for r in doc["not_modelled"])
+    # per GPU of the runs and op class: the basis label and what it rests on
+    assert set(doc["op_basis"]) == {r["gpu"] for r in doc["runs"]}
+    b200 = doc["op_basis"]["B200"]
+    assert b200["basis"]["attention"] == "published microbenchmark" and b200["basis"]["memory"] == "datasheet"
+    assert b200["sources"]["attention"].startswith("NVIDIA/cudnn-frontend ")
+    assert doc["op_basis"]["A100-SXM-80G"]["basis"]["collective"] == "published microbenchmark"
 
 
 @pytest.mark.parametrize("make", ["model", "power", "missing", "columns", "garbage"])
@@ -68,3 +75,11 @@ def test_report_has_the_breakdown(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "breakdown.png" in md and "breakdown.csv" in md
     assert (out / "breakdown.png").stat().st_size > 10_000
+
+
+def test_validate_bad_overlap_exits_2(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["validate", "--overlap", "bogus", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "contended" in err
+    assert not out.exists()

@@ -4,7 +4,74 @@ import json
 
 import pytest
 
-from c3kit.cost.basis import OP_CLASSES, basis, source_gpu, transfers
+from c3kit.cost.basis import DATASHEET, OP_CLASSES, basis, basis_sources, source_gpu, transfers
+from c3kit.hw.catalog import list_gpus
+
+# Every catalog GPU x op class (OP_CLASSES order: gemm, attention, memory, floor, collective, gemm_small_m,
+# gemm_grouped, gemm_fp8, fp8_cast). M measured, T transferred from H200-SXM, P published microbenchmark,
+# D datasheet. Reviewed by hand against what exists: H200 has every op-level file but no multi-GPU comm file;
+# H100 SXM takes all of the H200's (same die, same 700 W), the 500 W H100 only the four classes its transfer
+# lists; A100 has published GEMM (BF16), FlashAttention-2, BabelStream and nccl-tests rows; B200 BF16 and FP8 GEMM
+# and cuDNN-frontend SDPA rows; MI300X BF16 and FP8 GEMM, BabelStream and rccl-tests rows; MI325X / MI355X a
+# BF16 GEMM row only; MI250X and the simulated T3 GPU nothing.
+EXPECTED = {
+    "H200-SXM": "MMMMDMMMM",
+    "H100-SXM": "TTTTDTTTT",
+    "H100-SXM-96G-500W": "TTTTDDDDD",
+    "A100-SXM-80G": "PPPDPDDDP",
+    "B200": "PPDDDDDPD",
+    "MI300X": "PDPDPDDPP",
+    "MI325X": "PDDDDDDDD",
+    "MI355X": "PDDDDDDDD",
+    "MI250X": "DDDDDDDDD",
+    "T3-SIM": "DDDDDDDDD",
+}
+LABEL = {"M": "measured", "T": "transferred from H200-SXM", "P": "published microbenchmark", "D": "datasheet"}
+
+
+def test_every_catalog_gpu_and_op_class_has_its_reviewed_basis():
+    assert set(EXPECTED) == {g.name for g in list_gpus()}  # a new catalog GPU needs its row here
+    for g, row in EXPECTED.items():
+        assert basis(g) == {c: LABEL[x] for c, x in zip(OP_CLASSES, row, strict=True)}, g
+
+
+def test_every_basis_names_its_source():
+    for g in EXPECTED:
+        labels, sources = basis(g), basis_sources(g)
+        assert set(sources) == set(OP_CLASSES)
+        for c in OP_CLASSES:
+            src = sources[c]
+            if labels[c] == "datasheet":
+                assert src == DATASHEET
+            elif labels[c] == "published microbenchmark":  # repository path @ commit, file, retrieval date
+                assert " @ " in src and "cost/data/published_ops/" in src and "retrieved 2026-" in src
+            else:
+                assert src.startswith("cost/data/calib/h200-sxm-") and (labels[c] == "measured") == (
+                    "transfers.toml" not in src)
+    b = basis_sources("B200")
+    assert b["attention"].startswith("NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/"
+                                     "sdpa_bf16_benchmark_results_NVIDIA_B200.csv @ cb560b92882357764b874dc3be2c469a488a94a7, "
+                                     "retrieved 2026-12-04 (cost/data/published_ops/b200.toml)")
+    assert basis_sources("A100-SXM-80G")["collective"] == (
+        "Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md @ 3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2, "
+        "retrieved 2026-12-03 (cost/data/published_ops/a100-sxm-80g.toml)")
+    assert basis_sources("H100-SXM")["attention"].startswith("cost/data/calib/h200-sxm-ops-attention.json by "
+                                                             "cost/data/transfers.toml: same GH100 die")
+    assert basis_sources("H200-SXM+2g(historical)")["gemm"] == "cost/data/calib/h200-sxm-gemm.json"
+
+
+def test_published_calibration_doc_lists_every_source_and_basis():
+    """docs/published-calibration.md's generated blocks are what benchmarks/published_ops.py makes from the files."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "published_ops.py"
+    spec = importlib.util.spec_from_file_location("published_ops_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = mod.DOC.read_text()
+    assert "<!-- generated:published-sources -->" in text and "<!-- generated:published-basis -->" in text
+    assert mod.doc_text(text) == text, "stale: run python benchmarks/published_ops.py --write-doc"
 
 
 def test_h200_is_measured_h100_transferred_a100_published_or_datasheet():
@@ -12,8 +79,8 @@ def test_h200_is_measured_h100_transferred_a100_published_or_datasheet():
     assert {h200[c] for c in ("gemm", "attention", "memory", "floor")} == {"measured"}
     assert {h100[c] for c in ("gemm", "attention", "memory", "floor")} == {"transferred from H200-SXM"}
     # A100: GEMMs, attention and bandwidth-bound ops from published microbenchmarks (cost/data/published_ops),
-    # kernel floors, collectives and the H200-only GEMM classes from the datasheet
-    pub = {"gemm", "attention", "memory", "fp8_cast"}
+    # collectives from published nccl-tests rows, kernel floors and the H200-only GEMM classes from the datasheet
+    pub = {"gemm", "attention", "memory", "fp8_cast", "collective"}
     assert {c for c, v in a100.items() if v == "published microbenchmark"} == pub
     assert {v for c, v in a100.items() if c not in pub} == {"datasheet"}
     assert set(basis("MI250X").values()) == {"datasheet"}
@@ -52,3 +119,5 @@ def test_analyze_json_carries_the_basis(capsys):
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["basis"]["attention"] == "published microbenchmark" and doc["basis"]["floor"] == "datasheet"
+    assert doc["basis_sources"]["attention"].startswith("Dao-AILab/flash-attention assets/")
+    assert doc["basis_sources"]["floor"] == DATASHEET

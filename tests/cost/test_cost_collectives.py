@@ -214,3 +214,24 @@ def test_measured_time_none_where_nothing_was_measured():
     assert measured_time("all_to_all", 8, 2**24, "H100-SXM") is None
     assert measured_time("all_gather", 8, 2**24, "MI300X") is None
     assert measured_time("all_gather", 8, 0, "H100-SXM") is None
+
+
+def test_scaleup_efficiency_scales_the_fabric_and_eff_the_nics():
+    h200 = get_gpu("H200-SXM")
+    s = float(1 << 30)
+    ar = Collective("ar", "all_reduce", s, 8, span="intra")
+    # two-shot direct: launch 6.6 us + 2 x 0.6 us + 2 x 7/8 S / (450 GB/s x su_eff); eff plays no part inside a node
+    assert collective_time(ar, h200, "direct", 0.3, 0.5) == pytest.approx(7.8e-6 + 1.75 * s / (450e9 * 0.5), rel=1e-12)
+    assert collective_estimate(ar, h200, "auto", 0.8, None) == collective_estimate(ar, h200, "auto", 0.8, 0.8)
+    p2p = Collective("p", "send_recv", s, 2, span="inter")  # the NIC alone: su_eff plays no part
+    assert collective_time(p2p, h200, "ring", 0.5, 0.9) == pytest.approx(6.6e-6 + 5e-6 + s / (50e9 * 0.5), rel=1e-12)
+    with pytest.raises(CostError, match="must be positive"):
+        collective_estimate(ar, h200, "auto", 0.8, 0.0)
+
+
+@given(su=st.floats(0.1, 1.0), eff=st.floats(0.1, 1.0), kb=st.integers(1, 1 << 20))
+def test_a_faster_fabric_is_never_slower(su, eff, kb):
+    h = get_gpu("H100-SXM")
+    for span, ranks in (("intra", 8), ("inter", 16)):
+        c = Collective("c", "all_gather", kb * 1024.0, ranks, span=span, per_node=8 if span == "inter" else 0)
+        assert collective_time(c, h, "auto", eff, min(1.0, su * 1.5)) <= collective_time(c, h, "auto", eff, su) * (1 + 1e-12)

@@ -163,3 +163,14 @@ def test_c3_variant_family_names():
     assert c3_variant_family("sm-16+gemm-112") == "cu-partitioned"
     assert c3_variant_family("ce-d2h") == "dma"
     assert c3_variant_family("ce-d2d+gemm-120") == "dma+fewer-cus"
+
+
+def test_store_names_the_published_folder_and_cites_shipped_files():
+    from c3kit.cost.calib_store import calib_dir, published_ops_dir, shipped_name, transfers_path
+
+    assert sorted(p.name for p in published_ops_dir().glob("*.toml"))[0] == "a100-sxm-80g.toml"
+    assert shipped_name(published_ops_dir() / "b200.toml") == "cost/data/published_ops/b200.toml"
+    assert shipped_name(calib_dir() / "h200-sxm-gemm.json") == "cost/data/calib/h200-sxm-gemm.json"
+    assert shipped_name(transfers_path()) == "cost/data/transfers.toml"
+    with pytest.raises(ValueError):
+        shipped_name("/tmp/elsewhere.json")  # not a shipped file

@@ -18,7 +18,7 @@ from c3kit.overlap.heuristic import PASSES, _pair_cost, _serial_engine, estimate
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, check
 from c3kit.sim.engine import alone_time
-from c3kit.step.policy import price_pair
+from c3kit.step.policy import AUTO_EXCLUDED, price_pair
 
 
 def _gpu(name: str, gens: int, rule: str):
@@ -89,11 +89,12 @@ def _ref_estimate(tasks, streams, res, params):
     return max(end), free
 
 
-def _ref_pick(prob, g, power="burst"):
-    """Every applicable, realizable schedule estimated on its own fresh context; lowest (time, not prio, order)."""
+def _ref_pick(prob, g, power="burst", exclude=frozenset()):
+    """Every applicable, realizable schedule not in exclude estimated on its own fresh context; lowest (time, not prio,
+    order)."""
     best = None
     for order, (name, spec) in enumerate(SCHEDULES.items()):
-        if check(spec, prob, g) is not None or not spec.realizable(prob.pattern):
+        if name in exclude or check(spec, prob, g) is not None or not spec.realizable(prob.pattern):
             continue
         ctx = _fresh_ctx(prob, g, power)
         tasks, streams = build(spec, ctx, _serial_engine(ctx))
@@ -155,8 +156,10 @@ def test_fast_price_is_the_reference_selector_then_simulator(pattern, r, m, n, k
     _warm(g, power)
     price_pair.cache_clear()
     got = price_pair(prob, g, "auto", power)
-    chosen = _ref_pick(prob, g, power)
-    assert pick(prob, g, power=power) == chosen
+    assert pick(prob, g, power=power) == _ref_pick(prob, g, power)
+    # auto never recommends an AUTO_EXCLUDED schedule (step.policy)
+    chosen = _ref_pick(prob, g, power, AUTO_EXCLUDED)
+    assert pick(prob, g, power=power, exclude=AUTO_EXCLUDED) == chosen
     res = evaluate(prob, g, list(dict.fromkeys([chosen, "serial"])), power=power, _ctx=_fresh_ctx(prob, g, power))
     top = res[0]
     hideable = top.serial - top.ideal
@@ -167,3 +170,23 @@ def test_fast_price_is_the_reference_selector_then_simulator(pattern, r, m, n, k
         b = next(x for x in res if x.schedule == a.schedule)
         assert a.time == pytest.approx(b.time, rel=1e-9) and a.serial == pytest.approx(b.serial, rel=1e-9)
         assert a.ideal == pytest.approx(b.ideal, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pattern=st.sampled_from(["ag_gemm", "gemm_rs", "gemm_ar", "moe", "bulk"]), r=st.sampled_from([2, 4, 8]),
+       m=st.integers(1, 300), n=st.integers(1, 64), k=st.integers(1, 64),
+       gpu=st.sampled_from(["H200-SXM", "MI300X", "B200"]), excluded=st.booleans())
+def test_kept_candidate_lists_equal_a_fresh_check(pattern, r, m, n, k, gpu, excluded):
+    from c3kit.overlap.heuristic import _candidates
+
+    g = get_gpu(gpu)
+    # rows r x m: divisible by r^2 (every family applies) only when m is a multiple of r
+    prob = OverlapProblem(pattern, r * m, 128 * n, 128 * k, "bf16", r, experts=r if pattern == "moe" else 0)
+    _warm(g)  # the kept lists of other shapes (m a multiple of gpus^2) are in the shared cache
+    p = default_params(g.name)
+    ctx = Ctx(prob, g, p, CostCache.shared(g, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+    ex = AUTO_EXCLUDED if excluded else frozenset()
+    eng = _serial_engine(ctx)
+    want = [name for name, spec in SCHEDULES.items()
+            if name not in ex and check(spec, prob, g) is None and spec.realizable(prob.pattern)]
+    assert [c[1] for c in _candidates(ctx, eng, ex)] == want

@@ -174,6 +174,91 @@ def test_gemm_pair_family_writes_alone_serial_and_concurrent_times(tmp_path):
     assert all(r[t] > 0 for r in rows for t in ("a_s", "b_s", "serial_s", "concurrent_s"))
 
 
+def test_gemm_under_comm_family_writes_alone_and_under_times(tmp_path):
+    from c3kit.runtime.bench.ops_undercomm import COLUMNS
+
+    assert main(["--out", str(tmp_path), "--quick", "--only", "gemm_under_comm"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "gemm_under_comm", tmp_path).read_text())
+    assert doc["columns"] == COLUMNS and doc["rows"]
+    for r in doc["rows"]:
+        row = dict(zip(COLUMNS, r))
+        assert row["comm"] in {"sm_copy", "ce_d2d", "h2d"} and 0 < row["duty"] <= 1
+        assert row["gemm_alone_s"] > 0 and row["gemm_under_s"] > 0 and row["copy_alone_Bps"] > 0
+
+
+def _family_rows(tmp_path, fam):
+    """Run one family quick on the CPU; (columns, rows as dicts) of its file."""
+    assert main(["--out", str(tmp_path), "--quick", "--only", fam]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", fam, tmp_path).read_text())
+    assert doc["kind"] == "ops-" + fam
+    assert all(len(r) == len(doc["columns"]) for r in doc["rows"])
+    return doc["columns"], [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+
+
+def test_attn_graph_family_times_forward_and_backward(tmp_path):
+    from c3kit.runtime.bench.ops_graphed import ATTN_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "attn_graph")
+    assert cols == ATTN_COLUMNS
+    assert {r["pass"] for r in rows} == {"fwd", "bwd"}
+    assert all(r["mode"] == "host" and r["time_s"] > 0 and r["kv_heads"] < r["heads"] for r in rows)
+
+
+def test_norm_bwd_family_times_every_part_of_both_norms(tmp_path):
+    from c3kit.runtime.bench.ops_graphed import NORM_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "norm_bwd")
+    assert cols == NORM_COLUMNS
+    assert {(r["norm"], r["part"]) for r in rows} == {
+        (n, p) for n in ("rmsnorm", "layernorm") for p in ("fwd", "bwd", "bwd_dx", "wgrad_reduce")}
+    assert all(r["time_s"] > 0 for r in rows)
+
+
+def test_grouped_wgrad_family_times_the_mm_loop(tmp_path):
+    from c3kit.runtime.bench.ops_graphed import WGRAD_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "grouped_wgrad")
+    assert cols == WGRAD_COLUMNS
+    assert [r["impl"] for r in rows] == ["mm_loop"]  # the grouped mm runs on CUDA only
+    r = rows[0]
+    assert r["flops"] == 2.0 * r["experts"] * r["tokens_per_expert"] * r["hidden"] * r["ffn"] and r["time_s"] > 0
+
+
+def test_fp8_cast_parts_family_times_each_cast_kernel(tmp_path):
+    import torch
+
+    from c3kit.runtime.bench.ops_graphed import FP8_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "fp8_cast_parts")
+    assert cols == FP8_COLUMNS
+    if not hasattr(torch, "float8_e4m3fn"):
+        assert rows == []
+        return
+    assert {"amax", "scale", "cast", "transpose_cast"} <= {r["part"] for r in rows}
+    assert all(r["time_s"] > 0 for r in rows)
+
+
+def test_fp8_cast_parts_scale_maps_amax_to_the_e4m3_limit():
+    import torch
+
+    from c3kit.runtime.bench.ops_graphed import E4M3_MAX
+
+    x = torch.tensor([[-3.0, 1.5], [0.5, 2.0]], dtype=torch.bfloat16)
+    scale = E4M3_MAX / x.abs().max().float()
+    assert float((x * scale).abs().max()) == E4M3_MAX == 448.0
+
+
+def test_copy_rate_counts_only_chunks_that_end_inside_the_gemm_window():
+    import math
+
+    from c3kit.runtime.bench.ops_undercomm import _rate
+
+    ends_ms = [0.0, 1.0, 2.0, 4.0]
+    assert _rate(ends_ms, 1000) == 3 * 1000 / 4e-3
+    assert _rate(ends_ms, 1000, lo=0.5, hi=2.5) == 1000 / 1e-3  # chunks ending at 1 and 2 ms
+    assert math.isnan(_rate(ends_ms, 1000, lo=2.5, hi=3.5))  # fewer than two ends inside: no rate
+
+
 def test_moe_fp8_host_family_casts_all_rows_and_per_expert(tmp_path):
     from c3kit.runtime.bench.ops_moe import MOE_FP8_HOST_COLUMNS
 

@@ -247,3 +247,48 @@ def test_makespan_is_the_timelines_makespan():
         tasks, streams = build(SCHEDULES[name], ctx, "sm")
         assert makespan(tasks, ctx.res, streams, p) == simulate(tasks, ctx.res, streams, p).makespan, name
     assert makespan([], ctx.res) == 0.0
+
+
+# --- compute_rates: the simulator's sharing of SMs and HBM between kernels, as the selector reads it ------------
+def test_compute_rates_two_gemms_filling_the_gpu_run_at_half_speed():
+    from c3kit.sim.engine import compute_rates
+
+    a, b = comp("a", 10 * US), comp("b", 10 * US, "other")
+    assert compute_rates((a, b), 100, 1e12) == [approx(0.5), approx(0.5)]
+    assert compute_rates((a,), 100, 1e12) == [approx(1.0)]
+    # higher priority first: the priority kernel keeps every SM
+    assert compute_rates((a, b), 100, 1e12, (1, 0)) == [approx(1.0), approx(0.0)]
+
+
+def test_compute_rates_memory_bound_kernels_share_hbm():
+    from c3kit.sim.engine import compute_rates
+
+    # memory-bound (phi 0): half the SMs cost nothing, HBM demand 1.6e12 > 1e12 scales both to 1e12 / 1.6e12
+    a, b = comp("a", 10 * US, hbm=8e11, phi=0.0), comp("b", 10 * US, "other", hbm=8e11, phi=0.0)
+    assert compute_rates((a, b), 100, 1e12) == [approx(0.625), approx(0.625)]
+
+
+def test_compute_rates_rejects_a_transfer():
+    from c3kit.sim.engine import compute_rates
+
+    with pytest.raises(SimError):
+        compute_rates((comp("a", 1 * US), comm("c", 1e6)), 100, 1e12)
+    with pytest.raises(SimError):
+        compute_rates((), 100, 1e12)
+
+
+@given(sa=st.integers(1, 100), sb=st.integers(1, 100), ta=st.integers(0, 300), tb=st.integers(0, 300),
+       ha=st.floats(0, 2e12), hb=st.floats(0, 2e12), pa=st.floats(0, 1), pb=st.floats(0, 1))
+def test_compute_rates_are_the_simulators_rates(sa, sb, ta, tb, ha, hb, pa, pb):
+    from c3kit.sim.engine import compute_rates
+
+    # two kernels whose work is in proportion to their pair rates end together, at T, in the simulator
+    a = comp("a", 1.0, sms=float(sa), tiles=ta, hbm=ha, phi=pa)
+    b = comp("b", 1.0, "other", sms=float(sb), tiles=tb, hbm=hb, phi=pb)
+    ra, rb = compute_rates((a, b), 100, 1e12)
+    if ra <= 0 or rb <= 0:
+        return
+    T = 10 * US
+    tl = simulate([a._replace(work=ra * T), b._replace(work=rb * T)], RES, [Stream("compute"), Stream("other")],
+                  ContentionParams(gemm_interference=0.0, gemm_mem_interference=0.0, comm_interference=0.0))
+    assert [iv.end for iv in tl.intervals] == [pytest.approx(T, rel=1e-9)] * 2

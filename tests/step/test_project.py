@@ -74,6 +74,31 @@ def test_dp_gradient_hides_behind_lower_layers():
     assert r.totals.step_time == pytest.approx(16.0 + 6.0)
 
 
+def test_dp_reduce_after_backward_is_serial():
+    # Parallelism.dp_overlap False: the 4 layers' reductions run after the last backward, 4 x 1.0 exposed
+    nodes = [Node(0, gemm("g"), (), "bwd", "layer", "compute", 2, "fc1", "wgrad"),
+             Node(1, coll("dp", group="dp"), (0,), "bwd", "layer", "dp", 1, "dp_grad")]
+    par = Parallelism(dp=2, micro_batch=1, global_batch=4, dp_overlap=False)
+    r = project(graph(nodes, layers=4, micro=2, par=par), HW, timer=timer_from({"g": 2.0, "dp": 1.0}))
+    assert r.totals.step_time == pytest.approx(16.0 + 4.0)
+    assert r.totals.exposed == pytest.approx(4.0)
+    assert r.totals.hidden == pytest.approx(0.0)
+    with pytest.raises(Exception, match="dp_overlap"):
+        Parallelism(dp=2, fsdp=True, dp_overlap=False)
+
+
+def test_pp_p2p_overlap_hides_the_sends():
+    nodes = [Node(0, gemm("f"), (), "fwd", "layer", "compute", 4, "fc1"),
+             Node(1, gemm("b"), (0,), "bwd", "layer", "compute", 4, "fc1"),
+             Node(2, coll("send", "send_recv", "pp"), (0,), "fwd", "micro", "pp", 4, "pp_fwd")]
+    par = Parallelism(pp=4, vpp=1, micro_batch=1, global_batch=4, pp_p2p_overlap=True)
+    r = project(graph(nodes, layers=2, micro=4, par=par), HW, timer=timer_from({"f": 1.0, "b": 2.0, "send": 0.5}))
+    assert r.totals.step_time == pytest.approx((4 + 3) * 6.0)  # test_pipeline_bubble without the 0.5 per micro-batch
+    assert r.totals.exposed == pytest.approx(0.0)
+    assert r.totals.comm == pytest.approx(4 * 0.5)
+    assert not Parallelism(pp_p2p_overlap=True).pp_p2p_overlap  # no pipeline: nothing to overlap
+
+
 def test_fsdp_all_gather_prefetches_behind_previous_layer():
     nodes = [Node(0, coll("ag", "all_gather", "dp"), (), "fwd", "layer", "dp", 1, "fsdp_ag"),
              Node(1, gemm("f"), (0,), "fwd", "layer", "compute", 1, "fc1")]

@@ -163,11 +163,37 @@ def test_groups_cover_every_scored_run(result):
 
 
 def test_no_overlap_adds_hidden_dp_comm(runs):
-    row = runs[runs["run"] == "korthikanti-530b-dp8"].copy()
-    a = validate(runs=row).table.iloc[0]
-    row["dp_overlap"] = 1
+    row = runs[runs["run"] == "nemo2407-h100-fp8-gpt3-5b"].copy()  # Megatron-Core: overlapped unless stated
     b = validate(runs=row).table.iloc[0]
+    row["dp_overlap"] = 0
+    a = validate(runs=row).table.iloc[0]
     assert a["predicted_s"] > b["predicted_s"]
+    assert a["exposed_s"] - b["exposed_s"] == pytest.approx(a["predicted_s"] - b["predicted_s"])
+
+
+def test_dp_overlap_facts():
+    from c3kit.studies.validation import dp_overlap_of
+
+    assert not dp_overlap_of("Megatron-LM", "Narayanan et al. 2021, Efficient Large-Scale ...")
+    assert not dp_overlap_of("Megatron-LM", "Korthikanti et al. 2022, Reducing Activation ...")
+    assert not dp_overlap_of("Megatron-DeepSpeed", "Smith et al. 2022 (MT-NLG)")
+    assert dp_overlap_of("Megatron-LM (NeMo)", "NVIDIA Nemotron-4 340B Technical Report, 2024")
+    assert dp_overlap_of("NeMo (Megatron-Core, Transformer Engine)", "NVIDIA NeMo 24.07 performance summary")
+    assert dp_overlap_of("Megatron-LM", "a 2024 report")
+    assert dp_overlap_of("Megatron-DeepSpeed", "any", fsdp=True)  # FSDP reduce-scatters in its hooks
+
+
+def test_pp_options_table_and_runs(runs):
+    from c3kit.studies.validation import layout_of, pp_options, pp_p2p_overlap_of
+
+    t = pp_options()
+    assert set(t["p2p_overlap"].astype(str)) <= {"0", "1"} and all(str(s).startswith("https://") for s in t["source"])
+    assert pp_p2p_overlap_of("nemo2407-h100-fp8-gpt3-175b-128") and pp_p2p_overlap_of("mbridge2602-h100-llama3-70b")
+    assert not pp_p2p_overlap_of("narayanan-530b") and not pp_p2p_overlap_of("torchtitan-h100-t5-405b-3d-1f1b")
+    for _, row in runs.iterrows():  # every run set from the table is interleaved, as the recipes require
+        p = layout_of(row)
+        if p.pp_p2p_overlap:
+            assert p.pp > 1 and p.vpp > 1, row["run"]
 
 
 def test_measured_formula_of_an_empty_frame():

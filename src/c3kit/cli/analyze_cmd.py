@@ -62,7 +62,8 @@ def analyze(
                                         help="With --recompute layer: every N-th layer is recomputed (torchtitan's "
                                              "selective_ac_option N)."),
     overlap: str = typer.Option(_D["overlap"], "--overlap",
-                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), auto "
+                                help="Overlap of collective-GEMM pairs: none, simple (dependencies only), contended (independent "
+                                     "pairs slowed by the alpha measured on the H200), auto "
                                      "(the overlap engine's selector per pair), a family (serial, bulk, ring, ficco, "
                                      "fused) or a schedule name.", show_default="simple"),
     policy: str = typer.Option(_D["policy"], "--policy", hidden=True, help="Old name of --overlap (serial = none)."),
@@ -120,6 +121,15 @@ def analyze(
     moe_imbalance: float = typer.Option(_D["moe_imbalance"], "--moe-imbalance",
                                         help="MoE load imbalance: the busiest expert-parallel rank's expert tokens "
                                              "over the balanced share (>= 1; 1 = balanced)."),
+    dp_overlap: bool = typer.Option(_D["dp_overlap"], "--dp-overlap/--no-dp-overlap",
+                                    help="DP gradients reduced behind the backward, or after it, exposed (Megatron-LM "
+                                         "2021-22, DeepSpeed's pipeline engine; not with --fsdp)."),
+    pp_p2p_overlap: bool = typer.Option(_D["pp_p2p_overlap"], "--pp-p2p-overlap/--no-pp-p2p-overlap",
+                                        help="Pipeline sends / receives behind compute (Megatron-Core overlap_p2p_comm; "
+                                             "NeMo and Megatron-Bridge set it with --vpp > 1)."),
+    optimizer_impl: str = typer.Option(_D["optimizer_impl"], "--optimizer-impl",
+                                       help="AdamW: fused (one kernel), foreach (torch multi-tensor) or unfused (a "
+                                            "per-tensor loop of eager kernels: Composer's DecoupledAdamW)."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -138,7 +148,8 @@ def analyze(
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                       recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
-                      moe_experts=moe_experts, moe_imbalance=moe_imbalance)
+                      moe_experts=moe_experts, moe_imbalance=moe_imbalance,
+                      dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

@@ -25,6 +25,10 @@ def validate(
                                    help="roofline, efficiency or table (c3kit.cost), as in `c3kit analyze`."),
     power: str = POWER_OPT,
     runs: Path = typer.Option(None, "--runs", help="A CSV of runs with the shipped file's columns."),
+    overlap: str = typer.Option("simple", "--overlap",
+                                help="Overlap mode of `c3kit analyze`: simple (independent pairs fully overlap), "
+                                     "contended (they slow each other by the alpha measured on the H200: "
+                                     "step.policy.measured_contention_alpha), none, auto, a family or a schedule."),
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (CSV, PNG, report.md)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -32,17 +36,20 @@ def validate(
     from c3kit.errors import StudyError
     from c3kit.studies import validation as v
 
+    from c3kit.step.policy import policy_for
+
     cm, label = with_power(cost_model, power)  # the same construction as `c3kit analyze`
+    policy = policy_for(overlap, getattr(cm, "power", "burst"))
     if runs is not None and not runs.is_file():
         raise StudyError(f"--runs {runs}: no such file")
     table = v.load_runs(runs)
     with progress_bar("pricing runs", not as_json) as update:
-        res = v.validate(cm, table, progress=update)
+        res = v.validate(cm, table, policy=policy, progress=update)
     write_report(out, res, table, label)
     if as_json:
-        emit_json({"cost_model": label, "overall": res.overall(), "targets": v.TARGETS,
+        emit_json({"cost_model": label, "overlap": overlap, "overall": res.overall(), "targets": v.TARGETS,
                    "by_group": res.by_group(), "runs": res.table, "not_modelled": res.skipped[["run", "status"]],
-                   "notes": res.notes, "out": str(out)})
+                   "notes": res.notes, "op_basis": op_basis_by_gpu(res.table["gpu"]), "out": str(out)})
         return
     _print(res, v.TARGETS, label, out)
 
@@ -80,9 +87,26 @@ def _print(res, targets: dict, label: str, out: Path) -> None:
                   f"(target <= {100 * targets['mae']:.0f}%), median |e| {_abs_pct(o['median'])}, worst "
                   f"{_pct(o['worst'])} (target within {100 * targets['worst']:.0f}%), bias {_pct(o['bias'])} "
                   f"(target within {100 * targets['bias']:.0f}%); cost model {label}")
+    basis = op_basis_by_gpu(res.table["gpu"])
+    classes = list(next(iter(basis.values()))["basis"]) if basis else []
+    console.print(rich_table("Op basis per GPU and op class (cost/basis.py; sources: --json 'op_basis')",
+                             ["GPU", *classes], [(g, *(_short_basis(b["basis"][c]) for c in classes))
+                                                 for g, b in basis.items()]))
     for n in res.notes:
         console.print(f"[dim]{n}[/dim]")
     console.print(f"report: {out}/report.md")
+
+
+def op_basis_by_gpu(gpus) -> dict:
+    """GPU -> {"basis": op class -> label, "sources": op class -> source} for each GPU of the runs (cost/basis.py)."""
+    from c3kit.cost.basis import basis, basis_sources
+
+    return {g: {"basis": basis(g), "sources": basis_sources(g)} for g in sorted(set(map(str, gpus)))}
+
+
+def _short_basis(label: str) -> str:
+    """'transferred from H200-SXM' -> 'transferred', 'published microbenchmark' -> 'published'."""
+    return label.split(" ")[0]
 
 
 PARTS = {"compute_s": "compute", "exposed_s": "exposed comm", "bubble_s": "pipeline bubble"}

@@ -16,7 +16,7 @@ from c3kit.cost.roofline import roofline_time
 from c3kit.cost.table import GemmTable, cached_gemm_table, load_calibration, write_calibration
 from c3kit.errors import CostError
 from c3kit.cost.opclass import calibration_for
-from c3kit.cost.published import attention_eff, mem_eff as published_mem_eff
+from c3kit.cost.published import attention_eff, comm_eff as published_comm_eff, mem_eff as published_mem_eff
 from c3kit.hw.model import GPU, dtype_bytes
 from c3kit.workload.ops import Attention, Collective, Gemm, MemOp, Op
 
@@ -110,7 +110,7 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
             t = hit[0] if hit is not None else curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
         return _sustained(op, hw, t) if m.power == "sustained" else t
     if cls is Collective:
-        return collective_estimate(op, hw, m.algo, m.comm_eff)[0]
+        return collective_estimate(op, hw, m.algo, m.comm_eff, published_comm_eff(hw, m))[0]  # cost/published.py
     if cls is Attention:
         from c3kit.cost.attention import attention_time
 
@@ -153,8 +153,9 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
             detail["curve"] = origin
         return Estimate(time(op, hw, m), m.kind, detail)
     if isinstance(op, Collective):
-        t, algo = collective_estimate(op, hw, m.algo, m.comm_eff)
-        return Estimate(t, "collective", {"algo": algo})
+        su = published_comm_eff(hw, m)
+        t, algo = collective_estimate(op, hw, m.algo, m.comm_eff, su)
+        return Estimate(t, "collective", {"algo": algo, "scaleup_eff": su, "comm_eff": m.comm_eff})
     if isinstance(op, Attention):
         from c3kit.cost.attention import attention_basis, resolve_backend
 

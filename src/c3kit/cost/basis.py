@@ -105,3 +105,37 @@ def basis(gpu_name: str) -> dict[str, str]:
         else:
             out[c] = "measured"
     return out
+
+
+DATASHEET = "catalog datasheet (c3kit.hw) x the cost model's assumed efficiencies (cost/model.py)"
+
+
+def basis_sources(gpu_name: str) -> dict[str, str]:
+    """op class -> where its parameters come from on this GPU, for the label basis() gives: the calibration
+    file(s) measured, the transfer's reason, the published rows' sources with their retrieval date, or the
+    datasheet."""
+    from c3kit.cost.calib_store import calibration_path, op_calibration_path, published_ops_dir, shipped_name, \
+        transfers_path
+    from c3kit.cost.published import published_ops
+
+    base = catalog_name(gpu_name)
+    labels = basis(gpu_name)
+    ops = published_ops(base)
+    out = {}
+    for c, label in labels.items():
+        src = source_gpu(gpu_name, c)
+        if src is not None:
+            if c in GEMM_CLASSES or c == "gemm":
+                path = op_calibration_path(src, "gemm") if c in GEMM_CLASSES else calibration_path(src, "gemm")
+            elif c == "collective":
+                path = calibration_path(src, "comm")
+            else:
+                path = op_calibration_path(src, c)
+            where = shipped_name(path)
+            out[c] = where if src == base else f"{where} by {shipped_name(transfers_path())}: {transfers()[base].reason}"
+        elif label.startswith("published"):
+            file = shipped_name(published_ops_dir() / ops.origin)
+            out[c] = f"{'; '.join(ops.sources(c))} ({file})"
+        else:
+            out[c] = DATASHEET
+    return out

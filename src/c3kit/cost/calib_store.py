@@ -78,6 +78,19 @@ def transfers_path() -> Path:
     return Path(str(resources.files("c3kit.cost"))) / "data" / "transfers.toml"
 
 
+def published_ops_dir() -> Path:
+    """The shipped published op-level rows (cost/data/published_ops: one TOML file per catalog GPU, each row
+    with its source and the file with its retrieval date; read by cost/published.py)."""
+    return Path(str(resources.files("c3kit.cost"))) / "data" / "published_ops"
+
+
+def shipped_name(path: str | Path) -> str:
+    """A shipped data file's path from the package's cost folder ('cost/data/calib/h200-sxm-gemm.json'), for
+    reports that cite it."""
+    root = Path(str(resources.files("c3kit.cost"))).parent
+    return Path(path).resolve().relative_to(root.resolve()).as_posix()
+
+
 def variant_path(path: str | Path, variant: str, kind: str | None = None) -> Path:
     """A companion file beside a calibration file: '<stem>-gemm.json' -> '<stem>-gemm-<variant>.json'.
 

@@ -24,7 +24,9 @@ GPUs in a node: min(B_intra, g x NIC bw), with the NIC latency per step.
 g (GPUs of the group per node) is the Collective's `per_node` when it has one (> 0), else 1: a group
 that crosses nodes is most often strided (DP or PP over TP-sized nodes), one GPU per node, and 1 is
 the conservative choice (NIC-bound) when nothing else is known.
-`eff` scales every bandwidth (achieved / peak link bandwidth; 1.0 is the ideal model).
+`eff` scales every bandwidth (achieved / peak link bandwidth; 1.0 is the ideal model); `su_eff`, where
+given, scales the scale-up fabric's instead (cost/published.comm_eff: the published nccl-tests level of a
+GPU), and `eff` then the NICs' only.
 
 Every collective call also pays L = the catalog's `scaleup.launch` once, whatever the algorithm (the
 library's base latency: kernel launch, channel set-up, completion; NCCL's and RCCL's own tuning models
@@ -143,8 +145,8 @@ def _direct(kind: str, n: int, s: float, a: float, bw: float, peer: float) -> fl
     return a + s / peer
 
 
-def _intra(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
-    n, s, a = c.ranks, c.bytes, gpu.scaleup.latency
+def _intra(c: Collective, gpu: GPU, algo: str, eff: float, su_eff: float) -> float:
+    n, s, a, eff = c.ranks, c.bytes, gpu.scaleup.latency, su_eff
     bw, peer = intra_bw(gpu, n) * eff, intra_peer_bw(gpu) * eff
     if algo == "ring":
         return ring_formula(c.kind, n, s, a, bw, peer)
@@ -157,13 +159,13 @@ def _intra(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
     return _INF  # hierarchical needs more than one node
 
 
-def _inter(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
+def _inter(c: Collective, gpu: GPU, algo: str, eff: float, su_eff: float) -> float:
     n, s = c.ranks, c.bytes
     g = per_node(c, gpu)
     nodes = n // g
     a_in, a_out = gpu.scaleup.latency, max(gpu.scaleout_latency, gpu.scaleup.latency)
     nic = gpu.scaleout_bw * eff
-    b_in = intra_bw(gpu, g) * eff
+    b_in = intra_bw(gpu, g) * su_eff
     flat = min(b_in, g * nic) if g > 1 else nic
     if c.kind == "send_recv":
         return a_out + s / nic
@@ -180,7 +182,7 @@ def _inter(c: Collective, gpu: GPU, algo: str, eff: float) -> float:
     # hierarchical
     if g == 1 or nodes == 1 or c.kind == "all_to_all":
         return _INF
-    peer_in = intra_peer_bw(gpu) * eff
+    peer_in = intra_peer_bw(gpu) * su_eff
     sub = _best_intra if direct_valid(gpu, g) else _ring_intra
     if c.kind == "all_reduce":
         return (sub("reduce_scatter", g, s, a_in, b_in, peer_in)
@@ -198,10 +200,13 @@ def _best_intra(kind, n, s, a, bw, peer) -> float:
     return min(ring_formula(kind, n, s, a, bw, peer), _direct(kind, n, s, a, bw, peer))
 
 
-def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0) -> tuple[float, str]:
-    """(seconds, algorithm used) for collective c on gpu; algo 'auto' picks the fastest valid one."""
-    if not eff > 0:
-        raise CostError(f"collective bandwidth efficiency must be positive, got {eff!r}")
+def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0,
+                        su_eff: float | None = None) -> tuple[float, str]:
+    """(seconds, algorithm used) for collective c on gpu; algo 'auto' picks the fastest valid one; su_eff (default
+    eff) scales the scale-up bandwidth, eff the NICs'."""
+    su_eff = eff if su_eff is None else su_eff
+    if not (eff > 0 and su_eff > 0):
+        raise CostError(f"collective bandwidth efficiency must be positive, got {eff!r} / {su_eff!r}")
     if c.ranks == 1 or c.bytes == 0:
         return 0.0, "none"
     fn = _intra if c.span == "intra" else _inter
@@ -212,22 +217,23 @@ def collective_estimate(c: Collective, gpu: GPU, algo: str = "auto", eff: float 
     if algo == "auto":
         best, name = _INF, ""
         for a in ALGOS:
-            t = fn(c, gpu, a, eff)
+            t = fn(c, gpu, a, eff, su_eff)
             if t < best:
                 best, name = t, a
         return best + base, name
     if algo not in ALGOS:
         raise CostError(f"unknown collective algorithm {algo!r}: use auto or one of {', '.join(ALGOS)}")
-    t = fn(c, gpu, algo, eff)
+    t = fn(c, gpu, algo, eff, su_eff)
     if t == _INF:
         raise CostError(f"algorithm {algo!r} cannot run {c.kind} over {c.ranks} ranks ({c.span}) on "
                         f"{gpu.name} ({gpu.scaleup.topology}); try algo='auto'")
     return t + base, algo
 
 
-def collective_time(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0) -> float:
+def collective_time(c: Collective, gpu: GPU, algo: str = "auto", eff: float = 1.0,
+                    su_eff: float | None = None) -> float:
     """Seconds of collective c on gpu with the given algorithm ('auto': fastest valid)."""
-    return collective_estimate(c, gpu, algo, eff)[0]
+    return collective_estimate(c, gpu, algo, eff, su_eff)[0]
 
 
 def ring_time(c: Collective, gpu: GPU) -> float:
@@ -238,7 +244,7 @@ def ring_time(c: Collective, gpu: GPU) -> float:
 def valid_algos(c: Collective, gpu: GPU) -> list[str]:
     """Algorithms that can run collective c on gpu."""
     fn = _intra if c.span == "intra" else _inter
-    return [a for a in ALGOS if fn(c, gpu, a, 1.0) < _INF]
+    return [a for a in ALGOS if fn(c, gpu, a, 1.0, 1.0) < _INF]
 
 
 # ------------------------------------------------------------------------------------- measured tables

@@ -20,7 +20,8 @@ Efficiency defaults (None = the kind's default): roofline 1.0 for everything (pu
 efficiency and table: mem_eff 0.85 (STREAM-like copies reach ~85-90% of HBM peak on Hopper and
 MI300X; assumed), attn_eff 0.6 (FlashAttention-2/3 forward reach ~50-75% of bf16 peak on H100;
 assumed middle), comm_eff 0.8 (nccl-tests all-reduce busbw ~360 of 450 GB/s on H100 NVSwitch;
-assumed for every fabric). These are the numbers to calibrate next.
+assumed for every fabric). These are the numbers to calibrate next. Where a GPU has published op-level rows
+(cost/published.py), they replace mem_eff, attn_eff and, on the scale-up fabric, comm_eff there.
 """
 
 from __future__ import annotations

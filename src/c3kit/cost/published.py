@@ -14,19 +14,24 @@ with published rows of role "fit" is priced from them; the rest stay on the data
 - memory (and fp8_cast, a bandwidth-bound kernel priced as one): memory-bound ops without a measured class
   run at the median published STREAM-like bandwidth (Copy, Mul, Add, Triad) as a fraction of the datasheet
   HBM bandwidth, in place of the cost model's assumed mem_eff.
-- collective rows are checks only (benchmarks/published_ops.py); collectives stay on the datasheet.
+- collective: rows of role "fit" (nccl-tests / rccl-tests bus bandwidth of an all-reduce over the GPUs of one
+  node at the largest message sizes, where bandwidth dominates) set the scale-up efficiency: the fraction of
+  the catalog's scale-up bandwidth that makes cost/collectives.py's model reproduce the published time (the
+  median over fit rows). It replaces the cost model's assumed comm_eff on the scale-up fabric only (NICs keep
+  comm_eff); the other sizes are checks. Used by cost.time and the vectorized step model alike (comm_eff_rows).
 
-Rows of role "check" set nothing: tests and benchmarks/published_ops.py compare the model against them.
+Every file names the date its rows were retrieved (`retrieved`, YYYY-MM-DD); its path comes from
+cost/calib_store.py. Rows of role "check" set nothing: tests and benchmarks/published_ops.py compare the model against them.
 Published end-to-end step times are never read here.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 from c3kit.errors import CostError
 
@@ -48,6 +53,7 @@ class GemmPoint:
     tflops: float
     source: str
     role: str
+    retrieved: str = ""
 
     @property
     def seconds(self) -> float:
@@ -68,6 +74,11 @@ class AttentionPoint:
     tflops: float
     source: str
     role: str
+    # the benchmark's layout where it is not FlashAttention-2's (16k tokens, hidden 2048, as many kv as q heads)
+    batch: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class MemoryPoint:
     gbps: float
     source: str
     role: str
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,7 @@ class CollectivePoint:
     busbw_gbps: float
     source: str
     role: str
+    retrieved: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ class PublishedOps:
     origin: str
     memory: tuple[MemoryPoint, ...] = ()
     collective: tuple[CollectivePoint, ...] = ()
+    retrieved: str = ""
 
     def fit_gemm(self, dtype: str | None = None) -> tuple[GemmPoint, ...]:
         """GEMM rows of role fit (of one dtype)."""
@@ -114,12 +128,32 @@ class PublishedOps:
             out.add("attention")
         if any(m.role == "fit" for m in self.memory):
             out.update(("memory", "fp8_cast"))
+        if any(c.role == "fit" for c in self.collective):
+            out.add("collective")
         return frozenset(out)
+
+    def sources(self, op_class: str) -> tuple[str, ...]:
+        """The distinct sources of the fit rows that price op_class (cost/basis.py names) with their retrieval
+        dates, in file order."""
+        rows = {"gemm": [p for p in self.fit_gemm() if GEMM_DTYPE_CLASS.get(p.dtype) == "gemm"],
+                "gemm_fp8": [p for p in self.fit_gemm() if GEMM_DTYPE_CLASS.get(p.dtype) == "gemm_fp8"],
+                "attention": [a for a in self.attention if a.role == "fit"],
+                "memory": [m for m in self.memory if m.role == "fit"],
+                "fp8_cast": [m for m in self.memory if m.role == "fit"],
+                "collective": [c for c in self.collective if c.role == "fit"]}.get(op_class, [])
+        return tuple(dict.fromkeys(f"{cite(r.source)}, retrieved {r.retrieved or self.retrieved}" for r in rows))
 
 
 def published_dir():
-    """The shipped folder of published op-level rows, src/c3kit/cost/data/published_ops."""
-    return resources.files("c3kit.cost").joinpath("data", "published_ops")
+    """The shipped folder of published op-level rows (cost/calib_store.published_ops_dir)."""
+    from c3kit.cost.calib_store import published_ops_dir
+
+    return published_ops_dir()
+
+
+def cite(source: str) -> str:
+    """A row's source without the table / figure detail after the first comma (the citation's document)."""
+    return source.split(", ")[0].split(" (")[0].strip()
 
 
 def _need(row: dict, keys: tuple[str, ...], where: str, value: str = "tflops") -> None:
@@ -134,6 +168,19 @@ def _need(row: dict, keys: tuple[str, ...], where: str, value: str = "tflops") -
         raise CostError(f"{where}: every row needs its source")
 
 
+def _date(value, where: str) -> str:
+    try:
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise CostError(f"{where}: needs retrieved = \"YYYY-MM-DD\" (the date its rows were read from their "
+                        f"sources), got {value!r}") from None
+
+
+def _row_date(r: dict, doc: dict, where: str) -> str:
+    """A row's retrieval date: its own `retrieved`, else its file's (checked once the rows are read)."""
+    return _date(r["retrieved"], where) if "retrieved" in r else str(doc.get("retrieved", ""))
+
+
 def parse(doc: dict, origin: str) -> PublishedOps:
     """PublishedOps from one file's parsed TOML (errors name the file and what is missing)."""
     if "gpu" not in doc:
@@ -142,29 +189,33 @@ def parse(doc: dict, origin: str) -> PublishedOps:
     for i, r in enumerate(doc.get("gemm", [])):
         _need(r, ("dtype", "m", "n", "k", "tflops", "source", "role"), f"{origin} gemm row {i + 1}")
         gemm.append(GemmPoint(str(r["dtype"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]),
-                              str(r["source"]), str(r["role"])))
+                              str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} gemm row {i + 1}")))
     att = []
     for i, r in enumerate(doc.get("attention", [])):
         _need(r, ("kernel", "backends", "direction", "causal", "head_dim", "seq", "tflops", "source", "role"),
               f"{origin} attention row {i + 1}")
         if r["direction"] != "fwd+bwd":
             raise CostError(f"{origin} attention row {i + 1}: only direction 'fwd+bwd' is read, got {r['direction']!r}")
+        layout = tuple(int(r[k]) if k in r else None for k in ("batch", "heads", "kv_heads"))
         att.append(AttentionPoint(str(r["kernel"]), tuple(str(b) for b in r["backends"]), str(r["direction"]),
                                   bool(r["causal"]), int(r["head_dim"]), int(r["seq"]), float(r["tflops"]),
-                                  str(r["source"]), str(r["role"])))
+                                  str(r["source"]), str(r["role"]), *layout,
+                                  _row_date(r, doc, f"{origin} attention row {i + 1}")))
     mem = []
     for i, r in enumerate(doc.get("memory", [])):
         _need(r, ("kernel", "gbps", "source", "role"), f"{origin} memory row {i + 1}", "gbps")
-        mem.append(MemoryPoint(str(r["kernel"]), float(r["gbps"]), str(r["source"]), str(r["role"])))
+        mem.append(MemoryPoint(str(r["kernel"]), float(r["gbps"]), str(r["source"]), str(r["role"]),
+                               _row_date(r, doc, f"{origin} memory row {i + 1}")))
     coll = []
     for i, r in enumerate(doc.get("collective", [])):
         _need(r, ("kind", "ranks", "bytes", "busbw_gbps", "source", "role"), f"{origin} collective row {i + 1}",
               "busbw_gbps")
-        if r["role"] != "check":
-            raise CostError(f"{origin} collective row {i + 1}: collective rows are checks only (role = \"check\")")
+        if r["role"] == "fit" and r["kind"] != "all_reduce":
+            raise CostError(f"{origin} collective row {i + 1}: only all_reduce rows set the scale-up efficiency")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
-                                    str(r["source"]), str(r["role"])))
-    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll))
+                                    str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} collective row {i + 1}")))
+    retrieved = _date(doc.get("retrieved"), origin)
+    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved)
 
 
 @lru_cache(maxsize=1)
@@ -281,7 +332,8 @@ def published_rows(a: dict, shape, backend: str, hw, model, price):
     import numpy as np
 
     ops = published_ops(hw.name)
-    if model.kind == "roofline" or ops is None or not any(backend in r.backends for r in ops.attention):
+    if model.kind == "roofline" or ops is None or not any(r.role == "fit" and backend in r.backends
+                                                            for r in ops.attention):
         return None
     from c3kit.workload.ops import Attention
 
@@ -341,7 +393,54 @@ def mem_eff_rows(gpus, index, model):
     return np.asarray([mem_eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
 
 
+# ------------------------------------------------------------------------------------------ collectives
+
+@lru_cache(maxsize=64)
+def scaleup_fraction(gpu_name: str) -> float | None:
+    """The scale-up bandwidth efficiency the published all-reduce fit rows imply (None without fit rows): per
+    row, the model's time at efficiency 1 over the published time (cost/collectives.py, one node; its launch
+    base is below 0.1% at the fit rows' sizes), the median over rows. A projection keeps its base GPU's fraction."""
+    ops = published_ops(gpu_name)
+    rows = [c for c in ops.collective if c.role == "fit"] if ops is not None else []
+    if not rows:
+        return None
+    from c3kit.cost.collectives import busbw_factor, collective_estimate
+    from c3kit.hw.catalog import get_gpu
+    from c3kit.workload.ops import Collective
+
+    gpu = get_gpu(ops.gpu)
+    ratios = []
+    for c in rows:
+        op = Collective("c", c.kind, float(c.nbytes), c.ranks, span="intra")
+        t_pub = c.nbytes * busbw_factor(c.kind, c.ranks) / (c.busbw_gbps * 1e9)
+        ratios.append(collective_estimate(op, gpu, "auto", 1.0)[0] / t_pub)
+    ratios.sort()
+    mid = len(ratios) // 2
+    frac = ratios[mid] if len(ratios) % 2 else 0.5 * (ratios[mid - 1] + ratios[mid])
+    if not 0 < frac <= 1.0:
+        raise CostError(f"published collective rows of {ops.gpu} imply {frac:.3f} of the catalog scale-up bandwidth: "
+                        "check them (an in-switch reduction such as NVLS is not in the model's algorithms)")
+    return frac
+
+
+def comm_eff(hw, model) -> float:
+    """The scale-up bandwidth efficiency collectives run at on hw: the published one where fit rows exist (cost
+    models other than roofline), else the cost model's comm_eff."""
+    if model.kind == "roofline":
+        return model.comm_eff
+    f = scaleup_fraction(hw.name)
+    return model.comm_eff if f is None else f
+
+
+def comm_eff_rows(gpus, index, model):
+    """comm_eff per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
+    import numpy as np
+
+    return np.asarray([comm_eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
+
+
 def clear() -> None:
     """Forget the loaded published rows (tests that add files)."""
     _all.cache_clear()
     memory_fraction.cache_clear()
+    scaleup_fraction.cache_clear()

@@ -123,7 +123,11 @@ class CostCache:
         if hit is None:
             g = self._fewer.get(sms)
             if g is None:
-                g = self._fewer[sms] = self.gpu.with_(sms=max(1, sms))
+                # the datasheet peak is the whole chip's: fewer SMs have that share of it (the per-SM math
+                # rate is the same); HBM bandwidth stays whole (the contention model shares it)
+                s = max(1, sms)
+                f = s / self.gpu.sms
+                g = self._fewer[sms] = self.gpu.with_(sms=s, flops={d: v * f for d, v in self.gpu.flops.items()})
             t = float(cost.time(Gemm("sub", m, n, k, dtype, batch), g, self.model))
             if self.clock is not None:
                 t *= self.clock.factor(2.0 * m * n * k * batch / t / g.peak_flops(dtype))

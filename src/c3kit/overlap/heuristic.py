@@ -14,9 +14,9 @@ no event simulation and no resource sharing:
     transfer x GEMM:     an SM kernel's shortfall without priority (k / SMs it gets)
                          + comm_interference x the GEMM's share of the SMs
     transfer x transfer: on common links, each at half speed.
-    GEMM x GEMM:         (two streams of one schedule) by how far their output tiles together exceed the
-                         SMs (both filling the GPU: half speed each), at least the other's HBM share of
-                         the memory-bound part; GEMM x memory-bound kernel: that HBM share only.
+    GEMM x GEMM:         (two streams of one schedule; also GEMM x memory-bound kernel) the speeds the
+                         simulator gives the two running together (sim.engine.compute_rates: SMs by
+                         priority and cap, HBM shared), against the GEMM's speed alone.
   The schedule with the smallest estimate wins; exact ties go to a -prio variant, then to the earlier
   name in SCHEDULES.
 
@@ -33,7 +33,7 @@ from c3kit.hw.model import GPU
 from c3kit.overlap.costs import CostCache
 from c3kit.overlap.problem import OverlapProblem
 from c3kit.overlap.schedules import SCHEDULES, Ctx, build, build_key, check
-from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time
+from c3kit.sim.engine import Resources, Stream, Task, _compute_sm_rate, alone_time, compute_rates
 from c3kit.sim.params import ContentionParams
 
 
@@ -62,25 +62,31 @@ def _walk(tasks: list[Task], dur: list[float], index: dict[str, int]) -> tuple[l
     return _walk_idx(_links_of(tasks, index), dur)
 
 
-def _links_of(tasks: list[Task], index: dict[str, int]) -> list[tuple[str, tuple[int, ...]]]:
-    """(stream, dependency indices) of every task: what a walk needs of the graph."""
-    return [(t.stream, tuple(index[d] for d in t.deps)) for t in tasks]
+def _links_of(tasks: list[Task], index: dict[str, int]) -> list[tuple[int, ...]]:
+    """The indices of the tasks each task waits for (the previous task of its stream, then its dependencies): what
+    a walk needs of the graph."""
+    last: dict[str, int] = {}
+    out = []
+    for i, t in enumerate(tasks):
+        prev = last.get(t.stream)
+        out.append(((prev,) if prev is not None else ()) + tuple(index[d] for d in t.deps))
+        last[t.stream] = i
+    return out
 
 
-def _walk_idx(links: list[tuple[str, tuple[int, ...]]], dur: list[float]) -> tuple[list[float], list[float]]:
-    """_walk on a graph given as (stream, dependency indices) per task."""
+def _walk_idx(links: list[tuple[int, ...]], dur: list[float]) -> tuple[list[float], list[float]]:
+    """_walk on a graph given as the indices each task waits for (_links_of)."""
     n = len(links)
     start = [0.0] * n
     end = [0.0] * n
-    last: dict[str, float] = {}
-    for i, (stream, deps) in enumerate(links):
-        s0 = last.get(stream, 0.0)
-        for d in deps:
+    for i, waits in enumerate(links):
+        s0 = 0.0
+        for d in waits:
             e = end[d]
             if e > s0:
                 s0 = e
         start[i] = s0
-        end[i] = last[stream] = s0 + dur[i]
+        end[i] = s0 + dur[i]
     return start, end
 
 
@@ -97,19 +103,22 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     share = params.noprio_comm_sm_share
     links = _links if _links is not None else _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
     alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
-    work = [alone[i] - t.pre - t.post for i, t in enumerate(tasks)]
+    work = [a - t.pre - t.post for a, t in zip(alone, tasks)]
     start, end = _walk_idx(links, alone)
     free = max(end)
-    # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent)
-    hbm_use = [(t.work / work[i] * t.hbm if t.kind == "comm" else t.hbm) if work[i] > 0 else 0.0
-               for i, t in enumerate(tasks)]
-    rate = [t.work / work[i] if work[i] > 0 else 0.0 for i, t in enumerate(tasks)]  # comm: B/s alone
-    all_links = (1 << res.links) - 1
-    link_cap = [bin((t.links & all_links) or all_links).count("1") * res.link_bw / res.links for t in tasks]
-    costs: dict[tuple[int, int], float] = {}
-    fixed = [t.pre + t.post for t in tasks]
+    every = (1 << res.links) - 1
+    hbm_use, rate, link_cap, fixed = [], [], [], []
+    for t, w in zip(tasks, work):
+        # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent), and a transfer's B/s alone
+        r = t.work / w if w > 0 else 0.0
+        rate.append(r)
+        hbm_use.append((r * t.hbm if t.kind == "comm" else t.hbm) if w > 0 else 0.0)
+        link_cap.append(bin((t.links & every) or every).count("1") * res.link_bw / res.links)
+        fixed.append(t.pre + t.post)
+    costs: list = [None] * (n * n)  # pair cost of (i beside j) at i * n + j, computed when first needed
+    rng = range(n)
     for _ in range(PASSES - 1):
-        order = sorted(range(n), key=start.__getitem__)
+        order = sorted(rng, key=start.__getitem__)
         stretch = [0.0] * n
         for a_pos, i in enumerate(order):
             end_i = end[i]
@@ -124,10 +133,10 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     continue
                 # both directions: how much i slows beside j, and j beside i
                 if work_i > 0:
-                    c = costs.get((i, j))
+                    c = costs[i * n + j]
                     if c is None:
-                        c = costs[(i, j)] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
-                                                       link_cap[i], rate[i], rate[j], res)
+                        c = costs[i * n + j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
+                                                          link_cap[i], rate[i], rate[j], res)
                     # slowed to 1/(1+c) over the overlap: if j leaves first, i only loses the work it did
                     # not do in the window (c/(1+c) of it); if i ends inside j, all of i stretches by c
                     if end_j <= end_i:
@@ -135,16 +144,18 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     stretch[i] += ov / work_i * c
                 work_j = work[j]
                 if work_j > 0:
-                    c = costs.get((j, i))
+                    c = costs[j * n + i]
                     if c is None:
-                        c = costs[(j, i)] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
-                                                       link_cap[j], rate[j], rate[i], res)
+                        c = costs[j * n + i] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
+                                                          link_cap[j], rate[j], rate[i], res)
                     if end_i <= end_j:
                         c = c / (1.0 + c)
                     stretch[j] += ov / work_j * c
-        dur = [fixed[i] + work[i] * (1.0 + stretch[i]) for i in range(n)]
-        start, end = _walk_idx(links, dur)
+        start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
+
+
+_COMPUTE_PAIR: dict[tuple, float] = {}  # _pair_cost of two compute tasks by what the simulator's sharing reads of them
 
 
 def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: ContentionParams,
@@ -153,14 +164,17 @@ def _pair_cost(t: Task, u: Task, prio: dict, S: int, H: float, share: float, p: 
     """How much t slows (extra time per unit of overlap) while u runs beside it."""
     if t.kind == "compute" and t.category == "comp":
         if u.kind != "comm":
-            # two GEMMs on two streams (PyTorch async TP issues its steps on two streams) share the SMs as far as
-            # their output tiles together exceed them (both filling the GPU: each at half speed), and HBM by the
-            # other's share of it for the memory-bound part; a memory-bound kernel beside it: HBM only
-            hbm = (1.0 - t.phi) * u_hbm / H
-            if u.category != "comp":
-                return hbm
-            used = min(t.tiles or S, S) + min(u.tiles or S, S)
-            return max(hbm, min(1.0, max(0.0, used / S - 1.0)))
+            # two kernels on two streams (PyTorch async TP issues its steps on two streams; a reduction beside a
+            # GEMM) share SMs and HBM as the simulator shares them (sim.engine.compute_pair_rates)
+            pt, pu = prio.get(t.stream, 0), prio.get(u.stream, 0)
+            key = (t.sms, t.tiles, t.hbm, t.phi, t.curve, u.sms, u.tiles, u.hbm, u.phi, u.curve, S, H, pt > pu, pt < pu)
+            hit = _COMPUTE_PAIR.get(key)
+            if hit is None:
+                if len(_COMPUTE_PAIR) >= 1 << 16:
+                    _COMPUTE_PAIR.clear()
+                both = compute_rates((t, u), S, H, (pt, pu))[0]
+                hit = _COMPUTE_PAIR[key] = compute_rates((t,), S, H)[0] / both - 1.0 if both > 0 else 1.0
+            return hit
         extra = (p.gemm_interference * t.phi + p.gemm_mem_interference * (1.0 - t.phi)) * u_hbm / H
         if u.sms > 0:
             taken = u.sms if prio.get(u.stream, 0) > prio.get(t.stream, 0) else u.sms * share
@@ -255,19 +269,14 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     res = ctx.res
     derived = ctx.cache.derived
 
-    for order, (name, spec) in enumerate(SCHEDULES.items()):
-        if name in exclude or check(spec, problem, g) is not None or not spec.realizable(problem.pattern):
-            continue
-        tasks, streams = build(spec, ctx, engine)
-        bkey = build_key(spec, engine)
+    for order, name, spec, bkey in _candidates(ctx, engine, exclude):
         hit = walked.get(bkey)
         if hit is None:
-            times = []
-            for t in tasks:
-                v = alone.get(id(t))
-                if v is None:
-                    v = alone[id(t)] = alone_time(t, res)
-                times.append(v)
+            tasks, _ = build(spec, ctx, engine)
+            get = alone.get
+            times = [get(id(t)) for t in tasks]
+            if None in times:  # tasks built outside the field caches (barriers, reductions, local copies)
+                times = [alone_time(t, res) if v is None else v for t, v in zip(tasks, times)]
             # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
             lkey = ("walk-graph", bkey, problem.pattern, problem.gpus)
             links = derived.get(lkey)
@@ -275,19 +284,34 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             _, end = _walk_idx(links, times)
             hit = walked[bkey] = (max(end, default=0.0), times, links)
-        cands.append((hit[0], order, name, spec, tasks, streams, hit[1], hit[2]))
+        cands.append((hit[0], order, name, spec, hit[1], hit[2]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, tasks, streams, times, links in cands:
+    for free, order, name, spec, times, links in cands:
         if best is not None and free > best[0]:
             break
+        tasks, streams = build(spec, ctx, engine)
         t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)
     return best[3]
+
+
+def _candidates(ctx: Ctx, engine: str, exclude: frozenset) -> tuple:
+    """(order in SCHEDULES, name, spec, build key) of every schedule pick() weighs for ctx's problem: those not
+    excluded that check() lets run and that are realizable. check() reads the pattern, the GPU count and whether
+    m divides by its square (the GPU is the cost cache's), so the list is kept per those in the cache."""
+    prob = ctx.p
+    key = ("pick-candidates", prob.pattern, prob.gpus, prob.m % (prob.gpus * prob.gpus) == 0, engine, exclude)
+    hit = ctx.cache.derived.get(key)
+    if hit is None:
+        hit = ctx.cache.derived[key] = tuple(
+            (order, name, spec, build_key(spec, engine)) for order, (name, spec) in enumerate(SCHEDULES.items())
+            if name not in exclude and check(spec, prob, ctx.gpu) is None and spec.realizable(prob.pattern))
+    return hit
 
 
 def _serial_engine(ctx: Ctx) -> str:

@@ -231,13 +231,26 @@ class Ctx:
     def stage(self, name: str, stream: str, whole: Task, frac: float, *, deps: tuple[str, ...] = (),
               cap: float = 0.0) -> Task:
         """A slice of one fused kernel: `frac` of its work, no kernel boundary of its own."""
-        eff = self.params.fused_gemm_efficiency
         p = self.p
         if p.pattern == "moe":
             e_loc = p.experts // p.gpus
             shape = (max(1, math.ceil(p.m / e_loc)), p.n, p.k, p.dtype, e_loc)
         else:
             shape = (p.m, p.n, p.k, p.dtype, 1)
+        # as for _gemm: a stage's fields depend on the kernel's shape, its fields and the slice only
+        key = ("s", p.pattern == "moe", shape, p.m, frac, cap, whole.work, whole.hbm, whole.phi, whole.tiles)
+        f = self._fields.get(key)
+        if f is None:
+            t = self._new_stage(name, stream, whole, frac, deps, cap, shape)
+            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+        else:
+            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+        self.alone[id(t)] = f[2]
+        return t
+
+    def _new_stage(self, name, stream, whole, frac, deps, cap, shape) -> Task:
+        eff = self.params.fused_gemm_efficiency
+        p = self.p
         work, hbm = whole.work * frac, whole.hbm
         rows = max(1, round(frac * p.m))
         if p.pattern != "moe" and rows < p.m and p.k * p.n * self.b > self.gpu.l2_bytes:

@@ -67,7 +67,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             policy=None, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
-            cp_impl: str = "ring", moe_imbalance: float = 1.0) -> StepConfig:
+            cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
+            pp_p2p_overlap: bool = False) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -86,6 +87,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     the search then skips full recomputation and, without vpp > 1, pipeline stages).
     with recompute "layer", every N-th layer is recomputed. train_metrics, flat_param_grads: framework ops of the
     graph (workload.graph.build_step); cp_impl: how context parallelism runs (workload.parallel.CP_IMPLS).
+    dp_overlap False: DP gradients reduced after the backward (workload.parallel.DP_OVERLAP_SOURCES; the search then
+    skips FSDP); pp_p2p_overlap: pipeline sends and receives behind compute (PP_P2P_OVERLAP_SOURCE).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -120,6 +123,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                          "use --recompute none or selective")
     if moe_a2a_overlap and pp is not None and pp > 1 and vpp == 1:
         raise C3kitError("--moe-a2a-overlap with --pp > 1 needs virtual pipeline stages (--vpp > 1), as Megatron-Core")
+    if not dp_overlap and fsdp:
+        raise C3kitError("--no-dp-overlap reduces gradients after the backward, which FSDP does not: drop one of them")
     if pp_split not in PP_SPLITS:
         raise C3kitError(f"unknown pipeline split {pp_split!r}: use one of {', '.join(PP_SPLITS)}")
     if cp > 1 and seq % (2 * cp):
@@ -161,7 +166,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     elif dist_optimizer is not None:
         shardings = ["zero1" if dist_optimizer else "ddp"]
     elif train:
-        shardings = ["ddp", "zero1"] + ([] if fsdp is False else ["fsdp"])
+        shardings = ["ddp", "zero1"] + ([] if fsdp is False or not dp_overlap else ["fsdp"])
     else:
         shardings = ["ddp"]
     counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
@@ -203,7 +208,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                            global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
                            dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                            recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
-                           moe_imbalance=moe_imbalance)
+                           moe_imbalance=moe_imbalance, dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
 
     tried: list[Candidate] = []
     last_fit: Exception | None = None

@@ -218,12 +218,14 @@ def _best_sub(kind, n, s, a, bw, peer, h):
     return np.where(_direct_valid(h, n), np.minimum(ring, _direct(kind, n, s, a, bw, peer)), ring)
 
 
-def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
-    """Vectorized cost.collectives.collective_estimate for arrays of sizes, ranks and placements."""
+def _collective(kind, s, n, intra, g, h, algo: str, eff: float, su_eff=None) -> np.ndarray:
+    """Vectorized cost.collectives.collective_estimate for arrays of sizes, ranks and placements (su_eff: the
+    scale-up efficiency per scenario, cost/published.comm_eff_rows; eff then scales the NICs only)."""
     n = n.astype(float)
-    peer = np.where(h["switch"], h["su_bw"], h["su_bw"] / h["links"]) * eff
+    su_eff = eff if su_eff is None else su_eff
+    peer = np.where(h["switch"], h["su_bw"], h["su_bw"] / h["links"]) * su_eff
     # inside a node
-    a, bw = h["su_lat"], _intra_bw(h, n) * eff
+    a, bw = h["su_lat"], _intra_bw(h, n) * su_eff
     ti = {"ring": ring_formula(kind, n, s, a, bw, peer),
           "tree": np.where(h["ring"] & (n > 3), _INF, _tree(kind, n, s, a, bw)),
           "direct": np.where(_direct_valid(h, n), _direct(kind, n, s, a, bw, peer), _INF),
@@ -233,7 +235,7 @@ def _collective(kind, s, n, intra, g, h, algo: str, eff: float) -> np.ndarray:
     nodes = n / g
     a_in, a_out = h["su_lat"], np.maximum(h["nic_lat"], h["su_lat"])
     nic = h["nic"] * eff
-    b_in = _intra_bw(h, g) * eff
+    b_in = _intra_bw(h, g) * su_eff
     flat = np.where(g > 1, np.minimum(b_in, g * nic), nic)
     if kind == "send_recv":
         te = {k: a_out + s / nic for k in ti}
@@ -272,7 +274,7 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
     Efficiency-curve GEMM rows are left for the caller: (row, m, n, k) is appended to `gemms` so that
     all groups' GEMMs go through one cost.efficiency.curve_times call per GPU.
     """
-    from c3kit.cost.published import mem_eff_rows
+    from c3kit.cost.published import comm_eff_rows, mem_eff_rows
     from c3kit.workload.ops import Attention, Collective, Gemm
 
     from c3kit.workload.layer import Structure
@@ -290,7 +292,8 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
             key = (op.kind, op.group, "act" if op.group == "tp" and op.name != "loss.ar" else op.name)
             if key not in memo:
                 nbytes, ranks, intra, g = sh.collective(op.name)
-                memo[key] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff)
+                memo[key] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff,
+                                        comm_eff_rows(h["gpu_objs"], h["gpu_index"], cm))  # cost/published.py
             t[i] = memo[key]
             continue
         (f, by), dims = sh.compute(op.name)

@@ -102,6 +102,18 @@ SOURCES = {
                        "(router.py apply_random_logits): counts are almost never all aligned. Priced per copy as the "
                        "measured copy class over rows x hidden BF16 (read and write), plus one launch gap; the "
                        "GPU window of moe_host_bound includes them.",
+    "optimizer_unfused": "An AdamW step that is not one fused kernel moves each fp32 parameter's state once per "
+                         "elementwise pass. MosaicML Composer's DecoupledAdamW (composer/optim/"
+                         "decoupled_weight_decay.py DecoupledAdamW.adamw, what llm-foundry trains with) loops over the "
+                         "parameter tensors in Python and runs 9 eager kernels on each: param.mul_ (8 B per parameter), "
+                         "exp_avg.mul_ (8) and .add_(grad) (12), exp_avg_sq.mul_ (8) and .addcmul_(grad, grad) (12), "
+                         "sqrt (8), / (8), .add_(eps) (8), param.addcdiv_ (16): 88 B against the fused kernel's 28 B. "
+                         "torch.optim.AdamW(foreach=True) runs the same passes over tensor lists (lerp_ for the first "
+                         "moment: 8 passes, 80 B). Priced as the step's fused optimizer op (the measured adamw class "
+                         "where the GPU has one) x bytes / 28 B, at least the loop's eager kernel launches (ops-floor "
+                         "eager slope) for unfused; the term is that time minus the fused op's. Check on the H200 "
+                         "(ops-memory adamw_foreach / adamw_fused at 64M and 268M parameters: 2.81x and 2.66x "
+                         "measured, 80 / 28 = 2.86x by this count): tests/step/test_overheads.py.",
     "dp_bucket": "Megatron-Core DistributedDataParallelConfig.bucket_size: None means max(40,000,000, "
                  "1,000,000 x data-parallel size) parameters per bucket; the last bucket's reduction starts only "
                  "when the backward of its layers is done and is exposed. step/plan.py already exposes one "
@@ -122,6 +134,8 @@ FSDP_IMPLS = ("fsdp2", "flat")
 # one grouped kernel; one cuBLAS GEMM each issued in C++ from one Python call (TE GroupedLinear); a Python loop
 # with one GEMM each (Megatron-Core SequentialMLP)
 MOE_EXPERTS = {"grouped": "grouped", "per_expert": "grouped", "sequential": "sequential"}
+# AdamW implementation -> (kernels per parameter tensor, bytes moved per fp32 parameter): SOURCES["optimizer_unfused"]
+OPTIMIZER_IMPLS = {"fused": (1, 28.0), "foreach": (8, 80.0), "unfused": (9, 88.0)}
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,7 @@ class OverheadModel:
     moe_host_sync: bool = True  # the host waits for the token counts once per MoE layer forward (SOURCES)
     moe_host_bound: bool = True  # MoE layer passes whose host issue time exceeds their GPU time (SOURCES)
     moe_experts: str = "grouped"  # MOE_EXPERTS key: how the local experts' GEMMs run
+    optimizer_impl: str = "fused"  # OPTIMIZER_IMPLS: fused AdamW kernel, foreach, or a per-tensor loop (Composer)
 
     def __post_init__(self) -> None:
         if self.fsdp_impl not in FSDP_IMPLS:
@@ -147,6 +162,8 @@ class OverheadModel:
         for name in ("kernel_gap_s", "graph_kernel_gap_s", "dp_bucket_params"):
             if not getattr(self, name) >= 0:
                 raise C3kitError(f"overheads: {name} must be >= 0, got {getattr(self, name)!r}")
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise C3kitError(f"overheads: optimizer_impl {self.optimizer_impl!r}: use one of {', '.join(OPTIMIZER_IMPLS)}")
         if self.fp8_scaling not in FP8_SCALING:
             raise C3kitError(f"overheads: unknown fp8_scaling {self.fp8_scaling!r}: use one of {', '.join(FP8_SCALING)}")
         if self.moe_experts not in MOE_EXPERTS:
@@ -229,6 +246,33 @@ def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple
     return float(timer(MemOp("fp8_cast", per_el * elements), hw)), kernels
 
 
+def optimizer_tensors(graph, flat: bool) -> int:
+    """Parameter tensors the optimizer loops over on one rank: one flat parameter per FSDP unit (every layer and the
+    root) with flat FSDP, else every weight matrix, bias and norm of the stage's layers plus embedding, final norm and
+    head."""
+    L = int(graph.layers_per_stage)
+    if flat:
+        return L + 1
+    m = graph.model
+    norms = 2 * (2 if m.norm == "layernorm" else 1)
+    return L * (norms + (4 + (3 if m.gated_mlp else 2)) * (2 if m.bias else 1)) + 3
+
+
+def optimizer_impl_overhead(graph, hw, fused_s: float, params: float, model: OverheadModel) -> Overhead:
+    """Seconds an AdamW of model.optimizer_impl adds over the fused optimizer op priced at fused_s (SOURCES)."""
+    kernels_each, per_param = OPTIMIZER_IMPLS[model.optimizer_impl]
+    base = OPTIMIZER_IMPLS["fused"][1]
+    t = fused_s * per_param / base
+    detail = f"{params:,.0f} parameters x {per_param:.0f} B vs {base:.0f} B fused"
+    kernels = 0
+    if model.optimizer_impl == "unfused":
+        flat = getattr(graph.par, "fsdp", False) and model.fsdp_impl == "flat"
+        kernels = kernels_each * optimizer_tensors(graph, flat)
+        t = max(t, kernels * eager_launch_s(hw))
+        detail += f", {kernels:,} eager kernels"
+    return Overhead("optimizer_unfused", max(t - fused_s, 0.0), kernels, detail, SOURCES["optimizer_unfused"])
+
+
 def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_OVERHEADS) -> tuple[Overhead, ...]:
     """Every enabled overhead of one step graph on hw, priced with `timer` (op_t: the nodes' times, one run)."""
     from c3kit.workload.graph import ADAM_BYTES_PER_PARAM
@@ -298,6 +342,11 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
                                         else 0), hw))
         out.append(Overhead("grad_clip", t, 1, f"{params:,.0f} local parameters", SOURCES["grad_clip"]))
 
+    # an optimizer that is not one fused kernel: its extra elementwise passes (and, looped, its launches)
+    if model.optimizer_impl != "fused" and opt and graph.phase == "train":
+        out.append(optimizer_impl_overhead(graph, hw, float(op_t[opt[0]]), nodes[opt[0]].op.bytes / ADAM_BYTES_PER_PARAM,
+                                           model))
+
     # MoE (the load imbalance is Parallelism.moe_imbalance, in the expert GEMMs' rows): count waits, host-bound
     # passes, per-expert GEMMs
     if graph.model.is_moe and graph.phase == "train":
@@ -324,7 +373,8 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
     dp = int(getattr(graph.par, "dp", 1))
     grads = [i for i, nd in enumerate(nodes) if nd.role == "dp_grad" and nd.scope == "layer"
              and isinstance(nd.op, Collective)]
-    if model.dp_bucket and dp > 1 and not getattr(graph.par, "fsdp", False) and grads:
+    if (model.dp_bucket and dp > 1 and not getattr(graph.par, "fsdp", False) and grads
+            and getattr(graph.par, "dp_overlap", True)):  # reduced after the backward: all exposed already
         i = grads[0]
         op = nodes[i].op
         per_param = 4.0  # fp32 gradients (workload.graph's grad_dtype default)

@@ -25,6 +25,10 @@ The timeline model ("ops overlap where dependencies allow", two kinds of streams
   collective of that phase hides behind (independent pairs). The pipeline's warm-up and cool-down chunks,
   which have no partner pass, are priced the same way (a small optimism: 2 (pp - 1) + (vpp - 1) pp of
   m vpp chunks).
+- Parallelism.dp_overlap False (Megatron-LM of 2021-22, DeepSpeed's pipeline engine: gradients reduced after the
+  backward) makes the once-per-step gradient collectives serial after the last backward: tail = L x D_step.
+- Parallelism.pp_p2p_overlap (Megatron-Core overlap_p2p_comm): the pipeline sends and receives run behind compute,
+  priced hidden (plan.hidden); without it they are exposed like the other micro-batch comm.
 - Micro-batch and step scope nodes (embedding, head, loss, pipeline send/recv, the embedding
   gradient all-reduce, the optimizer) are serial: their comm is exposed.
 - Pipeline: step = m * T_micro + bubble + tail, T_micro being the fullest rank's micro-batch time.
@@ -92,6 +96,8 @@ class Plan:
     is_comm: np.ndarray  # bool per node
     others: float = -1.0  # the other ranks' layers in units of this (fullest) rank's; -1: pp - 1 (even ranks)
     dp_first: tuple[int, ...] = ()  # layer dp nodes run once per step, prefetched in the first micro-batch's forward
+    dp_after_bwd: bool = False  # dp_last collectives run after the last backward, serial (Parallelism.dp_overlap False)
+    hidden: tuple[int, ...] = ()  # comm nodes wholly behind compute (pipeline p2p with Parallelism.pp_p2p_overlap)
 
 
 def _is_comm_stream(stream: str) -> bool:
@@ -164,6 +170,7 @@ def make_plan(graph) -> Plan:
     per_micro = np.zeros(len(nodes))  # count = per_micro x micro-batches ...
     const = np.zeros(len(nodes))  # ... or count = const (once-per-step nodes)
     groups: dict[tuple[str, str], list[int]] = {}
+    after_bwd = not getattr(par, "dp_overlap", True)  # gradients reduced once, after the last backward
     for i, nd in enumerate(nodes):
         if nd.phase not in PHASES:
             raise StepError(f"node {nd.id!r}: phase {nd.phase!r}: use one of {', '.join(PHASES)}")
@@ -176,7 +183,7 @@ def make_plan(graph) -> Plan:
         key = nd.scope
         if nd.scope == "step":
             inst[i] = const[i] = nd.count
-        elif nd.stream == "dp" and nd.scope == "layer" and nd.count < m:
+        elif nd.stream == "dp" and nd.scope == "layer" and (nd.count < m or (after_bwd and nd.phase == "bwd")):
             # a layer's collective that runs once per step: a gradient reduction in the last micro-batch's backward,
             # a parameter gather in the first micro-batch's forward
             key = "last" if nd.phase != "fwd" else "first"
@@ -186,6 +193,12 @@ def make_plan(graph) -> Plan:
         groups.setdefault((key, nd.phase), []).append(i)
 
     layer, dp_pre, dp_post, micro = {}, {}, {}, {}
+    hidden: list[int] = []
+    if getattr(par, "pp_p2p_overlap", False):
+        for ph in ("fwd", "bwd"):
+            sub = groups.get(("micro", ph), [])
+            hidden += [i for i in sub if nodes[i].stream == "pp"]
+            groups[("micro", ph)] = [i for i in sub if nodes[i].stream != "pp"]
     dp_step: list[int] = []
     step_nodes: list[int] = []
     for ph in ("fwd", "bwd"):
@@ -217,7 +230,7 @@ def make_plan(graph) -> Plan:
     return Plan(others=_other_layers(graph, L, pp),
         n=len(nodes), ids=tuple(nd.id for nd in nodes), layers=L, micro_batches=m, pp=pp, vpp=vpp,
         layer=layer, dp_pre=dp_pre, dp_post=dp_post, dp_last=tuple(dp_step), dp_first=dp_first, micro=micro,
-        step=step,
+        step=step, dp_after_bwd=after_bwd, hidden=tuple(sorted(hidden)),
         multiplicity=mult, inst=inst, per_micro=per_micro, const=const,
         in_layer=np.array([nd.scope == "layer" for nd in nodes], dtype=bool), is_comm=np.array([_is_comm_stream(nd.stream) for nd in nodes], dtype=bool),
     )
@@ -362,7 +375,9 @@ def evaluate(plan: Plan, op_t: np.ndarray, policy, layers=None, micro_batches=No
     # the last micro-batch's backward also carries the once-per-step gradient collectives
     c_b, d_b, pre_b, post_b, span_b = spans["bwd"]
     d_step = dp_sum(plan.dp_last)
-    if plan.dp_last:
+    if plan.dp_last and plan.dp_after_bwd:
+        tail = L * d_step  # every layer's gradient reduction after the last backward
+    elif plan.dp_last:
         per_layer = d_b + d_step
         span_last = pre_b + c_b + (L - 1) * dp_pair("bwd", c_b, per_layer) + post_b + d_step
         tail = span_last - span_b

@@ -77,6 +77,42 @@ class SlowdownOverlap:
 
 DEFAULT_POLICY = SimpleOverlap()
 
+# The op-level stand-in for an NCCL collective beside compute on one GPU: a same-priority SM copy kernel (8, 32 and
+# 132 blocks) launched beside a cuBLAS GEMM, `c3kit bench c3` on the H200 (calib/h200-sxm-c3.json, docs/measurements.md
+# run 2). Not yet measured with NCCL on several GPUs.
+CONTENTION_GPU = "H200-SXM"
+CONTENTION_VARIANTS = ("sm-copy-k8", "sm-copy-k32", "sm-copy-k132")
+
+
+@functools.lru_cache(maxsize=4)
+def measured_contention_alpha(gpu_name: str = CONTENTION_GPU) -> float:
+    """SlowdownOverlap's alpha from the measured C3 rows: 1 - the mean fraction of the ideal overlap speedup that the
+    CONTENTION_VARIANTS realized (SlowdownOverlap realizes 1 - alpha of it), clipped to [0, 1]; C3kitError without
+    the calibration. benchmarks/overlap_alpha.py prints the derivation beside the two-stream gemm_pair rows."""
+    import json
+
+    from c3kit.cost.calib_store import calib_dir, calibration_path
+    from c3kit.errors import C3kitError
+
+    path = calibration_path(gpu_name, "c3", calib_dir())
+    try:
+        doc = json.loads(path.read_text())
+        rows = [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise C3kitError(f"no measured C3 table for {gpu_name} ({path.name}: {e})") from None
+    f = [float(r["fraction_of_ideal"]) for r in rows if r.get("variant") in CONTENTION_VARIANTS
+         and r.get("fraction_of_ideal") is not None]
+    if not f:
+        raise C3kitError(f"{path.name} holds no same-priority SM copy rows ({', '.join(CONTENTION_VARIANTS)})")
+    return float(np.clip(1.0 - np.mean(f), 0.0, 1.0))
+
+
+def contended_policy() -> SlowdownOverlap:
+    """--overlap contended: independent compute / comm pairs slow each other down by the measured alpha."""
+    pol = SlowdownOverlap(measured_contention_alpha())
+    pol.name = "contended"
+    return pol
+
 
 # --- the overlap engine in the step ------------------------------------------------------------------
 FAMILIES = ("serial", "bulk", "ring", "ficco", "fused")
@@ -280,11 +316,13 @@ def policy_for(mode: str, power: str = "burst"):
         return SerialOverlap()
     if mode == "simple":
         return SimpleOverlap()
+    if mode == "contended":
+        return contended_policy()
     if mode not in overlap_modes():
         import difflib
 
         close = difflib.get_close_matches(mode, overlap_modes(), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise C3kitError(f"unknown overlap policy {mode!r}{hint}: use none, simple, auto, a family "
+        raise C3kitError(f"unknown overlap policy {mode!r}{hint}: use none, simple, contended, auto, a family "
                          f"({', '.join(FAMILIES)}) or a schedule name from `c3kit overlap`")
     return EngineOverlap(mode, power)

@@ -254,7 +254,9 @@ def run(ranks: int = 8, min_size: float = 1 * KB, max_size: float = 1 * GB, h200
         f"{_shipped_dma_name()} (kind \"dma\": columns param, value, or measured single "
         "copies bytes, seconds).",
         "SM-library curve: c3kit.cost.time of the same Collective with CostModel(kind='efficiency'), algo ring for "
-        "all-gather and direct for all-to-all (comm_eff 0.8), standing in for RCCL / NCCL. Its per-step latency is the "
+        "all-gather and direct for all-to-all, standing in for RCCL / NCCL: its scale-up bandwidth at the published "
+        "rccl-tests all-reduce level on MI300X (cost/published.py, docs/published-calibration.md), at the assumed "
+        "comm_eff 0.8 on H200. Its per-step latency is the "
         "catalog's scale-up latency, which sets the small-size ratio. Published vs-RCCL ratios are compared at 1 KB (small) and 64 MB (large); the paper's exact "
         "sizes for those statements were not available.",
         f"Variant matches with the paper's best: {headline['mi300x_variant_matches']} of {len(spd)} points.",

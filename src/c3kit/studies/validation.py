@@ -281,6 +281,43 @@ def _check_flag(v: str) -> str:
     return v
 
 
+PP_OPTION_COLUMNS = ("runs", "framework", "p2p_overlap", "source", "reason")
+
+
+def _check_p2p(v: str) -> str:
+    if v not in ("0", "1"):
+        raise StudyError(f"pp options: p2p_overlap must be 0 or 1, got {v!r}")
+    return v
+
+
+def pp_options(path=None) -> pd.DataFrame:
+    """The pipeline options of each pipelined run's recipe (studies/data/pp_options.csv: run glob, framework,
+    p2p_overlap 0/1 = Megatron-Core overlap_p2p_comm, source, reason), decided from the framework's recipe code."""
+    return _run_table("pp_options.csv", PP_OPTION_COLUMNS, _check_p2p, path)
+
+
+def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
+    """Whether a run's pipeline sends and receives overlap compute (first matching row; off when none matches)."""
+    return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
+
+
+def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
+    """Whether a run's framework reduces the data-parallel gradients behind the backward (workload.parallel.
+    DP_OVERLAP_SOURCES), from its code: not for Megatron-DeepSpeed (DeepSpeed's pipeline engine reduces after the
+    step's last backward) nor Megatron-LM of 2021-22 (its default local DDP all-reduces after forward_backward_func;
+    the year is the source's), overlapped for every other framework (Megatron-Core's --overlap-grad-reduce, which
+    NeMo and Megatron-Bridge turn on with data parallelism; FSDP's post-backward hooks)."""
+    import re
+
+    f = str(framework).lower()
+    if fsdp:
+        return True
+    if "deepspeed" in f:
+        return False
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str(source))]
+    return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
+
+
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
     Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
@@ -359,7 +396,9 @@ def layout_of(row):
               dist_optimizer=int(row["zero"]) >= 1 and not int(row["fsdp"]) and int(row["dp"]) > 1,
               pp_split=pipeline_splits().get(str(row["run"]), "even"),
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
-              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])))
+              moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])),
+              dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
+              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -385,6 +424,14 @@ def fsdp_impl_of(framework: str) -> str:
     and Megatron FSDP gather into flat buffers the parameters view ("flat")."""
     f = str(framework).lower()
     return "fsdp2" if "torchtitan" in f or "fsdp2" in f else "flat"
+
+
+def optimizer_impl_of(framework: str) -> str:
+    """How a run's framework runs AdamW (step.overheads.OPTIMIZER_IMPLS), from its code: llm-foundry "unfused"
+    (its yamls train with Composer's DecoupledAdamW, whose adamw loops over the parameter tensors with 9 eager
+    kernels each: composer/optim/decoupled_weight_decay.py); every other framework "fused" (Megatron's and NeMo's
+    apex / Transformer Engine FusedAdam and distributed optimizer, torchtitan's AdamW with fused=True)."""
+    return "unfused" if "llm-foundry" in str(framework).lower() else "fused"
 
 
 def fsdp_sync_of(framework: str, pp: int, fsdp: bool) -> str:
@@ -490,6 +537,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
+    if optimizer_impl_of(row["framework"]) != ovh.optimizer_impl:  # the framework's AdamW, from its code
+        ovh = replace(ovh, optimizer_impl=optimizer_impl_of(row["framework"]))
     recipe = fp8_scaling_of(str(row["run"])) if str(row["dtype"]) == "fp8" else ""
     if recipe and recipe != ovh.fp8_scaling:  # the framework's FP8 recipe (studies/data/fp8_recipes.csv)
         ovh = replace(ovh, fp8_scaling=recipe)
@@ -499,17 +548,14 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     r = project(g, gpu, cost_model=cm, policy=policy, overheads=ovh)  # as `c3kit analyze`
     t = r.totals
     step = t.step_time
-    dp_hidden = sum(x.hidden_s for x in r.rows if x.stream == "dp")
-    if not int(row["dp_overlap"]):  # the source states the gradient reduction is not overlapped
-        step += dp_hidden
     named = {OVERHEAD_PREFIX + x.name: x.compute_s for x in r.rows if x.role.startswith("overhead.")}
     terms = {OVERHEAD_PREFIX + name: sum(x.compute_s for x in r.rows if x.role in roles)
              for name, roles in FRAMEWORK_TERMS.items()}
     named.update({k: v for k, v in terms.items() if v > 0})  # on the compute stream: moved out of compute_s
     return {"predicted_s": step, "compute_s": t.compute - sum(terms.values()), "comm_s": t.comm,
-            "exposed_s": t.exposed + (0.0 if int(row["dp_overlap"]) else dp_hidden), "bubble_s": t.bubble,
+            "exposed_s": t.exposed, "bubble_s": t.bubble,
             "overhead_s": t.overhead,
-            "mfu_predicted": t.mfu * t.step_time / step, **named}
+            "mfu_predicted": t.mfu, **named}
 
 
 def op_basis_of(gpu: str) -> str:
@@ -606,12 +652,18 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "context_parallel for torchtitan, all-gathered GQA-expanded KV and fp32 merges, op and breakdown column "
              "'cp_merge'; a ring beside the attention otherwise) and whether FSDP1's flat parameters make autograd "
              "concatenate every unit's gradients (flat_param_grads_of: llm-foundry; op and breakdown column "
-             "'fsdp_grad_cat').",
+             "'fsdp_grad_cat') and which AdamW runs (optimizer_impl_of: Composer's per-tensor DecoupledAdamW loop for "
+             "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
+             "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
+             "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
-             "a documented transfer (A100, B200) take GEMMs (and on A100 FlashAttention-2 and STREAM bandwidth) from "
-             "published op-level microbenchmarks (cost/published.py, docs/published-calibration.md) and the rest from "
-             "the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, no measured "
-             "per-kernel cost, other attention at an assumed 60% of peak, no sustained-clock (power) factor. On H100, where "
+             "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
+             "and on A100 STREAM bandwidth and nccl-tests all-reduce bandwidth from published op-level microbenchmarks "
+             "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
+             "and the rest from the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, "
+             "B200 collectives at an assumed 80% of link bandwidth, no measured per-kernel cost, no sustained-clock "
+             "(power) factor. On H100, where "
              "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
              "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)

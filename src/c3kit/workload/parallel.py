@@ -39,6 +39,24 @@ FSDP_SYNC = ("micro", "step")
 # _set_moe_a2a_overlap_overrides: overlap_moe_expert_parallel_comm and delay_wgrad_compute).
 MOE_A2A_OVERLAP_SOURCE = ("Megatron-Core core_v0.16.0 model_parallel_config.py overlap_moe_expert_parallel_comm, "
                           "transformer_config.py checks, moe/README.md EP A2A Overlap")
+# Whether the data-parallel gradient reduction runs behind the backward (Parallelism.dp_overlap) or after it.
+DP_OVERLAP_SOURCES = {
+    True: "overlapped: each bucket's reduction starts as soon as the backward has produced its gradients (Megatron-Core "
+          "DistributedDataParallelConfig.overlap_grad_reduce / --overlap-grad-reduce, torch DistributedDataParallel's "
+          "autograd-hook buckets, FSDP's reduce-scatters in the post-backward hooks).",
+    False: "after the backward: every gradient is reduced only once the step's last backward is done, exposed. "
+           "Megatron-LM of 2021-22 (--DDP-impl local, its default: megatron/training.py train_step calls "
+           "model.allreduce_gradients() after forward_backward_func returns; --overlap-grad-reduce did not exist yet) "
+           "and DeepSpeed's pipeline engine (deepspeed/runtime/pipe/schedule.py TrainSchedule ends every step with "
+           "ReduceTiedGrads and ReduceGrads after the last micro-batch's backward; engine.py _exec_reduce_grads).",
+}
+# Pipeline send / receive overlapped with compute (Parallelism.pp_p2p_overlap): Megatron-Core overlap_p2p_comm.
+PP_P2P_OVERLAP_SOURCE = ("Megatron-Core ModelParallelConfig.overlap_p2p_comm (interleaved schedule: the send / receive "
+                         "of one model chunk's activations runs asynchronously behind the compute of another chunk, "
+                         "waited for only when needed). NeMo 2.0 (nemo/lightning/pytorch/callbacks/"
+                         "megatron_comm_overlap.py MegatronCommOverlapCallback) and Megatron-Bridge (src/megatron/"
+                         "bridge/training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs) set it, with "
+                         "batch_p2p_comm off, whenever pp > 1 and vpp > 1.")
 FSDP_SYNC_SOURCES = {
     "micro": "every micro-batch: parameters all-gathered before each forward and again before each backward "
              "(resharded after forward), gradients reduce-scattered at the end of each backward (PyTorch FSDP's "
@@ -214,6 +232,11 @@ class Parallelism:
     cp_impl (CP_IMPLS, with cp > 1): "ring" (default) prices the KV exchange beside the attention; "torch" adds
     torch context parallelism's fp32 merges and copies (op cp_merge) and its all-gathered, GQA-expanded KV
     (CP_IMPL_SOURCES).
+    dp_overlap: the data-parallel gradient reduction runs behind the backward (True, default) or after it, exposed
+    (False: Megatron-LM of 2021-22, DeepSpeed's pipeline engine; DP_OVERLAP_SOURCES; not with fsdp, whose
+    reduce-scatters run in its post-backward hooks). pp_p2p_overlap: pipeline sends and receives run behind compute
+    (Megatron-Core overlap_p2p_comm, PP_P2P_OVERLAP_SOURCE; step/plan.py prices them hidden) instead of exposed;
+    a no-op without pp > 1.
     """
 
     tp: int = 1
@@ -236,6 +259,8 @@ class Parallelism:
     recompute_every: int = 2  # recompute "layer": every N-th layer fully recomputed (torchtitan's default '2')
     moe_a2a_overlap: bool = False  # EP all-to-alls hidden behind another micro-batch's compute (MOE_A2A_OVERLAP_SOURCE)
     cp_impl: str = "ring"  # how context parallelism runs (CP_IMPLS; "torch": torchtitan's, with fp32 merges)
+    dp_overlap: bool = True  # DP gradient reduction behind the backward; False: after it (DP_OVERLAP_SOURCES)
+    pp_p2p_overlap: bool = False  # pipeline send / receive behind compute (PP_P2P_OVERLAP_SOURCE)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
@@ -264,6 +289,14 @@ class Parallelism:
         if self.fsdp_sync not in FSDP_SYNC:
             raise WorkloadError(f"parallelism: fsdp_sync {self.fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
         check_cp_impl(self.cp_impl)
+        for key in ("dp_overlap", "pp_p2p_overlap"):
+            if not isinstance(getattr(self, key), bool):
+                raise WorkloadError(f"parallelism: {key} must be True or False, got {getattr(self, key)!r}")
+        if self.fsdp and not self.dp_overlap:
+            raise WorkloadError("parallelism: dp_overlap False (gradients reduced after the backward) does not apply to "
+                                "FSDP, whose reduce-scatters run in its post-backward hooks: use dp_overlap True")
+        if self.pp == 1:
+            object.__setattr__(self, "pp_p2p_overlap", False)  # no pipeline: nothing to send
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sync", "micro")  # nothing sharded: nothing to gather or reduce-scatter
         if self.moe_a2a_overlap and (self.ep == 1 or (self.pp > 1 and self.vpp == 1) or self.recompute == "full"):

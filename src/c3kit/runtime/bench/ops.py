@@ -18,7 +18,10 @@ from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_after_strea
                                              bench_decode_fresh,
                                              bench_decode_kernels, bench_moe_grad, bench_moe_train, bench_optimizer_burst,
                                              bench_optimizer_mix, bench_optimizer_setup)
+from c3kit.runtime.bench.ops_graphed import (bench_attn_graph, bench_fp8_cast_parts, bench_grouped_wgrad,
+                                             bench_norm_bwd)
 from c3kit.runtime.bench.ops_pairs import bench_gemm_pair
+from c3kit.runtime.bench.ops_undercomm import bench_gemm_under_comm
 from c3kit.runtime.bench.ops_recipes import backend_ctx as _backend_ctx
 from c3kit.runtime.bench.ops_recipes import random_split as _random_split
 from c3kit.runtime.bench.ops_recipes import rope_rotate_half as _rope
@@ -33,7 +36,8 @@ from c3kit.runtime.bench.timing import timed as _timed
 FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "moe", "attn_backends",
             "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix",
             "moe_train", "act_chunked", "decode_cold", "optimizer_burst",
-            "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad", "moe_host", "moe_fp8_host")
+            "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad", "moe_host",
+            "gemm_under_comm", "attn_graph", "norm_bwd", "grouped_wgrad", "fp8_cast_parts", "moe_fp8_host")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -454,7 +458,9 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "optimizer_burst": bench_optimizer_burst, "decode_fresh": bench_decode_fresh,
            "optimizer_setup": bench_optimizer_setup, "after_stream_large": bench_after_stream_large,
            "gemm_pair": bench_gemm_pair, "moe_grad": bench_moe_grad, "moe_host": bench_moe_host,
-           "moe_fp8_host": bench_moe_fp8_host}
+           "gemm_under_comm": bench_gemm_under_comm,
+           "attn_graph": bench_attn_graph, "norm_bwd": bench_norm_bwd, "grouped_wgrad": bench_grouped_wgrad,
+           "fp8_cast_parts": bench_fp8_cast_parts, "moe_fp8_host": bench_moe_fp8_host}
 
 
 def main(argv: list[str] | None = None) -> int:
