@@ -257,3 +257,26 @@ def test_copy_rate_counts_only_chunks_that_end_inside_the_gemm_window():
     assert _rate(ends_ms, 1000) == 3 * 1000 / 4e-3
     assert _rate(ends_ms, 1000, lo=0.5, hi=2.5) == 1000 / 1e-3  # chunks ending at 1 and 2 ms
     assert math.isnan(_rate(ends_ms, 1000, lo=2.5, hi=3.5))  # fewer than two ends inside: no rate
+
+
+def test_moe_fp8_host_family_casts_all_rows_and_per_expert(tmp_path):
+    from c3kit.runtime.bench.ops_moe import MOE_FP8_HOST_COLUMNS
+
+    assert main(["--out", str(tmp_path), "--quick", "--only", "moe_fp8_host"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "moe_fp8_host", tmp_path).read_text())
+    assert doc["kind"] == "ops-moe_fp8_host" and doc["columns"] == MOE_FP8_HOST_COLUMNS
+    rows = [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+    # on the CPU: no FP8 GEMM, the two cast variants of the tiny case (16 tokens x top-2 over 2 local experts)
+    assert [r["what"] for r in rows] == ["cast_one", "cast_per_expert"]
+    assert all(r["local_experts"] == 2 and r["tokens"] == 16 and r["host_s"] > 0 and r["wall_s"] > 0 for r in rows)
+
+
+def test_current_cast_scales_the_amax_to_the_fp8_maximum():
+    torch = pytest.importorskip("torch")
+    from c3kit.runtime.bench.ops_moe import FP8_MAX, current_cast
+
+    x = torch.tensor([[1.0, -2.0], [0.5, 4.0]], dtype=torch.bfloat16)
+    q, qt, inv = current_cast(torch, x, torch.float8_e4m3fn)
+    assert float(inv) == pytest.approx(4.0 / FP8_MAX, rel=1e-6) and q.shape == (2, 2) and qt.shape == (2, 2)
+    assert float(q.float().abs().max()) == FP8_MAX  # the amax element lands on 448 exactly
+    assert torch.equal(qt.float(), q.float().t())

@@ -8,8 +8,8 @@ from c3kit.hw import get_gpu
 from c3kit.step import make_plan, node_times, project
 from c3kit.step.moe_host import moe_host_calibration
 from c3kit.step.overheads import (
-    DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, eager_launch_s, fp8_cast_elements, fp8_cast_time,
-    pipeline_factor, step_overheads)
+    DEFAULT_OVERHEADS, NO_OVERHEADS, SOURCES, FP8_SCALING, OverheadModel, eager_launch_s, expert_cast_splits,
+    fp8_cast_elements, fp8_cast_time, pipeline_factor, step_overheads)
 from c3kit.workload.graph import ADAM_BYTES_PER_PARAM, Node, build_step
 from c3kit.workload.model import ModelConfig
 from c3kit.workload.ops import Collective, Gemm, MemOp
@@ -277,7 +277,8 @@ def test_project_shows_overheads_as_rows_and_adds_them():
 
 def test_every_term_has_a_source():
     assert set(SOURCES) == {"launch_gaps", "grad_clip", "fp8_casts", "dp_bucket", "fsdp_copy_out",
-                            "moe_host_sync", "moe_host_bound", "moe_per_expert", "optimizer_unfused"}
+                            "moe_host_sync", "moe_host_bound", "moe_per_expert", "optimizer_unfused",
+                            "moe_expert_casts", "moe_fp8_padding"}
     assert all(len(s) > 40 for s in SOURCES.values())
 
 
@@ -386,3 +387,61 @@ def test_fp8_inference_casts_activations_only():
     fp8_gemm_runs = sum(m.layers for n in g.nodes if isinstance(n.op, Gemm) and n.op.dtype == "fp8")
     # one cast per FP8 GEMM input (delayed scaling: one kernel each); the offline-quantized weights are not cast
     assert len(casts) == 1 and casts[0].runs == fp8_gemm_runs == 4 * m.layers
+
+
+def test_expert_cast_splits_follow_transformer_engine():
+    # TE GroupedLinear: one fused multi-tensor cast under delayed scaling only; every other recipe one per expert
+    assert expert_cast_splits(OverheadModel(), 16) == 1  # a grouped GEMM
+    assert expert_cast_splits(OverheadModel(moe_experts="per_expert"), 16) == 1  # delayed
+    assert expert_cast_splits(OverheadModel(moe_experts="per_expert", fp8_scaling="current"), 16) == 16
+    assert expert_cast_splits(OverheadModel(moe_experts="per_expert", fp8_scaling="mxfp8"), 16) == 16
+    assert expert_cast_splits(OverheadModel(moe_experts="sequential"), 4) == 4  # each expert's own Linear
+
+
+def test_moe_expert_casts_hand_checked():
+    # tiny MoE fp8, ep 2 (4 local experts), 4 layers x 8 micro-batches, no pipeline. Expert casts per step: fc1 and
+    # fc2 inputs and their dgrads' output gradients, 4 x 32 runs, plus the two weights once per step, 2 x 4 = 136
+    # casts. On H100's measured cast class a cast is kernels / 7 x fixed + bytes x slope, so casting each of the 4
+    # experts alone adds 3 x (2 / 7) x fixed per cast under current scaling (2 kernels), 3 x 2 kernels more.
+    from c3kit.cost.gemmclass import gemm_classes_for
+
+    g = graph(MOE, dtype="fp8", dp=2, ep=2, global_batch=16)
+    model = OverheadModel(moe_experts="per_expert", fp8_scaling="current")
+    got, _ = terms(g, model)
+    fixed = gemm_classes_for(H100).cast_fixed_s
+    assert got["moe_expert_casts"].runs == 3 * 2 * 136
+    assert got["moe_expert_casts"].seconds == pytest.approx(3 * 2 / 7 * fixed * 136)
+    # the extra kernels get launch gaps too
+    base = terms(g, OverheadModel(fp8_scaling="current"))[0]
+    assert got["launch_gaps"].seconds - base["launch_gaps"].seconds == pytest.approx(0.9e-6 * 3 * 2 * 136)
+    assert got["fp8_casts"].seconds == pytest.approx(base["fp8_casts"].seconds)  # the one cast stays where it was
+    assert "moe_expert_casts" not in terms(g, OverheadModel(moe_experts="per_expert"))[0]  # delayed: one kernel
+    assert "moe_expert_casts" not in terms(graph(MOE, dp=2, ep=2, global_batch=16), model)[0]  # bf16
+
+
+def test_moe_fp8_padding_hand_checked():
+    # tiny MoE fp8, ep 2: 256 tokens x top-2 = 512 expert rows of hidden 512 = 262,144 elements padded into fc1 and
+    # out of fc2, each copy read + written in BF16 (1,048,576 B: 1.048576 ms at the stub's 1 ns per byte) plus a
+    # 0.9 us launch gap, twice per GEMM side per layer (forward, backward): 4 x 32 = 128 copies per step
+    g = graph(MOE, dtype="fp8", dp=2, ep=2, global_batch=16)
+    got, _ = terms(g, OverheadModel(moe_experts="per_expert", fp8_scaling="current"))
+    assert got["moe_fp8_padding"].runs == 128
+    assert got["moe_fp8_padding"].seconds == pytest.approx(128 * (1.048576e-3 + 0.9e-6))
+    # full recomputation pads the recomputed forward's two sides once more
+    re = terms(graph(MOE, dtype="fp8", dp=2, ep=2, global_batch=16, recompute="full"),
+               OverheadModel(moe_experts="per_expert", fp8_scaling="current"))[0]["moe_fp8_padding"]
+    assert re.runs == 192 and re.seconds == pytest.approx(192 * (1.048576e-3 + 0.9e-6))
+    assert "moe_fp8_padding" not in terms(g)[0]  # grouped experts
+    assert "moe_fp8_padding" not in terms(graph(MOE, dp=2, ep=2, global_batch=16),
+                                          OverheadModel(moe_experts="per_expert"))[0]  # bf16: no padding
+
+
+def test_moe_fp8_padding_shrinks_the_exposed_host_time():
+    # the copies are GPU work in the pass the host's issue overlaps with: host-bound exposure falls by their time
+    g = graph(MOE, dtype="fp8", dp=2, ep=2, global_batch=16)
+    on = moe_terms(g, OverheadModel(moe_experts="per_expert"), lambda op, hw: 1e-9 if isinstance(op, MemOp)
+                   else fast_timer(op, hw))
+    off = moe_terms(g, OverheadModel(moe_experts="per_expert", fp8_recipe=False),
+                    lambda op, hw: 1e-9 if isinstance(op, MemOp) else fast_timer(op, hw))
+    assert on["moe_host_bound"].seconds == pytest.approx(
+        off["moe_host_bound"].seconds - on["moe_fp8_padding"].seconds, rel=1e-9)

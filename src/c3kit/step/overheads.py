@@ -76,6 +76,32 @@ SOURCES = {
                      "all-gather copy-in and reduce-scatter streams beside the compute and are not added. FSDP1 "
                      "(FlatParameter: parameters are views into the gathered buffer) and Megatron FSDP (contiguous "
                      "buffers) have no copy-out: OverheadModel(fsdp_impl='flat').",
+    "moe_expert_casts": "Transformer Engine GroupedLinear (Megatron-Core TEGroupedMLP, --moe-experts per_expert) "
+                        "quantizes its input, and in the backward its output gradient, with tex.split_quantize and "
+                        "one quantizer per local expert; split_quantize's multi_quantize_impl has a fused "
+                        "multi-tensor kernel for delayed scaling only ('Currently only have fused kernel for FP8 "
+                        "delayed scaling', nvte_multi_cast_transpose) and otherwise quantizes each expert's rows "
+                        "alone (TE v2.10 769ed778 and v2.12 5671fd36 transformer_engine/pytorch/csrc/extensions/"
+                        "cast.cpp; current scaling runs nvte_compute_amax, nvte_compute_scale_from_amax and "
+                        "nvte_quantize_v2 per tensor, csrc/quantizer.cpp Float8CurrentScalingQuantizer::"
+                        "quantize_impl), as each expert's own Linear does under SequentialMLP: every FP8 operand "
+                        "cast of an expert GEMM (and the experts' weights, once per step) runs once per local "
+                        "expert. Priced as fp8_casts prices a cast, at each expert's share of the elements, less "
+                        "the one cast fp8_casts already counts: the measured per-cast fixed cost (H200 amax + scale "
+                        "+ cast rows, cost/gemmclass.py) once more per extra expert, the recipe's kernels per cast; "
+                        "each extra kernel also gets a launch gap (launch_gaps).",
+    "moe_fp8_padding": "Megatron-Core (core_v0.16.0, 3bec9aa9) transformer/moe/experts.py TEGroupedMLP.forward: under "
+                       "FP8 the permuted rows go through TE Fp8Padding before linear_fc1 and the experts' output "
+                       "through Fp8Unpadding after linear_fc2 (and the permuted probabilities, one column, through "
+                       "Fp8Padding); TE (v2.10, 769ed778) module/fp8_padding.py pads every expert's rows to a "
+                       "multiple of 16 (32 under MXFP8) with tex.fused_multi_row_padding, a copy of the whole "
+                       "tensor, skipped only when every count is already aligned, and the backward copies the "
+                       "gradient back (fp8_unpadding.py the reverse). Megatron-Bridge sets "
+                       "moe_router_padding_for_fp8=False (recipes/qwen/qwen3_moe.py), so the router does not align "
+                       "the counts, and its benchmark's moe_router_force_load_balancing draws random logits "
+                       "(router.py apply_random_logits): counts are almost never all aligned. Priced per copy as the "
+                       "measured copy class over rows x hidden BF16 (read and write), plus one launch gap; the "
+                       "GPU window of moe_host_bound includes them.",
     "optimizer_unfused": "An AdamW step that is not one fused kernel moves each fp32 parameter's state once per "
                          "elementwise pass. MosaicML Composer's DecoupledAdamW (composer/optim/"
                          "decoupled_weight_decay.py DecoupledAdamW.adamw, what llm-foundry trains with) loops over the "
@@ -196,6 +222,15 @@ def fp8_cast_elements(nd) -> tuple[float, float]:
     return float(op.m * op.k * op.batch), float(op.k * op.n * op.batch)
 
 
+def expert_cast_splits(model: OverheadModel, local_experts: int) -> int:
+    """Quantize calls one FP8 operand cast of a MoE layer's expert GEMM takes (SOURCES moe_expert_casts): one per
+    local expert where the experts run one GEMM each, except Transformer Engine's GroupedLinear under delayed
+    scaling (one fused multi-tensor cast); 1 for a grouped GEMM."""
+    if model.moe_experts == "grouped" or (model.moe_experts == "per_expert" and model.fp8_scaling == "delayed"):
+        return 1
+    return max(int(local_experts), 1)
+
+
 def fp8_cast_time(elements: float, hw, timer, scaling: str = "delayed") -> tuple[float, int]:
     """(seconds, kernels) of casting `elements` BF16 elements to FP8 under a scaling recipe (FP8_SCALING)."""
     from c3kit.cost.gemmclass import CAST_COMPOSITION, gemm_classes_for
@@ -250,7 +285,7 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
     fp8 = model.fp8_recipe and str(graph.dtype) == "fp8"
 
     # FP8 recipe: the cast kernels feeding every FP8 GEMM (per micro-batch; TE's weight casts once per step)
-    cast_s = cast_kernels = 0.0
+    cast_s = cast_kernels = split_s = split_kernels = 0.0
     if fp8:
         once = FP8_SCALING[model.fp8_scaling][2]
         mbs = max(int(graph.micro_batches), 1)
@@ -262,15 +297,27 @@ def step_overheads(graph, hw, timer, plan, op_t, model: OverheadModel = DEFAULT_
             if nd.stream != "compute" or not act + wt:
                 continue
             per = pf if nd.scope != "step" else 1.0
+            splits = expert_cast_splits(model, nd.op.batch) if nd.role.removeprefix("re_") == "experts" else 1
             for el, n_runs, crit in ((act, runs[i], per), (wt, runs[i] / mbs if once else runs[i], 1.0 if once else per)):
                 if el:
-                    hit = cache.get(el)
+                    hit = cache.get((el, 1))
                     if hit is None:
-                        hit = cache[el] = fp8_cast_time(el, hw, timer, model.fp8_scaling)
+                        hit = cache[(el, 1)] = fp8_cast_time(el, hw, timer, model.fp8_scaling)
                     cast_s += hit[0] * n_runs * crit
                     cast_kernels += hit[1] * n_runs
+                    if splits > 1:  # the same bytes, cast one local expert at a time (moe_expert_casts)
+                        each = cache.get((el, splits))
+                        if each is None:
+                            each = cache[(el, splits)] = fp8_cast_time(el / splits, hw, timer, model.fp8_scaling)
+                        split_s += (splits * each[0] - hit[0]) * n_runs * crit
+                        split_kernels += (splits * each[1] - hit[1]) * n_runs
         out.append(Overhead("fp8_casts", cast_s, cast_kernels,
                             f"{cast_kernels:,.0f} cast kernels ({model.fp8_scaling} scaling)", SOURCES["fp8_casts"]))
+        if split_kernels > 0:
+            out.append(Overhead("moe_expert_casts", split_s, split_kernels,
+                                f"{split_kernels:,.0f} more cast kernels, one quantize per local expert "
+                                f"({model.fp8_scaling} scaling)", SOURCES["moe_expert_casts"]))
+        cast_kernels += split_kernels
 
     # launch gaps: one kernel per compute node run (+ casts)
     gap = model.graph_kernel_gap_s if model.cuda_graphs else model.kernel_gap_s
@@ -365,6 +412,12 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
                             SOURCES["moe_per_expert"]))
         if t > 0:  # the GPU time the host's issue overlaps with (the grouped price kept where it is the higher)
             passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
+    if model.moe_experts == "per_expert" and model.fp8_recipe and str(graph.dtype) == "fp8":
+        t, copies, per_pass = fp8_padding_copies(graph, hw, timer, runs, gap)
+        out.append(Overhead("moe_fp8_padding", t * pf, copies,
+                            f"{copies:,.0f} row-padding copies of the experts' inputs and outputs",
+                            SOURCES["moe_fp8_padding"]))
+        passes = {ps: (g + per_pass[ps], n) for ps, (g, n) in passes.items()}
     if model.moe_host_bound:
         cal = moe_host_calibration(hw.name)
         host = {ps: host_issue_s(cal, ps, el, MOE_EXPERTS[model.moe_experts]) for ps in ("fwd", "bwd")}
@@ -373,3 +426,31 @@ def moe_overheads(graph, hw, timer, runs, op_t, pf: float, model: OverheadModel,
                             f"host {host['fwd'] * 1e3:.2f} / {host['bwd'] * 1e3:.2f} ms per layer fwd / bwd, "
                             f"{el} local experts ({model.moe_experts})", SOURCES["moe_host_bound"]))
     return out
+
+
+def fp8_padding_copies(graph, hw, timer, runs, gap_s: float) -> tuple[float, float, dict]:
+    """(seconds per step, copies per step, {pass: seconds per pass run}) of the FP8 row padding around the local
+    experts (SOURCES moe_fp8_padding): fc1's input and fc2's output, rows x hidden BF16, copied once in the forward
+    and their gradients once in the backward, each on the measured copy class plus one launch gap; a recomputed
+    forward copies again. One critical path (no pipeline factor); passes as in step.moe_host.moe_pass_gpu."""
+    from c3kit.workload.ops import Gemm, MemOp
+
+    t = copies = 0.0
+    per_pass = {"fwd": 0.0, "re": 0.0, "bwd": 0.0}
+    for i, nd in enumerate(graph.nodes):
+        op = nd.op
+        if nd.stream != "compute" or nd.role.removeprefix("re_") != "experts" or not isinstance(op, Gemm) or nd.grad:
+            continue
+        width = {"expert_fc1": op.k, "expert_fc2": op.n}.get(nd.name.removeprefix("re."), 0)
+        if not width:
+            continue
+        el = float(op.m * op.batch * width)
+        c = float(timer(MemOp("moe_fp8_padding", 2.0 * 2.0 * el, 0.0, (("copy", el, 1),)), hw)) + gap_s
+        if nd.name.startswith("re."):
+            per_pass["re"] += c
+            t, copies = t + c * runs[i], copies + runs[i]
+        else:
+            per_pass["fwd"] += c
+            per_pass["bwd"] += c
+            t, copies = t + 2 * c * runs[i], copies + 2 * runs[i]
+    return t, copies, per_pass

@@ -27,7 +27,7 @@ from c3kit.runtime.bench.ops_recipes import random_split as _random_split
 from c3kit.runtime.bench.ops_recipes import rope_rotate_half as _rope
 from c3kit.runtime.bench.ops_recipes import (bench_attn_backends, bench_eager_ops, bench_fp8, bench_gemm_cold,
                                              bench_moe, bench_optimizer)
-from c3kit.runtime.bench.ops_moe import bench_moe_host
+from c3kit.runtime.bench.ops_moe import bench_moe_fp8_host, bench_moe_host
 from c3kit.runtime.bench.timing import Budget as _Budget
 from c3kit.runtime.bench.timing import eager_time as _eager_time
 from c3kit.runtime.bench.timing import graph_time as _graph_time
@@ -37,7 +37,7 @@ FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "
             "decode_attention", "eager_ops", "optimizer", "gemm_cold", "decode_kernels", "optimizer_mix",
             "moe_train", "act_chunked", "decode_cold", "optimizer_burst",
             "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad", "moe_host",
-            "gemm_under_comm", "attn_graph", "norm_bwd", "grouped_wgrad", "fp8_cast_parts")
+            "gemm_under_comm", "attn_graph", "norm_bwd", "grouped_wgrad", "fp8_cast_parts", "moe_fp8_host")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -460,7 +460,7 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "gemm_pair": bench_gemm_pair, "moe_grad": bench_moe_grad, "moe_host": bench_moe_host,
            "gemm_under_comm": bench_gemm_under_comm,
            "attn_graph": bench_attn_graph, "norm_bwd": bench_norm_bwd, "grouped_wgrad": bench_grouped_wgrad,
-           "fp8_cast_parts": bench_fp8_cast_parts}
+           "fp8_cast_parts": bench_fp8_cast_parts, "moe_fp8_host": bench_moe_fp8_host}
 
 
 def main(argv: list[str] | None = None) -> int:

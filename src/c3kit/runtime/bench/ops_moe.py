@@ -21,6 +21,13 @@ tokens x top-k rows on its local experts as balanced dispatch gives it on averag
 Plain PyTorch issues fewer Python calls than Transformer Engine's modules, so host_s is a lower bound for
 framework code built on those modules. Run: python -m c3kit.runtime.bench.ops --out DIR --only moe_host
 --budget-s 150 (about 2 to 3 minutes on an H200; --quick for a CPU check).
+
+Family moe_fp8_host (bench_moe_fp8_host): the FP8 current-scaling casts in front of the experts' GEMMs, as
+Transformer Engine's GroupedLinear quantizes each local expert's rows with a quantizer of its own (amax pass, scale,
+cast with a transposed copy): host issue time, GPU time, eager wall time and kernels of casting all of an EP rank's
+T x top-k rows at once ("cast_one"), each local expert's rows alone ("cast_per_expert"), and each expert's cast
+followed by its FP8 gate+up GEMM (torch._scaled_mm, tensorwise scales: "gemm_per_expert", CUDA only). Run:
+python -m c3kit.runtime.bench.ops --out DIR --only moe_fp8_host --budget-s 60 (under a minute on an H200).
 """
 
 from __future__ import annotations
@@ -282,3 +289,87 @@ def bench_moe_host(device, quick: bool) -> tuple[list[str], list[list]]:
             for ps, (wall, host, gpu, kern) in res.items():
                 rows.append([impl, name, T, H, F, E, el, k, ep, ps, wall, host, gpu, kern])
     return MOE_HOST_COLUMNS, rows
+
+
+# ---- moe_fp8_host: the per-expert FP8 current-scaling casts (and FP8 GEMMs) of Transformer Engine's GroupedLinear
+MOE_FP8_HOST_COLUMNS = ["what", "model", "tokens", "hidden", "ffn", "experts", "local_experts", "top_k", "ep",
+                        "wall_s", "host_s", "gpu_s", "kernels"]
+# (model, ep, tokens per rank): the Megatron-Bridge Qwen3-30B-A3B layouts (EP 8: 16 local experts, 4096 and 8192
+# tokens per micro-batch) and two other expert counts
+MOE_FP8_HOST_CASES = (("qwen3-30b-a3b", 8, 4096), ("qwen3-30b-a3b", 8, 8192), ("olmoe-1b-7b", 8, 4096),
+                      ("deepseek-v3", 8, 4096), ("qwen3-30b-a3b", 1, 4096))
+FP8_MAX = 448.0  # largest float8_e4m3fn value
+
+
+def current_cast(torch, x, fp8):
+    """FP8 current scaling of one tensor as Transformer Engine's Float8CurrentScalingQuantizer runs it: an amax
+    pass, the scale, and the cast with its transposed copy (columnwise data for the backward's GEMMs)."""
+    amax = x.abs().amax().float()
+    scale = FP8_MAX / amax.clamp(min=1e-12)
+    q = (x.float() * scale).to(fp8)
+    return q, q.t().contiguous(), scale.reciprocal()
+
+
+def fp8_expert_pass(torch, what: str, x, splits, w_q, w_inv, fp8):
+    """One forward of the local experts' gate+up inputs: "cast_one" casts all rows at once, "cast_per_expert"
+    each expert's rows alone, "gemm_per_expert" casts each expert's rows and runs its FP8 GEMM (torch._scaled_mm)."""
+    if what == "cast_one":
+        return [current_cast(torch, x, fp8)]
+    out = []
+    for e, part in enumerate(torch.split(x, splits)):
+        q, _, inv = current_cast(torch, part, fp8)
+        if what == "gemm_per_expert":
+            out.append(torch._scaled_mm(q, w_q[e].t(), scale_a=inv, scale_b=w_inv, out_dtype=torch.bfloat16))
+        else:
+            out.append(q)
+    return out
+
+
+def bench_moe_fp8_host(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Host issue time, GPU time and eager wall time of FP8 current-scaling casts of an EP rank's expert rows, all
+    rows at once or per local expert, and of per-expert FP8 gate+up GEMMs after them (Hopper's GroupedLinear)."""
+    torch = require_torch()
+    cuda = device.type == "cuda"
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    rows: list[list] = []
+    if fp8 is None:
+        print("moe_fp8_host: this torch has no float8_e4m3fn", file=sys.stderr)
+        return MOE_FP8_HOST_COLUMNS, rows
+    if quick:
+        layers, cases, repeats = {"tiny": (32, 24, 8, 2)}, (("tiny", 4, 16),), 2
+    else:
+        layers, cases, repeats = MOE_LAYERS, MOE_FP8_HOST_CASES, 5
+    whats = ("cast_one", "cast_per_expert") + (("gemm_per_expert",) if cuda and hasattr(torch, "_scaled_mm") else ())
+    for name, ep, T in cases:
+        H, F, E, k = layers[name]
+        el = E // ep
+        R = T * k  # balanced dispatch: all T x k rows on this rank's experts
+        splits = [R // el + (1 if e < R % el else 0) for e in range(el)]
+        try:
+            x = torch.randn(R, H, device=device, dtype=torch.bfloat16)
+            w_q = (torch.randn(el, 2 * F, H, device=device) * 0.02).to(fp8)  # weights cast once per step (cached)
+            w_inv = torch.tensor(1.0, device=device)
+        except Exception as ex:  # noqa: BLE001 - out of memory here: say so, keep going
+            print(f"moe_fp8_host {name} ep{ep} T{T}: {type(ex).__name__}: {ex}", file=sys.stderr)
+            continue
+        for what in whats:
+            if Budget.spent():
+                return MOE_FP8_HOST_COLUMNS, rows
+            try:
+                def issue(_, what=what):
+                    return fp8_expert_pass(torch, what, x, splits, w_q, w_inv, fp8)
+                for _ in range(2):  # warm-up
+                    issue(None)
+                sync(device)
+                wall = statistics.median(_wall(device, lambda: None, issue) for _ in range(repeats))
+                pairs = [_behind_spin(torch, device, cuda, lambda: None, issue, 0.2) for _ in range(repeats)]
+                kern = _kernels(torch, lambda: issue(None)) if cuda else math.nan
+            except Exception as ex:  # noqa: BLE001 - not supported here: say so, keep going
+                print(f"moe_fp8_host {what} {name} ep{ep} T{T}: {type(ex).__name__}: {ex}", file=sys.stderr)
+                continue
+            rows.append([what, name, T, H, F, E, el, k, ep, wall, statistics.median(p[0] for p in pairs),
+                         statistics.median(p[1] for p in pairs), kern])
+        x = w_q = None
+        if cuda:
+            torch.cuda.empty_cache()
+    return MOE_FP8_HOST_COLUMNS, rows
