@@ -3,8 +3,8 @@ counts), a copy-engine device-to-device copy and a pinned host-to-device copy, e
 high-priority stream and kept busy for longer than the GEMMs, at full rate or throttled to half duty. How much does a
 concurrent collective slow compute (FSDP / DP overlap), and how much does the GEMM slow the copy?
 
-Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Run time on one H200: 31 s in call 30 (3 GEMM
-shapes x 16 stand-ins; --budget-s cuts whole cases), a few seconds more since the GEMM alone is timed beside each case.
+Family of `python -m c3kit.runtime.bench.ops --only gemm_under_comm`. Run time on one H200: 37 s in call 31 (3 GEMM
+shapes x 16 stand-ins; about twice that with the six shapes of call 32; --budget-s cuts whole cases), a few seconds more since the GEMM alone is timed beside each case.
 Call 30 timed the GEMM alone once per shape, before its clocks had ramped up (it ran 12% slower than under the copy):
 the GEMMs now run WARMUP_S before anything is timed, and each row's GEMM alone is timed right before its case.
 """
@@ -21,8 +21,10 @@ from c3kit.runtime.bench.timing import Budget, sm_clock_hz
 COLUMNS = ["gemm_m", "gemm_n", "gemm_k", "comm", "blocks", "duty", "chunk_bytes", "gemm_alone_s", "gemm_under_s",
            "copy_alone_Bps", "copy_under_Bps", "covered"]
 
-# (m, n, k) of training GEMMs: a square 8k cube, a 70B-class gate+up projection, a 70B-class down projection at TP 8
-GEMMS = ((8192, 8192, 8192), (4096, 28672, 8192), (16384, 8192, 3584))
+# (m, n, k) of training GEMMs: a square 8k cube, a 70B-class gate+up projection, a 70B-class down projection at TP 8,
+# and an 8B-class layer's QKV, gate+up and output projections at 8k tokens (FSDP without TP: the GEMMs beside the gathers)
+GEMMS = ((8192, 8192, 8192), (4096, 28672, 8192), (16384, 8192, 3584),
+         (8192, 6144, 4096), (8192, 28672, 4096), (8192, 4096, 4096))
 BLOCKS = (1, 2, 4, 8, 16, 32)  # grid sizes of the SM copy: NCCL's usual channel counts
 DUTIES = (1.0, 0.5)  # share of the time the stand-in copies (0.5: a sleep as long as each chunk follows it)
 BUF_BYTES = 1 << 30  # largest chunk: about 0.4 ms for the fastest copies, so few events per run
