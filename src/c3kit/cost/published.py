@@ -377,20 +377,30 @@ def memory_fraction(gpu_name: str) -> float | None:
     return frac
 
 
+def _published_or_model(hw, model, attr: str, fraction) -> float:
+    """fraction(hw.name) where published rows set it (cost models other than roofline), else model.<attr>."""
+    if model.kind == "roofline":
+        return getattr(model, attr)
+    f = fraction(hw.name)
+    return getattr(model, attr) if f is None else f
+
+
+def _per_scenario(eff, gpus, index, model):
+    """eff(gpu, model) per scenario of the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
+    import numpy as np
+
+    return np.asarray([eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
+
+
 def mem_eff(hw, model) -> float:
     """The bandwidth fraction memory-bound ops without a measured class run at on hw: the published one where
     rows exist (cost models other than roofline), else the cost model's mem_eff."""
-    if model.kind == "roofline":
-        return model.mem_eff
-    f = memory_fraction(hw.name)
-    return model.mem_eff if f is None else f
+    return _published_or_model(hw, model, "mem_eff", memory_fraction)
 
 
 def mem_eff_rows(gpus, index, model):
     """mem_eff per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
-    import numpy as np
-
-    return np.asarray([mem_eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
+    return _per_scenario(mem_eff, gpus, index, model)
 
 
 # ------------------------------------------------------------------------------------------ collectives
@@ -426,17 +436,12 @@ def scaleup_fraction(gpu_name: str) -> float | None:
 def comm_eff(hw, model) -> float:
     """The scale-up bandwidth efficiency collectives run at on hw: the published one where fit rows exist (cost
     models other than roofline), else the cost model's comm_eff."""
-    if model.kind == "roofline":
-        return model.comm_eff
-    f = scaleup_fraction(hw.name)
-    return model.comm_eff if f is None else f
+    return _published_or_model(hw, model, "comm_eff", scaleup_fraction)
 
 
 def comm_eff_rows(gpus, index, model):
     """comm_eff per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
-    import numpy as np
-
-    return np.asarray([comm_eff(g, model) for g in gpus], dtype=float)[np.asarray(index)]
+    return _per_scenario(comm_eff, gpus, index, model)
 
 
 def clear() -> None:
