@@ -204,6 +204,14 @@ def test_attn_graph_family_times_forward_and_backward(tmp_path):
     assert all(r["mode"] == "host" and r["time_s"] > 0 and r["kv_heads"] < r["heads"] for r in rows)
 
 
+@pytest.mark.parametrize("family", ["attn_graph_cudnn", "attn_graph_efficient"])
+def test_attn_graph_backend_families_write_attn_graph_rows(tmp_path, family):
+    from c3kit.runtime.bench.ops_graphed import ATTN_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, family)  # on the CPU the backend is PyTorch's default
+    assert cols == ATTN_COLUMNS and {r["pass"] for r in rows} == {"fwd", "bwd"}
+
+
 def test_norm_bwd_family_times_every_part_of_both_norms(tmp_path):
     from c3kit.runtime.bench.ops_graphed import NORM_COLUMNS
 

@@ -68,7 +68,7 @@ ATTN_SEQS = (1024, 2048, 4096, 8192, 16384, 32768)
 ATTN_TOKENS = 16384  # batch x seq per case (32768 at seq 32k, one sequence)
 
 
-def bench_attn_graph(device, quick: bool) -> tuple[list[str], list[list]]:
+def bench_attn_graph(device, quick: bool, backend: str = "flash") -> tuple[list[str], list[list]]:
     """Causal SDPA (flash backend on CUDA) forward and backward (autograd.grad), each timed in CUDA graphs."""
     torch = require_torch()
     from c3kit.runtime.bench.ops_recipes import backend_ctx
@@ -88,9 +88,9 @@ def bench_attn_graph(device, quick: bool) -> tuple[list[str], list[list]]:
             v = torch.randn(b, hk, s, hd, device=device, dtype=bf, requires_grad=True)
             gqa = hq != hk
             try:
-                rows += _attn_case(torch, device, cuda, sdpa, backend_ctx, q, k, v, gqa, (b, s, hq, hk, hd))
-            except RuntimeError as e:  # no flash kernel for this case (e.g. GQA on an older torch): say so, go on
-                print(f"attn_graph: skipped b={b} s={s} heads={hq}/{hk} hd={hd}: {str(e).splitlines()[0]}",
+                rows += _attn_case(torch, device, cuda, sdpa, backend_ctx, q, k, v, gqa, (b, s, hq, hk, hd), backend)
+            except RuntimeError as e:  # no kernel of this backend for this case (e.g. GQA on an older torch): go on
+                print(f"attn_graph ({backend}): skipped b={b} s={s} heads={hq}/{hk} hd={hd}: {str(e).splitlines()[0]}",
                       file=sys.stderr)
                 if cuda:
                     torch.cuda.synchronize(device)
@@ -98,10 +98,11 @@ def bench_attn_graph(device, quick: bool) -> tuple[list[str], list[list]]:
     return ATTN_COLUMNS, rows
 
 
-def _attn_case(torch, device, cuda: bool, sdpa, backend_ctx, q, k, v, gqa: bool, shape) -> list[list]:
+def _attn_case(torch, device, cuda: bool, sdpa, backend_ctx, q, k, v, gqa: bool, shape,
+               backend: str = "flash") -> list[list]:
     """The forward and backward rows of one attention case."""
     rows = []
-    with backend_ctx("flash" if cuda else "default"):
+    with backend_ctx(backend if cuda else "default"):
         fwd = lambda: sdpa(q, k, v, is_causal=True, enable_gqa=gqa)  # noqa: E731
         with torch.no_grad():
             t, how = graph_or_events(fwd, device)
@@ -114,6 +115,16 @@ def _attn_case(torch, device, cuda: bool, sdpa, backend_ctx, q, k, v, gqa: bool,
         t, how = graph_or_events(bwd, device, st)
         rows.append(["bwd", how, *shape, 1, t])
     return rows
+
+
+def bench_attn_graph_cudnn(device, quick: bool) -> tuple[list[str], list[list]]:
+    """attn_graph's cases on SDPA's cuDNN backend (about 20 s on one H200, estimated from attn_graph's 15 s)."""
+    return bench_attn_graph(device, quick, "cudnn")
+
+
+def bench_attn_graph_efficient(device, quick: bool) -> tuple[list[str], list[list]]:
+    """attn_graph's cases on SDPA's memory-efficient backend (about 30 s on one H200, estimated)."""
+    return bench_attn_graph(device, quick, "efficient")
 
 
 # ---------------------------------------------------------------- norm_bwd
