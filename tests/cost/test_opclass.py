@@ -348,3 +348,37 @@ def test_makespan_feature_only_for_flash2_forwards():
     # the backward keeps its FLOPs
     assert np.array_equal(attention_features(1, 8, 8, 4096, 4096, 128, True, True, 132),
                           attention_features(1, 8, 8, 4096, 4096, 128, True, True))
+
+
+def test_a_feature_constant_over_the_fitted_rows_gets_no_coefficient():
+    # copy rows all of width 1 (the copy ladder): 2 us + bytes / 4 TB/s; the width column equals the intercept's
+    # column, so a least-squares split would put part of the 2 us on each unit of width
+    rows = [{"op": "copy", "pass": "fwd", "tokens": n, "width": 1, "time_s": 2e-6 + 4.0 * n / 4e12}
+            for n in (1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28)]
+    m = fit_memory(rows, l2_bytes=1e15, held_out_width=None)["copy"]
+    assert m.fixed_s == pytest.approx(2e-6, rel=1e-9)
+    assert m.coefs[1] == 0.0
+    assert m.rate == pytest.approx(4e12, rel=1e-9)
+    el = 65536 * 2048  # the same elements in rows of 2048 cost what they cost in rows of 1: 2 us + 536.9 MB / 4 TB/s
+    assert m(memory_features("copy", el, 2048, 1e15)) == pytest.approx(2e-6 + 4.0 * el / 4e12, rel=1e-9)
+    assert m(memory_features("copy", el, 2048, 1e15)) == m(memory_features("copy", el, 1, 1e15))
+
+
+def test_constant_columns_by_hand():
+    from c3kit.cost.opclass import constant_columns
+
+    X = np.array([[1.0, 1.0, 0.0, 3.0], [2.0, 1.0, 0.0, 4.0]])
+    assert constant_columns(X).tolist() == [False, True, True, False]
+    assert constant_columns(np.array([[5.0, 2.0]])).tolist() == [False, True]  # the bytes column is always fitted
+
+
+def test_shipped_h200_copy_price_does_not_grow_with_row_width():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    el = 65536 * 2048
+    narrow, wide = (float(cal.parts_time((("copy", el, w),))) for w in (1, 2048))
+    assert wide == pytest.approx(narrow, rel=1e-12)
+    assert float(cal.parts_time((("copy", 2 * el, 1),))) > narrow  # monotone in size
+    assert 0.10e-3 < narrow < 0.30e-3  # 537 MB at 3.2-4.8 TB/s (the copy ladder streams ~4 TB/s)
