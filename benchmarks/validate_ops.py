@@ -30,11 +30,6 @@ NOT_YET_MODELLED = {
     "attention cudnn bwd": "rows of <= 1024 tokens take 115-170 us whatever their size (cudnn 1 x 8 heads x 512: "
                            "125 us, 4 x 16 x 512: 151 us): a floor of the eager backward, not FLOPs; a max(floor, "
                            "linear) form fitted on the training split reached p90 18-19%",
-    "attention flash2 bwd": "rows of <= 1024 tokens take 115-150 us whatever their size (d64: 1 x 8 heads x 512 "
-                            "125 us, 1 x 32 x 1024 116 us): a floor of the eager backward, not FLOPs",
-    "attention flash2 fwd": "priced by the makespan of its 128-row query tiles over one CTA a SM (opclass."
-                            "forward_makespan_flops); the d128 misses are the smallest rows (1 x 8 heads x 512: "
-                            "13.4 us, priced +34%) and few heads at 4k (1 x 12 x 4096: -12%)",
     "attention cudnn fwd": "few blocks run longer than their FLOPs say (1 x 8 heads x 4096: -22%, 1 x 16 x 2048: "
                            "-16%); flash2's makespan feature passes these rows (d64 1.2 / 4.4%, d128 3.8 / 6.6%) but "
                            "worsened the whole-layer check, where SDPA runs cudnn: not adopted (opclass.py)",
@@ -84,8 +79,8 @@ def _family_rows(directory: Path | None, *fams: str) -> list[dict]:
     decode_attention)."""
     from c3kit.cost import opclass as oc
 
-    docs = (_doc(directory, fam, missing_ok=True) for fam in fams)
-    return [r for doc in docs if doc for r in oc._rows(doc)]
+    docs = ((fam, _doc(directory, fam, missing_ok=True)) for fam in fams)
+    return [r for fam, doc in docs if doc for r in oc.family_rows(fam, doc)]
 
 
 def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
@@ -129,7 +124,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             warm = r["time_s"] - r["extra_s"]
             out.setdefault(f"memory {r['op']} (after a weight stream, leave-one-out)", []).append(
                 (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
-    att_rows = _family_rows(directory, "attention", "attn_backends", "decode_attention")
+    att_rows = oc.gpu_time_rows(_family_rows(directory, *oc.ATTENTION_FAMILIES))
     att, dec = oc.fit_attention(att_rows, sms=sms)
     dec_hd = oc.fit_decode_by_head_dim(att_rows)
     hashed = oc.hash_held_out_backends(att_rows)
@@ -152,6 +147,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             m = loo.get((backend, r["pass"], int(r["head_dim"])))
         if m is not None:
             out.setdefault(name, []).append(m(oc._row_features(r, sms)) / r["time_s"] - 1)
+            if r.get("mode") == "graph":  # the same class on its held-out CUDA-graph rows alone (attn_graph)
+                out.setdefault(name + " (CUDA graph rows)", []).append(out[name][-1])
     from c3kit.cost import time as op_time
     from c3kit.cost.model import as_model
     from c3kit.workload.attention import UNFUSED_GEMM

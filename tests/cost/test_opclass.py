@@ -382,3 +382,44 @@ def test_shipped_h200_copy_price_does_not_grow_with_row_width():
     assert wide == pytest.approx(narrow, rel=1e-12)
     assert float(cal.parts_time((("copy", 2 * el, 1),))) > narrow  # monotone in size
     assert 0.10e-3 < narrow < 0.30e-3  # 537 MB at 3.2-4.8 TB/s (the copy ladder streams ~4 TB/s)
+
+
+def _graph_row(ps, b, s, t, hd=128):
+    return {"pass": ps, "mode": "graph", "batch": b, "seq": s, "heads": 32, "kv_heads": 8, "head_dim": hd,
+            "causal": 1, "time_s": t}
+
+
+def test_graph_attention_rows_and_their_held_out_split_by_hand():
+    from c3kit.cost.opclass import graph_attention_rows, is_held_out_attention
+
+    rows = graph_attention_rows([_graph_row("fwd", 16, 1024, 5e-4), _graph_row("bwd", 4, 4096, 5e-3),
+                                 {**_graph_row("fwd", 1, 16384, 6e-3), "mode": "events"}])
+    assert len(rows) == 2  # an events fallback is not a graph timing
+    assert rows[0] == {"backend": "flash", "mode": "graph", "pass": "fwd", "batch": 16, "heads": 32, "kv_heads": 8,
+                       "q_len": 1024, "kv_len": 1024, "head_dim": 128, "causal": 1, "time_s": 5e-4}
+    assert [is_held_out_attention(r) for r in rows] == [False, True]  # 4096 and 16384 tokens a sequence held out
+
+
+def test_gpu_time_rows_drop_host_bound_eager_rows_only_of_a_graphed_backend():
+    from c3kit.cost.opclass import gpu_time_rows
+
+    def eager(backend, ps, q):
+        return {"backend": backend, "pass": ps, "q_len": q}
+
+    rows = [eager("flash", "bwd", 1024), eager("flash", "fwd", 512), eager("flash", "bwd", 2048),
+            eager("flash", "decode", 1), eager("default", "bwd", 512)]
+    assert gpu_time_rows(rows) == rows  # no graph rows: nothing to replace them with
+    g = {"backend": "flash", "mode": "graph", "pass": "bwd", "q_len": 1024}
+    assert gpu_time_rows(rows + [g]) == [rows[2], rows[3], rows[4], g]
+
+
+def test_shipped_h200_flash2_is_priced_at_its_graph_kernel_times():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    t = [float(cal.attention_time(b, 32, 8, s, s, 128, True, True, backend="flash2"))
+         for b, s in ((1, 1024), (16, 1024), (4, 4096))]
+    assert t[1] == pytest.approx(2.133e-3, rel=0.15)  # graph row 16 x 1024: 2133 us (fitted)
+    assert t[2] == pytest.approx(5.368e-3, rel=0.10)  # graph row 4 x 4096: 5368 us (held out)
+    assert t[0] < t[1] < t[2]
