@@ -423,3 +423,20 @@ def test_shipped_h200_flash2_is_priced_at_its_graph_kernel_times():
     assert t[1] == pytest.approx(2.133e-3, rel=0.15)  # graph row 16 x 1024: 2133 us (fitted)
     assert t[2] == pytest.approx(5.368e-3, rel=0.10)  # graph row 4 x 4096: 5368 us (held out)
     assert t[0] < t[1] < t[2]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 5), st.integers(1, 4), st.sampled_from([8, 32]), st.sampled_from([64, 128]),
+       st.booleans())
+def test_shipped_h200_flash2_never_cheaper_for_longer_sequences_or_more_of_them(p, b, heads, hd, bwd):
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    s = 1024 << p
+
+    def t(bb, ss):
+        return float(cal.attention_time(bb, heads, 8, ss, ss, hd, True, bwd, backend="flash2"))
+
+    assert t(b, 2 * s) >= t(b, s) > 0
+    assert t(b + 1, s) >= t(b, s)

@@ -12,7 +12,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
   workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
-  alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
+  alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT). A backend timed in CUDA
+  graphs too (attn_graph: flash) has those rows in its fit in place of its host-bound eager rows (gpu_time_rows).
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
 - decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch, per head_dim
