@@ -42,7 +42,9 @@ NOT_YET_MODELLED = {
                           "a tile time concave in the rows reduced: at 64 rows an expert they run above the a + b x "
                           "rows line (2048 x 768, 64 experts: priced -16%), at 512 below it (+8 to +15%); joining "
                           "them to the fit gave 5.1 / 11.0% on the moe_grad held-out rows, 6.3 / 9.0% on their own "
-                          "held-out 12: not adopted",
+                          "held-out 12; fitted on them alone the class priced all 72 moe_grad wgrads at 5.2 / 14.0%, "
+                          "bias -4.7% (the wgrad inside autograd's backward runs longer than the lone _grouped_mm of "
+                          "its shape): not adopted",
     "gemm fp8": "4 held-out rows; the miss is the smallest shapes (1024^3: FP8 / BF16 = 0.88 measured, 0.50-0.53 "
                 "for the large ones)",
     "fp8 cast": "1024 x 1024 (21.5 us eager) is the parts' own fixed costs, not a launch floor (fp8_cast_parts in "
