@@ -270,6 +270,12 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
             one = (full_small(r["m"], r["n"], r["k"]) if r["m"] <= gc.SMALL_M_MAX
                    else curve.gemm_time(r["m"], r["n"], r["k"], "bf16", gpu))
             out.setdefault("gemm expert loop (groups x one GEMM)", []).append(r["groups"] * one / r["time_s"] - 1)
+    for r in _rows(gw) if gw else []:  # the same wgrads as one torch.mm per expert in a CUDA graph (a composition)
+        if r["impl"] == "mm_loop" and r["mode"] == "graph":
+            m, n, k = r["hidden"], r["ffn"], r["tokens_per_expert"]
+            one = full_small(m, n, k) if m <= gc.SMALL_M_MAX else curve.gemm_time(m, n, k, "bf16", gpu)
+            out.setdefault("gemm expert loop wgrad (grouped_wgrad mm_loop rows, out of sample)", []).append(
+                r["experts"] * one / r["time_s"] - 1)
     frac = gc.fit_fp8_frac(rows, curve, gpu)
     pairs = gc.fp8_pairs(rows)
     fitted = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
