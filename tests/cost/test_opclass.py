@@ -348,3 +348,95 @@ def test_makespan_feature_only_for_flash2_forwards():
     # the backward keeps its FLOPs
     assert np.array_equal(attention_features(1, 8, 8, 4096, 4096, 128, True, True, 132),
                           attention_features(1, 8, 8, 4096, 4096, 128, True, True))
+
+
+def test_a_feature_constant_over_the_fitted_rows_gets_no_coefficient():
+    # copy rows all of width 1 (the copy ladder): 2 us + bytes / 4 TB/s; the width column equals the intercept's
+    # column, so a least-squares split would put part of the 2 us on each unit of width
+    rows = [{"op": "copy", "pass": "fwd", "tokens": n, "width": 1, "time_s": 2e-6 + 4.0 * n / 4e12}
+            for n in (1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28)]
+    m = fit_memory(rows, l2_bytes=1e15, held_out_width=None)["copy"]
+    assert m.fixed_s == pytest.approx(2e-6, rel=1e-9)
+    assert m.coefs[1] == 0.0
+    assert m.rate == pytest.approx(4e12, rel=1e-9)
+    el = 65536 * 2048  # the same elements in rows of 2048 cost what they cost in rows of 1: 2 us + 536.9 MB / 4 TB/s
+    assert m(memory_features("copy", el, 2048, 1e15)) == pytest.approx(2e-6 + 4.0 * el / 4e12, rel=1e-9)
+    assert m(memory_features("copy", el, 2048, 1e15)) == m(memory_features("copy", el, 1, 1e15))
+
+
+def test_constant_columns_by_hand():
+    from c3kit.cost.opclass import constant_columns
+
+    X = np.array([[1.0, 1.0, 0.0, 3.0], [2.0, 1.0, 0.0, 4.0]])
+    assert constant_columns(X).tolist() == [False, True, True, False]
+    assert constant_columns(np.array([[5.0, 2.0]])).tolist() == [False, True]  # the bytes column is always fitted
+
+
+def test_shipped_h200_copy_price_does_not_grow_with_row_width():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    el = 65536 * 2048
+    narrow, wide = (float(cal.parts_time((("copy", el, w),))) for w in (1, 2048))
+    assert wide == pytest.approx(narrow, rel=1e-12)
+    assert float(cal.parts_time((("copy", 2 * el, 1),))) > narrow  # monotone in size
+    assert 0.10e-3 < narrow < 0.30e-3  # 537 MB at 3.2-4.8 TB/s (the copy ladder streams ~4 TB/s)
+
+
+def _graph_row(ps, b, s, t, hd=128):
+    return {"pass": ps, "mode": "graph", "batch": b, "seq": s, "heads": 32, "kv_heads": 8, "head_dim": hd,
+            "causal": 1, "time_s": t}
+
+
+def test_graph_attention_rows_and_their_held_out_split_by_hand():
+    from c3kit.cost.opclass import graph_attention_rows, is_held_out_attention
+
+    rows = graph_attention_rows([_graph_row("fwd", 16, 1024, 5e-4), _graph_row("bwd", 4, 4096, 5e-3),
+                                 {**_graph_row("fwd", 1, 16384, 6e-3), "mode": "events"}])
+    assert len(rows) == 2  # an events fallback is not a graph timing
+    assert rows[0] == {"backend": "flash", "mode": "graph", "pass": "fwd", "batch": 16, "heads": 32, "kv_heads": 8,
+                       "q_len": 1024, "kv_len": 1024, "head_dim": 128, "causal": 1, "time_s": 5e-4}
+    assert [is_held_out_attention(r) for r in rows] == [False, True]  # 4096 and 16384 tokens a sequence held out
+
+
+def test_gpu_time_rows_drop_host_bound_eager_rows_only_of_a_graphed_backend():
+    from c3kit.cost.opclass import gpu_time_rows
+
+    def eager(backend, ps, q):
+        return {"backend": backend, "pass": ps, "q_len": q}
+
+    rows = [eager("flash", "bwd", 1024), eager("flash", "fwd", 512), eager("flash", "bwd", 2048),
+            eager("flash", "decode", 1), eager("default", "bwd", 512)]
+    assert gpu_time_rows(rows) == rows  # no graph rows: nothing to replace them with
+    g = {"backend": "flash", "mode": "graph", "pass": "bwd", "q_len": 1024}
+    assert gpu_time_rows(rows + [g]) == [rows[2], rows[3], rows[4], g]
+
+
+def test_shipped_h200_flash2_is_priced_at_its_graph_kernel_times():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    t = [float(cal.attention_time(b, 32, 8, s, s, 128, True, True, backend="flash2"))
+         for b, s in ((1, 1024), (16, 1024), (4, 4096))]
+    assert t[1] == pytest.approx(2.133e-3, rel=0.15)  # graph row 16 x 1024: 2133 us (fitted)
+    assert t[2] == pytest.approx(5.368e-3, rel=0.10)  # graph row 4 x 4096: 5368 us (held out)
+    assert t[0] < t[1] < t[2]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 5), st.integers(1, 4), st.sampled_from([8, 32]), st.sampled_from([64, 128]),
+       st.booleans())
+def test_shipped_h200_flash2_never_cheaper_for_longer_sequences_or_more_of_them(p, b, heads, hd, bwd):
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    s = 1024 << p
+
+    def t(bb, ss):
+        return float(cal.attention_time(bb, heads, 8, ss, ss, hd, True, bwd, backend="flash2"))
+
+    assert t(b, 2 * s) >= t(b, s) > 0
+    assert t(b + 1, s) >= t(b, s)

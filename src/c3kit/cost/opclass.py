@@ -12,7 +12,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
   workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
-  alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT).
+  alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT). A backend timed in CUDA
+  graphs too (attn_graph: flash) has those rows in its fit in place of its host-bound eager rows (gpu_time_rows).
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
 - decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch, per head_dim
@@ -362,6 +363,16 @@ def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None
     return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
 
 
+def constant_columns(X: np.ndarray) -> np.ndarray:
+    """Columns after the first (bytes) that hold one value over every fitted row: the intercept is their only
+    measured effect, so their coefficient is pinned at 0 (fitted, a least-squares split of the fixed cost onto the
+    row width of the copy ladder's width-1 rows priced a 2048-wide copy of 134M elements at 1.32 ms, not 0.17)."""
+    X = np.asarray(X, dtype=float)
+    const = np.all(X == X[:1], axis=0)
+    const[0] = False
+    return const
+
+
 def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
     """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity."""
     out = {}
@@ -369,7 +380,7 @@ def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
         if len(t) >= max(4, X.shape[1] + 1):
             X = X.copy()
             X[:, 2] = np.maximum(X[:, 0] - l2_bytes, 0.0)
-            c = fit_nonneg(X, t)
+            c = fit_nonneg(np.where(constant_columns(X), 0.0, X), t)
             out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
     return out
@@ -502,8 +513,44 @@ def attention_row_backend(r: dict) -> str | None:
 
 
 def is_held_out_attention(r: dict) -> bool:
-    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes."""
+    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes (CUDA-graph rows,
+    whose batch x sequence is fixed and so defeats that rule: those of GRAPH_HELD_OUT_SEQS tokens a sequence)."""
+    if r.get("mode") == "graph":
+        return int(r["q_len"]) in GRAPH_HELD_OUT_SEQS
     return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
+
+
+# The attn_graph family (runtime/bench/ops_graphed.py): SDPA flash forward / backward timed in CUDA graphs, the
+# kernels' GPU time without the host. Eager rows of the same backend at <= EAGER_HOST_BOUND_SEQ tokens a sequence
+# time the host instead: their forwards sit at 10-20 us and backwards at 100-150 us whatever their size (flash2
+# 1 x 8 heads x 512: 10.3 / 124.6 us; 1 x 32 x 1024: 32.3 / 115.8 us), where the graph rows' kernels at 16 x 32 x 1024
+# take 0.51 / 1.95 ms, i.e. about 31 / 119 us for 1 x 32 x 1024. A fused class prices the kernels (a step's
+# host runs ahead of them), so where graph rows of a backend exist its host-bound eager rows leave both its fit and
+# its check (gpu_time_rows) and the graph rows take their place; 2 of the 6 graph sequence lengths are held out.
+GRAPH_HELD_OUT_SEQS = (4096, 16384)
+EAGER_HOST_BOUND_SEQ = 1024
+
+
+def graph_attention_rows(rows: list[dict]) -> list[dict]:
+    """attn_graph rows (pass, mode, batch, seq, heads, kv_heads, head_dim, causal, time_s) as attention rows of the
+    flash backend (q_len = kv_len = seq); rows not timed in a graph are left out (events / host fallbacks)."""
+    return [{"backend": "flash", "mode": "graph", "pass": r["pass"], "batch": r["batch"], "heads": r["heads"],
+             "kv_heads": r["kv_heads"], "q_len": r["seq"], "kv_len": r["seq"], "head_dim": r["head_dim"],
+             "causal": r["causal"], "time_s": r["time_s"]} for r in rows if r["mode"] == "graph"]
+
+
+def gpu_time_rows(rows: list[dict]) -> list[dict]:
+    """The attention rows that time kernels: all but the eager training rows of <= EAGER_HOST_BOUND_SEQ tokens a
+    sequence of a backend that has CUDA-graph rows (those time the host; see graph_attention_rows)."""
+    graphed = {r.get("backend") for r in rows if r.get("mode") == "graph"}
+    return [r for r in rows if not (r.get("backend") in graphed and r.get("mode") != "graph"
+                                    and r["pass"] in ("fwd", "bwd") and int(r["q_len"]) <= EAGER_HOST_BOUND_SEQ)]
+
+
+def family_rows(family: str, doc: dict) -> list[dict]:
+    """The rows of an ops-<family> document as the classes read them (attn_graph: as attention rows)."""
+    rows = _rows(doc)
+    return graph_attention_rows(rows) if family == "attn_graph" else rows
 
 
 def _row_features(r: dict, sms: int | None = None):
@@ -545,10 +592,12 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
                   leave_out: dict | None = None, sms: int | None = None) -> tuple[dict, FeatureCost | None]:
     """((backend, pass, head_dim) -> FeatureCost, decode FeatureCost) from ops-attention rows.
 
+    Rows that time the host, not kernels, are left out first (gpu_time_rows).
     hold_out: leave out every third shape (is_held_out_attention) of the backends measured widely enough
     (hash_held_out_backends); leave_out: one row (by identity) also left out, for a leave-one-out check; sms: the
     measured GPU's SM count (the forwards' makespan feature; None: their FLOPs).
     Decode rows are those of the default backend (what SDPA runs for q_len 1)."""
+    rows = gpu_time_rows(rows)
     hashed = hash_held_out_backends(rows) if hold_out else set()
     groups: dict = {}
     decode_pts: list = []
@@ -642,7 +691,7 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 # files, copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
-ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention")
+ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", "attn_graph")
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
                    "decode_cold", "decode_fresh", "after_stream_large")
 
@@ -662,7 +711,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
         return None
     from c3kit.hw.catalog import get_gpu
 
-    docs = {fam: _rows(json.loads(p.read_text())) for fam, p in found.items()}
+    docs = {fam: family_rows(fam, json.loads(p.read_text())) for fam, p in found.items()}
     mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
