@@ -440,3 +440,25 @@ def test_shipped_h200_flash2_never_cheaper_for_longer_sequences_or_more_of_them(
 
     assert t(b, 2 * s) >= t(b, s) > 0
     assert t(b + 1, s) >= t(b, s)
+
+
+def test_each_graph_family_names_its_backend():
+    from c3kit.cost.opclass import ATTENTION_FAMILIES, GRAPH_ATTENTION_FAMILIES, family_rows
+
+    assert GRAPH_ATTENTION_FAMILIES == {"attn_graph": "flash", "attn_graph_cudnn": "cudnn",
+                                       "attn_graph_efficient": "efficient"}
+    assert set(GRAPH_ATTENTION_FAMILIES) <= set(ATTENTION_FAMILIES)
+    doc = {"columns": list(_graph_row("fwd", 1, 1024, 1e-4)), "rows": [list(_graph_row("fwd", 1, 1024, 1e-4).values())]}
+    assert [r["backend"] for r in family_rows("attn_graph_cudnn", doc)] == ["cudnn"]
+    assert family_rows("attention", doc)[0]["seq"] == 1024  # other families' rows pass through as they are
+
+
+def test_shipped_h200_cudnn_is_priced_near_its_graph_kernel_times():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    fwd = float(cal.attention_time(4, 32, 8, 4096, 4096, 128, True, False, backend="cudnn"))
+    bwd = float(cal.attention_time(4, 32, 8, 4096, 4096, 128, True, True, backend="cudnn"))
+    assert fwd == pytest.approx(921.8e-6, rel=0.10)  # graph row 4 x 4096 forward: 922 us (held out)
+    assert bwd == pytest.approx(2953e-6, rel=0.10)  # graph row 4 x 4096 backward: 2953 us (held out)

@@ -531,10 +531,14 @@ GRAPH_HELD_OUT_SEQS = (4096, 16384)
 EAGER_HOST_BOUND_SEQ = 1024
 
 
-def graph_attention_rows(rows: list[dict]) -> list[dict]:
+# the attn_graph families and the SDPA backend each timed (runtime/bench/ops_graphed.py)
+GRAPH_ATTENTION_FAMILIES = {"attn_graph": "flash", "attn_graph_cudnn": "cudnn", "attn_graph_efficient": "efficient"}
+
+
+def graph_attention_rows(rows: list[dict], backend: str = "flash") -> list[dict]:
     """attn_graph rows (pass, mode, batch, seq, heads, kv_heads, head_dim, causal, time_s) as attention rows of the
-    flash backend (q_len = kv_len = seq); rows not timed in a graph are left out (events / host fallbacks)."""
-    return [{"backend": "flash", "mode": "graph", "pass": r["pass"], "batch": r["batch"], "heads": r["heads"],
+    backend (q_len = kv_len = seq); rows not timed in a graph are left out (events / host fallbacks)."""
+    return [{"backend": backend, "mode": "graph", "pass": r["pass"], "batch": r["batch"], "heads": r["heads"],
              "kv_heads": r["kv_heads"], "q_len": r["seq"], "kv_len": r["seq"], "head_dim": r["head_dim"],
              "causal": r["causal"], "time_s": r["time_s"]} for r in rows if r["mode"] == "graph"]
 
@@ -550,7 +554,8 @@ def gpu_time_rows(rows: list[dict]) -> list[dict]:
 def family_rows(family: str, doc: dict) -> list[dict]:
     """The rows of an ops-<family> document as the classes read them (attn_graph: as attention rows)."""
     rows = _rows(doc)
-    return graph_attention_rows(rows) if family == "attn_graph" else rows
+    backend = GRAPH_ATTENTION_FAMILIES.get(family)
+    return rows if backend is None else graph_attention_rows(rows, backend)
 
 
 def _row_features(r: dict, sms: int | None = None):
@@ -691,7 +696,7 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 # files, copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
-ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", "attn_graph")
+ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
                    "decode_cold", "decode_fresh", "after_stream_large")
 
