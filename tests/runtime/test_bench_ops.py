@@ -288,3 +288,17 @@ def test_current_cast_scales_the_amax_to_the_fp8_maximum():
     assert float(inv) == pytest.approx(4.0 / FP8_MAX, rel=1e-6) and q.shape == (2, 2) and qt.shape == (2, 2)
     assert float(q.float().abs().max()) == FP8_MAX  # the amax element lands on 448 exactly
     assert torch.equal(qt.float(), q.float().t())
+
+
+def test_memory_graph_family_times_both_passes_of_each_op(tmp_path):
+    from c3kit.runtime.bench.ops_graphed import MEMGRAPH_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "memory_graph")
+    assert cols == MEMGRAPH_COLUMNS
+    got = {(r["op"], r["pass"]) for r in rows}
+    assert got == {("residual_add", "fwd"), *((op, ps) for op in ("gelu", "swiglu", "rmsnorm", "layernorm")
+                                              for ps in ("fwd", "bwd"))}
+    e = 64 * 256 * 2
+    assert {r["op"]: r["bytes"] for r in rows if r["pass"] == "bwd"}["swiglu"] == 5 * e
+    assert all(r["time_s"] > 0 for r in rows)
+

@@ -291,3 +291,56 @@ def bench_fp8_cast_parts(device, quick: bool) -> tuple[list[str], list[list]]:
             rows.append([part, how, n, cols, t])
         del x
     return FP8_COLUMNS, rows
+
+
+# ---------------------------------------------------------------- memory_graph
+MEMGRAPH_COLUMNS = ["op", "pass", "mode", "tokens", "width", "bytes", "time_s"]
+# a fine token grid across the L2 edge: one bf16 tensor of T x W is 4 MB to 512 MB (the H200's L2 is 50 MB)
+MEMGRAPH_TOKENS = (512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
+MEMGRAPH_WIDTHS = (4096, 8192)
+
+
+def bench_memory_graph(device, quick: bool) -> tuple[list[str], list[list]]:
+    """The memory family's elementwise ops (residual add, GELU, SwiGLU, RMSNorm, LayerNorm; forward and backward)
+    with every pass in CUDA graphs, on a fine token grid across the L2 edge (about 60 s on one H200, estimated).
+    bytes: the bytes the memory family counts for the op and pass."""
+    torch = require_torch()
+    F = torch.nn.functional
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    tokens, widths = ((64,), (256,)) if quick else (MEMGRAPH_TOKENS, MEMGRAPH_WIDTHS)
+    rows = []
+
+    def time_bwd(op, T, W, nbytes, fwd, inputs):
+        st = torch.cuda.Stream(device) if cuda else None
+        with _on(torch, st):
+            y = fwd()
+            dy = torch.randn_like(y)
+        t, how = graph_or_events(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True), device, st)
+        rows.append([op, "bwd", how, T, W, float(nbytes), t])
+
+    for W in widths:
+        for T in tokens:
+            if Budget.spent():
+                return MEMGRAPH_COLUMNS, rows
+            e = T * W * 2
+            x = torch.randn(T, W, device=device, dtype=bf, requires_grad=True)
+            u = torch.randn(T, W, device=device, dtype=bf, requires_grad=True)
+            r = torch.randn(T, W, device=device, dtype=bf)
+            w = torch.ones(W, device=device, dtype=bf, requires_grad=True)
+            ops = (("residual_add", 3 * e, None, lambda: x + r, ()),
+                   ("gelu", 2 * e, 3 * e, lambda: F.gelu(x, approximate="tanh"), (x,)),
+                   ("swiglu", 3 * e, 5 * e, lambda: F.silu(x) * u, (x, u)),
+                   ("rmsnorm", 2 * e, 3 * e, lambda: F.rms_norm(x, (W,), w, 1e-5), (x, w)),
+                   ("layernorm", 2 * e, 3 * e, lambda: F.layer_norm(x, (W,), w, None, 1e-5), (x, w)))
+            for op, fwd_bytes, bwd_bytes, fwd, inputs in ops:
+                with torch.no_grad():
+                    t, how = graph_or_events(fwd, device)
+                rows.append([op, "fwd", how, T, W, float(fwd_bytes), t])
+                if bwd_bytes is not None:
+                    time_bwd(op, T, W, bwd_bytes, fwd, inputs)
+            del x, u, r, w
+            if cuda:
+                torch.cuda.empty_cache()
+    return MEMGRAPH_COLUMNS, rows
+
