@@ -99,7 +99,8 @@ def scale(
                   overlap=overlap_mode)
     write_report(out, res)
     if as_json:
-        emit_json({"headline": res.headline(), "overlap": res.overlap, "notes": res.notes, "by_generation": res.by_generation,
+        emit_json({"headline": res.headline(), "overlap": res.overlap, "notes": res.notes,
+                   "by_generation": res.by_generation,
                    "paper": res.paper, "out": str(out)})
         return
     _print(res, out)

@@ -162,7 +162,7 @@ DEFAULT_MODE = "contended"
 
 
 def overlap_modes() -> tuple[str, ...]:
-    """Every --overlap mode: none, simple, auto, each schedule family and each schedule name."""
+    """Every --overlap mode: none, simple, contended, auto, each schedule family and each schedule name."""
     from c3kit.overlap.schedules import SCHEDULES
 
     return (*BASE_MODES, *FAMILIES, *(n for n in SCHEDULES if n not in FAMILIES))

@@ -340,7 +340,8 @@ def _notes(s, best, grid, paper, cost_model, overlap: str = "contended") -> list
     if cost_model is not None and not isinstance(cost_model, str):
         cost_model = cost_model.kind + (f" ({cost_model.power} clocks)" if cost_model.power != "burst" else "")
     notes = [f"Cost model: {cost_model or 'roofline'} (c3kit.cost), collectives 'auto'; overlap: --overlap {overlap} "
-             "(c3kit.step, docs/analyze.md), ops overlap only where dependencies allow. comm_share = comm / (compute + comm); exposed_share = "
+             "(c3kit.step, docs/analyze.md), ops overlap only where dependencies allow. comm_share = comm / "
+             "(compute + comm); exposed_share = "
              "exposed comm / step time."]
     if len(s):
         notes.append(f"Grid: {len(s)} memory-feasible scenarios; communication share median "
