@@ -4,8 +4,9 @@ Run: .venv/bin/python benchmarks/bench_scale.py [--cost-model efficiency]
 Prints scenarios/s for 1k, 10k and 100k random dense training scenarios with the `simple` overlap
 policy and the ratio of per-scenario cost between the largest and smallest run (1.0 = perfectly
 linear; < 1 means larger runs are cheaper per scenario because fixed per-structure costs amortize);
-then, in the same run, the rate with `auto` (collective-GEMM pairs priced by the overlap engine, one
-price per distinct pair shape on the power-of-two grid) beside it, cold (every cache of c3kit emptied at the
+then, in the same run, the rate with `contended` (the default mode of analyze and scale) and with `auto`
+(collective-GEMM pairs priced by the overlap engine, one price per distinct pair shape on the power-of-two
+grid, every other pair by contended's rule) beside it, cold (every cache of c3kit emptied at the
 start of the timed run: lru_caches, the engine's cost caches with everything they share between pair shapes
 (sub-GEMM and transfer task fields with their alone times, schedules' walk graphs, serial engines, collective
 baselines), its price memo, the collective tables, the sweep's templates) and warm, with the ratios to `simple`.
@@ -29,7 +30,7 @@ from c3kit.hw import get_gpu  # noqa: E402
 from c3kit.hw.future import project as project_gpu  # noqa: E402
 from c3kit.step import fast  # noqa: E402
 from c3kit.step.fast import project_many  # noqa: E402
-from c3kit.step.policy import EngineOverlap, price_pair  # noqa: E402
+from c3kit.step.policy import EngineOverlap, contended_policy, price_pair  # noqa: E402
 
 
 def scenarios(n: int, seed: int = 0) -> tuple[pd.DataFrame, dict]:
@@ -111,8 +112,9 @@ def main() -> None:
     n = max(sizes)
     df, gpus = scenarios(n)
     rates = {}
-    for label, pol in (("simple", None), ("auto (cold cache)", EngineOverlap("auto")), ("auto (warm cache)",
-                                                                                        EngineOverlap("auto"))):
+    modes = (("simple", None), ("contended", contended_policy()), ("auto (cold cache)", EngineOverlap("auto")),
+             ("auto (warm cache)", EngineOverlap("auto")))
+    for label, pol in modes:
         if label.startswith("auto (cold"):
             cleared = clear_caches()
         t0, c0 = time.perf_counter(), time.process_time()
@@ -126,6 +128,8 @@ def main() -> None:
     print(f"cold: {cleared} caches emptied at the start of its timed run (every lru_cache of c3kit, the engine's "
           "cost caches with the memos they share between pair shapes, its price memo, the sweep's graph templates)")
     cold, warm, simple = rates["auto (cold cache)"], rates["auto (warm cache)"], rates["simple"]
+    cont = rates["contended"]
+    print(f"contended / simple rate in this run (wall; CPU): {cont[0] / simple[0]:.2f}; {cont[1] / simple[1]:.2f}")
     print(f"distinct pair shapes priced by the engine: {info.currsize}; auto / simple rate in this run (wall; CPU): "
           f"cold {cold[0] / simple[0]:.2f}; {cold[1] / simple[1]:.2f}, warm {warm[0] / simple[0]:.2f}; "
           f"{warm[1] / simple[1]:.2f}")

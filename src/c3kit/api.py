@@ -176,7 +176,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     overlap: none, simple, contended (default: step.policy.DEFAULT_MODE), auto, a schedule family or a schedule
     name (c3kit.step.policy);
     policy is its old name (serial = none). trace: a path to write the whole step's Perfetto trace to.
-    compare_overlap: also the step time under none, simple, auto and each family (result.overlap_modes).
+    compare_overlap: also the step time under none, simple, contended, auto and each family (result.overlap_modes).
     overheads: the step-level overheads added to the step (c3kit.step.overheads): "default"
     (DEFAULT_OVERHEADS, what `c3kit validate` scores), an OverheadModel, or None for none.
     cp: context-parallel size (ring attention; gpus = tp x cp x pp x dp, never searched). pp_split: how

@@ -140,3 +140,24 @@ def test_recompute_modes_agree_with_per_node_projection():
     bad.loc[0, "recompute_every"] = 0
     with pytest.raises(C3kitError, match="recompute_every"):
         project_many(bad, GPUS)
+
+
+def test_contended_agrees_with_per_node_projection():
+    """The default mode (contended) as the sweep's main policy and as a compared one, beside the per-node path."""
+    from c3kit.step.policy import DEFAULT_MODE, SimpleOverlap, policy_for
+
+    df = random_scenarios(7, 40)
+    pol = policy_for(DEFAULT_MODE)
+    fast = project_many(df, GPUS, "efficiency", policy=pol, compare={"simple": SimpleOverlap(), "contended": pol})
+    timer = step_timer("efficiency")
+    for i, row in df.iterrows():
+        model, par = scenario_objects(row)
+        gpu = GPUS[row["gpu"]]
+        t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu, policy=pol,
+                    timer=timer).totals
+        for k in ("exposed", "step_time"):
+            assert fast.loc[i, k] == pytest.approx(getattr(t, k), rel=1e-9, abs=1e-15), (i, k)
+            assert fast.loc[i, f"{k}_contended"] == fast.loc[i, k]
+    # contended charges the independent pairs that simple hides fully, never more than serial
+    assert (fast["step_time_simple"] <= fast["step_time"] * (1 + 1e-12)).all()
+    assert (fast["exposed"] > fast["exposed_simple"] * (1 + 1e-9)).any()

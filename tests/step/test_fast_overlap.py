@@ -1,4 +1,4 @@
-"""The vectorized sweep prices collective-GEMM pairs as the per-node path does (auto and none beside simple)."""
+"""The vectorized sweep prices collective-GEMM pairs as the per-node path does (auto, none, simple, contended)."""
 
 import numpy as np
 import pandas as pd
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from c3kit.hw import get_gpu
 from c3kit.step import SerialOverlap, SimpleOverlap, project
 from c3kit.step.fast import project_many, scenario_objects
-from c3kit.step.policy import EngineOverlap
+from c3kit.step.policy import EngineOverlap, contended_policy
 from c3kit.step.project import step_timer
 from c3kit.workload.graph import build_step
 
@@ -31,18 +31,27 @@ def pow2_scenarios() -> pd.DataFrame:
 def test_auto_and_none_agree_with_the_per_node_path():
     df = pow2_scenarios()
     out = project_many(df, GPUS, "efficiency", policy=EngineOverlap("auto"),
-                       compare={"none": SerialOverlap(), "simple": SimpleOverlap()})
+                       compare={"none": SerialOverlap(), "simple": SimpleOverlap(), "contended": contended_policy(),
+                                "auto_simple": EngineOverlap("auto", base=SimpleOverlap())})
     timer = step_timer("efficiency")
     for i, row in df.iterrows():
         model, par = scenario_objects(row.to_dict())
         g = build_step(model, par, "train", int(row["seq"]), "bf16", GPUS[row["gpu"]].gpus_per_node)
         auto = project(g, GPUS[row["gpu"]], policy=EngineOverlap("auto"), timer=timer)
         none = project(g, GPUS[row["gpu"]], policy=SerialOverlap(), timer=timer)
+        cont = project(g, GPUS[row["gpu"]], policy=contended_policy(), timer=timer)
+        on_simple = project(g, GPUS[row["gpu"]], policy=EngineOverlap("auto", base=SimpleOverlap()), timer=timer)
         assert out.loc[i, "step_time"] == pytest.approx(auto.totals.step_time, rel=1e-9)
         assert out.loc[i, "exposed"] == pytest.approx(auto.totals.exposed, rel=1e-9)
         assert out.loc[i, "step_time_none"] == pytest.approx(none.totals.step_time, rel=1e-9)
-    assert np.all(out["step_time"] <= out["step_time_simple"] * (1 + 1e-12))
-    assert np.all(out["step_time_simple"] <= out["step_time_none"] * (1 + 1e-12))
+        assert out.loc[i, "step_time_contended"] == pytest.approx(cont.totals.step_time, rel=1e-9)
+        assert out.loc[i, "exposed_contended"] == pytest.approx(cont.totals.exposed, rel=1e-9)
+        assert out.loc[i, "step_time_auto_simple"] == pytest.approx(on_simple.totals.step_time, rel=1e-9)
+    # auto's base is contended (the default): never slower than it; on simple's rule, never slower than simple
+    assert np.all(out["step_time"] <= out["step_time_contended"] * (1 + 1e-12))
+    assert np.all(out["step_time_auto_simple"] <= out["step_time_simple"] * (1 + 1e-12))
+    assert np.all(out["step_time_simple"] <= out["step_time_contended"] * (1 + 1e-12))
+    assert np.all(out["step_time_contended"] <= out["step_time_none"] * (1 + 1e-12))
     assert np.all(out["exposed_none"] >= out["exposed_simple"] - 1e-15)
 
 
@@ -55,14 +64,30 @@ def test_scale_reports_exposed_comm_per_mode(tmp_path, capsys):
             "8", "--pp", "1", "--dp", "8", "--generations", "0,2", "--rules", "historical", "--out", str(tmp_path / "s")]
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert doc["overlap"] == "contended"  # the sweep's main mode is analyze's default
     rows = doc["by_generation"]
     assert rows and all(r["exposed_of_comm_none"] == pytest.approx(1.0) for r in rows)
-    assert all(0.0 <= r["exposed_of_comm_auto"] <= 1.0 for r in rows)
+    for mode in ("simple", "contended", "auto"):
+        assert all(0.0 <= r[f"exposed_of_comm_{mode}"] <= 1.0 for r in rows)
+    # the measured contention hides less than simple's ideal overlap
+    assert all(r["exposed_of_comm_simple"] <= r["exposed_of_comm_contended"] + 1e-12 for r in rows)
     scen = pd.read_csv(tmp_path / "s" / "scenarios.csv")
-    assert {"exposed_none", "exposed_auto", "step_time_auto"} <= set(scen.columns)
+    assert {f"{c}_{m}" for c in ("exposed", "step_time") for m in ("none", "simple", "contended", "auto")} \
+        <= set(scen.columns)
+    assert (scen["step_time"] == scen["step_time_contended"]).all()
     # step times are ordered; exposure need not be (a shorter layer hides less of the DP reduction)
     assert (scen["step_time_auto"] <= scen["step_time"] * (1 + 1e-12)).all()
+    assert (scen["step_time_simple"] <= scen["step_time"] * (1 + 1e-12)).all()
     assert (scen["step_time"] <= scen["step_time_none"] * (1 + 1e-12)).all()
+    # another main mode: its columns are the main ones, and a bad one is one line on stderr
+    assert main([*args[:-2], "--out", str(tmp_path / "t"), "--overlap-mode", "simple", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["overlap"] == "simple"
+    scen2 = pd.read_csv(tmp_path / "t" / "scenarios.csv")
+    assert scen2["step_time"].to_numpy() == pytest.approx(scen["step_time_simple"].to_numpy(), rel=1e-12)
+    assert main([*args[:-2], "--out", str(tmp_path / "u"), "--overlap-mode", "magic"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and not (tmp_path / "u").exists()
 
 
 @settings(max_examples=50, deadline=None)

@@ -34,6 +34,9 @@ def test_feasible_and_excluded(res):
 
 
 def test_rows_match_per_node_projection(res):
+    from c3kit.step.policy import DEFAULT_MODE, policy_for
+
+    assert res.overlap == DEFAULT_MODE  # the sweep prices under analyze's default mode
     s = res.scenarios.sample(8, random_state=0)
     base = get_gpu(GRID.base_gpu)
     timer = step_timer("efficiency")
@@ -41,9 +44,31 @@ def test_rows_match_per_node_projection(res):
         gpu = project_gpu(base, "compute-heavy", int(row["generation"])) if row["generation"] else base
         model, par = scenario_objects(row)
         t = project(build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node), gpu,
-                    timer=timer).totals
+                    policy=policy_for(DEFAULT_MODE), timer=timer).totals
         assert row["step_time"] == pytest.approx(t.step_time, rel=1e-9)
         assert row["exposed"] == pytest.approx(t.exposed, rel=1e-9, abs=1e-15)
+
+
+def test_modes_match_per_node_projection():
+    """The rule-based modes' columns are the per-node path's; auto's pair prices come from a power-of-two grid of
+    GEMM shapes (exact on powers of two only: tests/step/test_fast_overlap.py), so here it is only bounded."""
+    from c3kit.step.policy import policy_for
+    from c3kit.studies.scaling import OVERLAP_MODES
+
+    grid = GridSpec(hidden=(4096,), layers=(32,), seq=(2048,), batch=(512,), rules=("compute-heavy",),
+                    generations=(0,), tp=(8,), pp=(1,), dp=(8,))
+    s = run(grid, None, overlap_modes=True).scenarios
+    assert len(s)
+    gpu = get_gpu(grid.base_gpu)
+    timer = step_timer("efficiency")
+    row = s.iloc[0]
+    model, par = scenario_objects(row)
+    g = build_step(model, par, "train", int(row["seq"]), "bf16", gpu.gpus_per_node)
+    assert row["step_time_auto"] <= row["step_time_contended"] * (1 + 1e-12)
+    for mode in (m for m in OVERLAP_MODES if m != "auto"):
+        t = project(g, gpu, policy=policy_for(mode), timer=timer).totals
+        assert row[f"step_time_{mode}"] == pytest.approx(t.step_time, rel=1e-9), mode
+        assert row[f"exposed_{mode}"] == pytest.approx(t.exposed, rel=1e-9, abs=1e-15), mode
 
 
 def test_comm_share_grows_when_compute_outgrows_network(res):

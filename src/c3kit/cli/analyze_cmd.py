@@ -305,7 +305,8 @@ def write_report(out: Path, res) -> None:
             rep.table("overlap_modes", pd.DataFrame(list(res.overlap_modes)), "Step time by overlap mode: none "
                       "(every collective on the critical path), simple (dependencies only), contended (independent "
                       "pairs at the measured contention, the default), auto (the selector per "
-                      "collective-GEMM pair), each schedule family forced where it applies; vs_simple = step time / "
+                      "collective-GEMM pair, contended's rule for the other pairs), each schedule family forced "
+                      "where it applies; vs_simple = step time / "
                       "simple - 1")
         rep.table("totals", pd.DataFrame([{"metric": k, "value": v} for k, v in vars(t).items()]), "Totals (SI units)")
         rep.table("memory", res.memory_frame(), "Memory per GPU (bytes and GB)")

@@ -60,8 +60,11 @@ def scale(
     grid: bool = typer.Option(True, "--grid/--no-grid", help="Run the grid sweep."),
     cost_model: str = typer.Option("efficiency", "--cost-model", help="roofline or efficiency."),
     overlap: bool = typer.Option(True, "--overlap/--no-overlap",
-                                 help="Also exposed communication under --overlap none and auto (the overlap "
-                                      "engine per collective-GEMM pair, cached by pair shape) beside simple."),
+                                 help="Also exposed communication under --overlap none, simple, contended and auto "
+                                      "(auto: the overlap engine per collective-GEMM pair, cached by pair shape)."),
+    overlap_mode: str = typer.Option(None, "--overlap-mode",
+                                     help="The main overlap mode (exposed, step time, shares; as analyze's --overlap).",
+                                     show_default="contended"),
     power: str = POWER_OPT,
     out: Path = out_dir_option(DEFAULT_OUT, "Report folder (checked before the run)."),
     as_json: bool = JSON_OPT,
@@ -69,6 +72,7 @@ def scale(
     """Sweep future models x hardware generations x parallelism: compute, comm, exposed and hidden comm."""
     from c3kit.errors import StudyError
     from c3kit.hw import get_gpu
+    from c3kit.step.policy import policy_for
     from c3kit.studies.scaling import GridSpec, PaperSpec, run
 
     if cost_model not in ("roofline", "efficiency"):
@@ -76,6 +80,8 @@ def scale(
     if not (grid or paper):
         raise StudyError("nothing to run: drop --no-grid or --no-paper")
     cm, _ = with_power(cost_model, power)
+    if overlap_mode is not None:
+        policy_for(overlap_mode)  # reject an unknown mode before any work
     changes = {k: v for k, v in {
         "hidden": _ints(hidden, "hidden"), "layers": _ints(layers, "layers"), "seq": _ints(seq, "seq"),
         "batch": _ints(batch, "batch"), "tp": _ints(tp, "tp"), "pp": _ints(pp, "pp"), "dp": _ints(dp, "dp"),
@@ -89,10 +95,12 @@ def scale(
     if "rules" in changes:
         pspec = replace(pspec, rules=changes["rules"])
     with progress_bar("projecting scenarios", not as_json) as update:
-        res = run(gspec, pspec if paper else None, cm, progress=update, overlap_modes=overlap)
+        res = run(gspec, pspec if paper else None, cm, progress=update, overlap_modes=overlap,
+                  overlap=overlap_mode)
     write_report(out, res)
     if as_json:
-        emit_json({"headline": res.headline(), "notes": res.notes, "by_generation": res.by_generation,
+        emit_json({"headline": res.headline(), "overlap": res.overlap, "notes": res.notes,
+                   "by_generation": res.by_generation,
                    "paper": res.paper, "out": str(out)})
         return
     _print(res, out)
@@ -104,8 +112,8 @@ def _pct(x: float) -> str:
 
 def _print(res, out: Path) -> None:
     h = res.headline()
-    console.print(f"{h['scenarios']} memory-feasible scenarios projected, {h['excluded']} excluded "
-                  f"(reasons in {out}/excluded.csv), {h['seconds']:.2f} s")
+    console.print(f"{h['scenarios']} memory-feasible scenarios projected under --overlap {res.overlap}, "
+                  f"{h['excluded']} excluded (reasons in {out}/excluded.csv), {h['seconds']:.2f} s")
     bg = res.by_generation
     if len(bg):
         console.print(rich_table("Communication share by hardware generation (grid)",
@@ -116,9 +124,10 @@ def _print(res, out: Path) -> None:
                                   for r in bg.itertuples(index=False)]))
         if "exposed_of_comm_auto" in bg.columns:
             console.print(rich_table("Exposed share of the communication by overlap mode (grid, median)",
-                                     ["rule", "gen", "none", "simple", "auto"],
+                                     ["rule", "gen", "none", "simple", "contended", "auto"],
                                      [(r.rule, r.generation, _pct(r.exposed_of_comm_none),
-                                       _pct(r.exposed_of_comm_simple), _pct(r.exposed_of_comm_auto))
+                                       _pct(r.exposed_of_comm_simple), _pct(r.exposed_of_comm_contended),
+                                       _pct(r.exposed_of_comm_auto))
                                       for r in bg.itertuples(index=False)]))
     p = res.paper
     if len(p):

@@ -162,7 +162,7 @@ DEFAULT_MODE = "contended"
 
 
 def overlap_modes() -> tuple[str, ...]:
-    """Every --overlap mode: none, simple, auto, each schedule family and each schedule name."""
+    """Every --overlap mode: none, simple, contended, auto, each schedule family and each schedule name."""
     from c3kit.overlap.schedules import SCHEDULES
 
     return (*BASE_MODES, *FAMILIES, *(n for n in SCHEDULES if n not in FAMILIES))
@@ -227,18 +227,32 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
     return PairPrice(name, saved)
 
 
-class EngineOverlap:
-    """Collective-GEMM pairs priced by the overlap engine (c3kit.overlap on the simulator).
+def base_policy(mode: str | None = None):
+    """The rule-based policy of a non-engine mode (none, simple, contended; default DEFAULT_MODE): the engine
+    modes' `base`."""
+    from c3kit.errors import C3kitError
 
-    mode "auto": per pair the selector's pick, never worse than serial or than `simple` (a pair whose
-    collective already hides behind independent compute keeps that); a family or schedule name:
-    forced on every pair it applies to (a forced schedule may be slower than serial, and is reported
-    so); other pairs and the data-parallel collectives keep `simple`'s dependency-only overlap.
+    mode = mode or DEFAULT_MODE
+    rules = {"none": SerialOverlap, "simple": SimpleOverlap, "contended": contended_policy}
+    if mode not in rules:
+        raise C3kitError(f"an engine mode's base must be none, simple or contended, got {mode!r}")
+    return rules[mode]()
+
+
+class EngineOverlap:
+    """Collective-GEMM pairs priced by the overlap engine (c3kit.overlap on the simulator), other pairs by `base`.
+
+    base: the rule-based policy (none, simple, contended) of every pair the engine does not price (the
+    data-parallel collectives, pairs no schedule applies to); default the DEFAULT_MODE's rule, so `auto` is the
+    default plus the engine's picks. mode "auto": per pair the selector's pick, never worse than serial or than
+    `base` (a pair whose collective hides behind independent compute under base keeps that); a family or schedule
+    name: forced on every pair it applies to (a forced schedule may be slower than serial, and is reported so).
     The pair's exposed communication is m - saved x min(g, m), with g and m the step's own GEMM and
     collective times: the engine says which share of the hideable time a schedule hides.
     """
 
-    def __init__(self, mode: str = "auto", power: str = "burst", patterns: tuple[str, ...] | None = None):
+    def __init__(self, mode: str = "auto", power: str = "burst", patterns: tuple[str, ...] | None = None,
+                 base=None):
         from c3kit.errors import C3kitError
 
         if mode not in overlap_modes() or mode in ("none", "simple", "contended"):
@@ -248,10 +262,11 @@ class EngineOverlap:
         self.mode = mode
         self.power = power
         self.patterns = patterns  # only pairs of these patterns (e.g. T3 fuses GEMM + reduce-scatter only)
+        self.base = base if base is not None else base_policy()
 
     def pair_time(self, compute_s, comm_s, dependent: bool):
-        """Unbound use (no graph): simple's rule."""
-        return SimpleOverlap().pair_time(compute_s, comm_s, dependent)
+        """Unbound use (no graph): the base policy's rule."""
+        return self.base.pair_time(compute_s, comm_s, dependent)
 
     def bind(self, graph, gpu, problems=None) -> "BoundEngineOverlap":
         """The policy for one graph on one GPU; problems: {comm node: [OverlapProblem or None per scenario]}
@@ -301,6 +316,7 @@ class BoundEngineOverlap:
     def __init__(self, parent: EngineOverlap, pairs: dict, saved: dict, sched: dict):
         self.name = parent.name
         self.mode = parent.mode
+        self.base = parent.base
         self.pairs = pairs
         self.saved = saved
         self.sched = sched
@@ -309,57 +325,54 @@ class BoundEngineOverlap:
         self.dp_saved: dict[str, float] = {}  # forced bulk schedules: the DP-layer pair's saved share per phase
 
     def pair_time(self, compute_s, comm_s, dependent: bool):
-        """Layer-level and data-parallel pairs: simple's rule."""
-        return SimpleOverlap().pair_time(compute_s, comm_s, dependent)
+        """Layer-level and data-parallel pairs: the base policy's rule."""
+        return self.base.pair_time(compute_s, comm_s, dependent)
 
     def layer_pair_time(self, phase: str, compute_s, comm_s):
         """A layer's compute beside the data-parallel collectives of its neighbours: a forced bulk schedule's
-        engine price (c + d - saved x min(c, d)), else simple's max(c, d)."""
+        engine price (c + d - saved x min(c, d)), else the base policy's independent pair."""
         f = self.dp_saved.get(phase, float("nan"))
         if np.isnan(f):
-            return SimpleOverlap().pair_time(compute_s, comm_s, False)
+            return self.base.pair_time(compute_s, comm_s, False)
         return compute_s + comm_s - f * np.minimum(compute_s, comm_s)
 
     def blocking_exposure(self, node: int, partner, t, dependent: bool) -> np.ndarray:
         """Exposed seconds of blocking collective `node` (per instance) beside `partner` seconds of compute
         (t: seconds per instance of every node, nodes x scenarios)."""
         m = t[node]
-        simple = np.clip(SimpleOverlap().pair_time(partner, m, dependent) - partner, 0.0, m)
+        base = np.clip(self.base.pair_time(partner, m, dependent) - partner, 0.0, m)
         pr = self.pairs.get(node)
         if pr is None:
-            return simple
+            return base
         g = t[pr.gemm]
         f = self.saved[node]
         engine = m - np.nan_to_num(f, nan=0.0) * np.minimum(g, m)
         has = ~np.isnan(f) & np.ones_like(m, dtype=bool)
         if self.mode == "auto":
-            use = has & (engine < simple)
+            use = has & (engine < base)
         else:
             use = has
-        x = np.where(use, np.maximum(engine, 0.0), simple)
+        x = np.where(use, np.maximum(engine, 0.0), base)
         self.exposed[node] = x
         self.used[node] = use
         return x
 
     def schedule_of(self, node: int, scenario: int = 0) -> str:
-        """The schedule that set a collective's exposure ('simple' where the engine's did not)."""
+        """The schedule that set a collective's exposure (the base policy's name where the engine's did not)."""
         use = self.used.get(node)
         if use is None or not bool(np.ravel(use)[min(scenario, np.size(use) - 1)]):
-            return "simple"
+            return self.base.name
         s = self.sched.get(node) or [""]
-        return s[min(scenario, len(s) - 1)] or "simple"
+        return s[min(scenario, len(s) - 1)] or self.base.name
 
 
 def policy_for(mode: str, power: str = "burst"):
-    """The policy of an --overlap mode (none, simple, auto, a family or a schedule name)."""
+    """The policy of an --overlap mode (none, simple, contended, auto, a family or a schedule name); the engine
+    modes price the pairs the engine does not take with the default mode's rule (base_policy())."""
     from c3kit.errors import C3kitError
 
-    if mode == "none":
-        return SerialOverlap()
-    if mode == "simple":
-        return SimpleOverlap()
-    if mode == "contended":
-        return contended_policy()
+    if mode in ("none", "simple", "contended"):
+        return base_policy(mode)
     if mode not in overlap_modes():
         import difflib
 
@@ -367,4 +380,4 @@ def policy_for(mode: str, power: str = "burst"):
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise C3kitError(f"unknown overlap policy {mode!r}{hint}: use none, simple, contended, auto, a family "
                          f"({', '.join(FAMILIES)}) or a schedule name from `c3kit overlap`")
-    return EngineOverlap(mode, power)
+    return EngineOverlap(mode, power, base=base_policy())

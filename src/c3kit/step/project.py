@@ -217,18 +217,18 @@ def _pair_columns(graph, plan: Plan, tl, policy) -> tuple[dict, dict]:
 def compare_overlap(graph, hw: GPU, *, timer: Timer | None = None, cost_model=None, power: str = "burst",
                     modes: tuple[str, ...] | None = None) -> list[dict]:
     """Step time, exposed communication and change against `simple` under none, simple, contended, auto and each
-    schedule family (the op times are computed once; engine prices are cached by pair shape)."""
-    from c3kit.step.policy import FAMILIES, EngineOverlap, SerialOverlap, SimpleOverlap, contended_policy
+    schedule family (the op times are computed once; engine prices are cached by pair shape). The engine modes
+    price the pairs the engine does not take with the default mode's rule (step.policy.policy_for)."""
+    from c3kit.step.policy import FAMILIES, policy_for
 
     timer = timer or step_timer(cost_model)
     plan = make_plan(graph)
     t = node_times(graph, hw, timer)
     out = []
     for mode in modes or ("none", "simple", "contended", "auto", *FAMILIES):
-        if mode in ("none", "simple", "contended"):
-            pol = {"none": SerialOverlap, "simple": SimpleOverlap, "contended": contended_policy}[mode]()
-        else:
-            pol = EngineOverlap(mode, power).bind(graph, hw)
+        pol = policy_for(mode, power)
+        if hasattr(pol, "bind"):
+            pol = pol.bind(graph, hw)
         tl = evaluate(plan, t, pol)
         out.append({"mode": mode, "step_time": float(tl.step_time[0]), "exposed": float(tl.exposed[:, 0].sum())})
     base = next((r["step_time"] for r in out if r["mode"] == "simple"), None)

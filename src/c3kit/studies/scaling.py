@@ -1,5 +1,6 @@
 """Comp-vs-Comm scaling study (IISWC 2023, arXiv 2302.02825): compute and communication of future
-Transformer training steps on future hardware, with simple overlap (c3kit.step).
+Transformer training steps on future hardware, priced under the default overlap mode of `c3kit analyze`
+(step.policy.DEFAULT_MODE, contended) and compared with none, simple, contended and auto (c3kit.step).
 
 Two sweeps, both projected with the vectorized step model (c3kit.step.fast):
 
@@ -16,7 +17,8 @@ untied embeddings, bf16 with fp32 gradients, Adam, sequence parallelism, selecti
 distributed optimizer (ZeRO-1) when DP > 1, micro-batch 1.
 
 Metrics (per GPU per step): compute, comm (isolated times summed), exposed (comm on the critical
-path), hidden_comm = comm - exposed, comm_share = comm / (compute + comm) (the paper's "fraction of
+path under the main mode; exposed_<mode> and step_time_<mode> under each of OVERLAP_MODES),
+hidden_comm = comm - exposed, comm_share = comm / (compute + comm) (the paper's "fraction of
 runtime spent in communication" when nothing overlaps), exposed_share = exposed / step time.
 """
 
@@ -34,6 +36,10 @@ from c3kit.errors import StudyError
 
 HEAD_DIM = 128
 VOCAB = 51200
+# the modes every scenario is also priced under (issue 14: how much of the growing communication share overlap can
+# still hide): nothing overlapped, ideal dependency-only overlap, overlap at the measured contention (the default),
+# and the default plus the overlap engine's picks
+OVERLAP_MODES = ("none", "simple", "contended", "auto")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class ScalingResult:
     seconds: float = 0.0
     grid: GridSpec = field(default_factory=GridSpec)
     paper_spec: PaperSpec = field(default_factory=PaperSpec)
+    overlap: str = "contended"  # the main mode: columns exposed, step_time and every share derived from them
 
     def headline(self) -> dict:
         """A few numbers that summarize the study."""
@@ -214,12 +221,15 @@ def _feasible(df: pd.DataFrame, gpus: dict) -> tuple[pd.DataFrame, pd.DataFrame]
     return df[keep].reset_index(drop=True), excluded.reset_index(drop=True)
 
 
-def _project(df: pd.DataFrame, gpus: dict, cost_model, progress, compare=None) -> pd.DataFrame:
+def _project(df: pd.DataFrame, gpus: dict, cost_model, progress, compare=None, policy=None,
+             main: str = "") -> pd.DataFrame:
     from c3kit.step.fast import project_many
 
     if not len(df):
         return df
-    out = project_many(df, gpus, cost_model, progress=progress, compare=compare)
+    out = project_many(df, gpus, cost_model, policy=policy, progress=progress, compare=compare)
+    if compare is not None and main:  # the main mode is not priced twice: its columns are the main ones
+        out[f"exposed_{main}"], out[f"step_time_{main}"] = out["exposed"], out["step_time"]
     res = pd.concat([df, out], axis=1)
     res["params"] = params_of(res["hidden"], res["layers"])
     res["gpus"] = res["tp"] * res["pp"] * res["dp"]
@@ -252,16 +262,20 @@ def paper_scenarios(spec: PaperSpec) -> tuple[pd.DataFrame, dict]:
 
 
 def run(grid: GridSpec | None = GridSpec(), paper: PaperSpec | None = PaperSpec(), cost_model="efficiency",
-        progress: Callable[[int, int], None] | None = None, overlap_modes: bool = False) -> ScalingResult:
+        progress: Callable[[int, int], None] | None = None, overlap_modes: bool = False,
+        overlap: str | None = None) -> ScalingResult:
     """Run the grid and paper sweeps; progress(done, total) is called as scenarios are projected.
 
-    overlap_modes: also the exposed communication and step time of every scenario under --overlap none
-    and auto (columns exposed_none, exposed_auto, step_time_none, step_time_auto; `simple` is the main one).
+    overlap: the main --overlap mode (default step.policy.DEFAULT_MODE, as `c3kit analyze`).
+    overlap_modes: also the exposed communication and step time of every scenario under each of OVERLAP_MODES
+    (columns exposed_<mode>, step_time_<mode>; the main mode's repeat exposed and step_time).
     """
-    from c3kit.step.policy import policy_for
+    from c3kit.step.policy import DEFAULT_MODE, policy_for
 
     power = getattr(cost_model, "power", "burst")
-    compare = {m: policy_for(m, power) for m in ("none", "auto")} if overlap_modes else None
+    overlap = overlap or DEFAULT_MODE
+    policy = policy_for(overlap, power)
+    compare = {m: policy_for(m, power) for m in OVERLAP_MODES if m != overlap} if overlap_modes else None
     t0 = perf_counter()
     empty = pd.DataFrame()
     frames = {}
@@ -284,16 +298,16 @@ def run(grid: GridSpec | None = GridSpec(), paper: PaperSpec | None = PaperSpec(
     for name, df in frames.items():
         k, e = _feasible(df, gpus_all)
         tick(len(e))
-        kept[name], excl[name] = _project(k, gpus_all, cost_model, tick, compare), e
+        kept[name], excl[name] = _project(k, gpus_all, cost_model, tick, compare, policy, overlap), e
     scen = kept.get("grid", empty)
     excluded = pd.concat([e.assign(sweep=n) for n, e in excl.items()], ignore_index=True) if excl else empty
     by_gen = _by_generation(scen)
     cand = kept.get("paper", empty)
     best = _best(cand)
-    notes = _notes(scen, best, grid, paper, cost_model)
+    notes = _notes(scen, best, grid, paper, cost_model, overlap)
     return ScalingResult(scenarios=scen, excluded=excluded, by_generation=by_gen, paper=best,
                          paper_candidates=cand, notes=notes, seconds=perf_counter() - t0,
-                         grid=grid or GridSpec(), paper_spec=paper or PaperSpec())
+                         grid=grid or GridSpec(), paper_spec=paper or PaperSpec(), overlap=overlap)
 
 
 def _by_generation(s: pd.DataFrame) -> pd.DataFrame:
@@ -304,9 +318,9 @@ def _by_generation(s: pd.DataFrame) -> pd.DataFrame:
                 comm_share_p10=("comm_share", lambda x: x.quantile(0.1)),
                 comm_share_p90=("comm_share", lambda x: x.quantile(0.9)),
                 exposed_share_median=("exposed_share", "median"), mfu_median=("mfu", "median")).reset_index()
-    if "exposed_auto" in s.columns:  # exposed communication as a share of the serialized communication, per mode
-        for mode in ("none", "simple", "auto"):
-            col = "exposed" if mode == "simple" else f"exposed_{mode}"
+    if all(f"exposed_{m}" in s.columns for m in OVERLAP_MODES):  # exposed comm over the serialized comm, per mode
+        for mode in OVERLAP_MODES:
+            col = f"exposed_{mode}"
             frac = (s[col] / s["comm"].where(s["comm"] > 0)).fillna(0.0)
             out[f"exposed_of_comm_{mode}"] = frac.groupby([s["rule"], s["generation"]]).median().to_numpy()
     return out.sort_values(["rule", "generation"]).reset_index(drop=True)
@@ -322,11 +336,12 @@ def _best(c: pd.DataFrame) -> pd.DataFrame:
     return c.loc[idx, cols].sort_values(["rule", "generation"]).reset_index(drop=True)
 
 
-def _notes(s, best, grid, paper, cost_model) -> list[str]:
+def _notes(s, best, grid, paper, cost_model, overlap: str = "contended") -> list[str]:
     if cost_model is not None and not isinstance(cost_model, str):
         cost_model = cost_model.kind + (f" ({cost_model.power} clocks)" if cost_model.power != "burst" else "")
-    notes = [f"Cost model: {cost_model or 'roofline'} (c3kit.cost), collectives 'auto'; overlap: ops overlap "
-             "where dependencies allow (c3kit.step). comm_share = comm / (compute + comm); exposed_share = "
+    notes = [f"Cost model: {cost_model or 'roofline'} (c3kit.cost), collectives 'auto'; overlap: --overlap {overlap} "
+             "(c3kit.step, docs/analyze.md), ops overlap only where dependencies allow. comm_share = comm / "
+             "(compute + comm); exposed_share = "
              "exposed comm / step time."]
     if len(s):
         notes.append(f"Grid: {len(s)} memory-feasible scenarios; communication share median "
