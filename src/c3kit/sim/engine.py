@@ -476,23 +476,46 @@ def _timeline(cols, resources: Resources, order, prio_of, start, wstart, wend, e
 def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, H,
            share, a_g, a_gm, a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
-    na = len(active)
-    if na == 1 and segments is None:  # alone: no sharing to work out
-        i = active[0]
-        if is_comm[i]:
-            r = comm_bw[i]
-            if r > comm_link[i]:
-                r = comm_link[i]
-        else:
-            r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i], curves[i])
-        if hbm[i] and r * hbm[i] > H:
-            r = H / hbm[i]
-        return [r]
-    rate = [0.0] * na
-    # 1. SMs: comm kernels take their k SMs (all of them only with a higher priority than every running
-    #    compute task), compute tasks share the rest by priority class, in proportion to their caps.
-    #    A comm kernel without that priority gets `share` of its k SMs, or more where the compute tasks
-    #    cannot use them (SM partition, or fewer output tiles than SMs).
+    if len(active) == 1 and segments is None:  # alone: no sharing to work out
+        return [_alone_rate(active[0], is_comm, cap, hbm, phi, tiles, curves, comm_link, comm_bw, S, H)]
+    granted, ncomp = _grant_sms(active, is_comm, prio, req, cap, S, share)
+    rate = _speeds(active, is_comm, req, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, granted,
+                   len(active) - ncomp)
+    # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
+    #    transfers share what is left the same way. Serving compute first keeps the model monotone: a
+    #    faster link never takes bandwidth from a GEMM (stream priorities steer the SM scheduler, not
+    #    HBM). What concurrent copies cost a GEMM is the interference term of step 4.
+    pre = rate[:] if (a_g or a_gm or a_c) else rate
+    _hbm_alloc(active, is_comm, prio, hbm, rate, H)
+    if a_g or a_gm or a_c:
+        _interfere(active, is_comm, hbm, phi, granted, pre, rate, S, H, a_g, a_gm, a_c)
+        _hbm_alloc(active, is_comm, prio, hbm, rate, H)
+    if segments is not None:
+        segments.append(_use(active, is_comm, hbm, granted, rate))
+    return rate
+
+
+def _alone_rate(i, is_comm, cap, hbm, phi, tiles, curves, comm_link, comm_bw, S, H) -> float:
+    """The rate of task i running alone: its own SM, link and HBM limits."""
+    if is_comm[i]:
+        r = comm_bw[i]
+        if r > comm_link[i]:
+            r = comm_link[i]
+    else:
+        r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i], curves[i])
+    if hbm[i] and r * hbm[i] > H:
+        r = H / hbm[i]
+    return r
+
+
+def _grant_sms(active, is_comm, prio, req, cap, S, share) -> tuple[list[float], int]:
+    """Step 1, SMs granted to each running task (and how many are compute tasks).
+
+    Comm kernels take their k SMs (all of them only with a higher priority than every running compute
+    task), compute tasks share the rest by priority class, in proportion to their caps. A comm kernel
+    without that priority gets `share` of its k SMs, or more where the compute tasks cannot use them (SM
+    partition, or fewer output tiles than SMs).
+    """
     gp = None
     comp_cap = 0.0
     for i in active:
@@ -502,7 +525,7 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                 gp = prio[i]
     sm_left = float(S)
     idle = S - comp_cap if comp_cap < S else 0.0
-    granted = [0.0] * na
+    granted = [0.0] * len(active)
     ncomp = 0
     for k, i in enumerate(active):
         if is_comm[i]:
@@ -535,9 +558,12 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                     granted[k] = cap[i] * f
                     used += granted[k]
             sm_left -= used
-    # 2. speeds before HBM: compute from SMs (wave quantization), comm from its SMs/engines and its links,
-    #    each link split equally among the transfers that use it
-    ncomm = na - ncomp
+    return granted, ncomp
+
+
+def _link_sharing(active, is_comm, masks, ncomm) -> tuple[dict[int, int] | None, int]:
+    """How the running transfers share links: (transfers per link bit, or None when no per-link count is
+    needed; how many transfers split every link when all use the same links, else 1)."""
     shared = None
     same = 1  # all transfers on the same links: each gets 1/ncomm of them
     if ncomm > 1:
@@ -567,6 +593,15 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                         count[b] = count.get(b, 0) + 1
                         m ^= b
             shared = count
+    return shared, same
+
+
+def _speeds(active, is_comm, req, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, granted,
+            ncomm) -> list[float]:
+    """Step 2, speeds before HBM: compute from its granted SMs (wave quantization), comm from its SMs/engines
+    and its links, each link split equally among the transfers that use it."""
+    rate = [0.0] * len(active)
+    shared, same = _link_sharing(active, is_comm, masks, ncomm)
     for k, i in enumerate(active):
         if is_comm[i]:
             w = comm_bw[i]
@@ -584,38 +619,36 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
             rate[k] = w if w < lk else lk
         else:
             rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i], curves[i])
-    # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
-    #    transfers share what is left the same way. Serving compute first keeps the model monotone: a
-    #    faster link never takes bandwidth from a GEMM (stream priorities steer the SM scheduler, not
-    #    HBM). What concurrent copies cost a GEMM is the interference term of step 4.
-    pre = rate[:] if (a_g or a_gm or a_c) else rate
-    _hbm_alloc(active, is_comm, prio, hbm, rate, H)
-    # 4. interference beyond bandwidth shares: a GEMM slows with the HBM traffic of the copies
-    #    (u_comm, its memory-bound share much more than its compute-bound share); a transfer slows with
-    #    the share of SMs running compute (L2 and memory-pipeline pressure). Then HBM is shared again,
-    #    so what a slowed GEMM no longer draws goes to the copies.
-    if a_g or a_gm or a_c:
-        u_comm = 0.0
-        busy = 0.0
-        for k, i in enumerate(active):
-            if is_comm[i]:
-                u_comm += rate[k] * hbm[i]
-            else:
-                busy += granted[k]
-        u_comm /= H
-        busy /= S
-        for k, i in enumerate(active):
-            if is_comm[i]:
-                rate[k] = pre[k] / (1.0 + a_c * busy)
-            elif u_comm:
-                rate[k] /= 1.0 + (a_g * phi[i] + a_gm * (1.0 - phi[i])) * u_comm
-        _hbm_alloc(active, is_comm, prio, hbm, rate, H)
-    if segments is not None:
-        sms_used = sum(granted)
-        link_used = sum(rate[k] for k, i in enumerate(active) if is_comm[i])
-        hbm_used = sum(rate[k] * hbm[i] for k, i in enumerate(active))
-        segments.append(Segment(-1.0, -1.0, sms_used, hbm_used, 0, link_used))
     return rate
+
+
+def _interfere(active, is_comm, hbm, phi, granted, pre, rate, S, H, a_g, a_gm, a_c) -> None:
+    """Step 4, interference beyond bandwidth shares, in place: a GEMM slows with the HBM traffic of the copies
+    (u_comm, its memory-bound share much more than its compute-bound share); a transfer slows with the share
+    of SMs running compute (L2 and memory-pipeline pressure). The caller then shares HBM again, so what a
+    slowed GEMM no longer draws goes to the copies."""
+    u_comm = 0.0
+    busy = 0.0
+    for k, i in enumerate(active):
+        if is_comm[i]:
+            u_comm += rate[k] * hbm[i]
+        else:
+            busy += granted[k]
+    u_comm /= H
+    busy /= S
+    for k, i in enumerate(active):
+        if is_comm[i]:
+            rate[k] = pre[k] / (1.0 + a_c * busy)
+        elif u_comm:
+            rate[k] /= 1.0 + (a_g * phi[i] + a_gm * (1.0 - phi[i])) * u_comm
+
+
+def _use(active, is_comm, hbm, granted, rate) -> Segment:
+    """The resources the running tasks use at these rates (a segment whose times and engines the loop fills)."""
+    sms_used = sum(granted)
+    link_used = sum(rate[k] for k, i in enumerate(active) if is_comm[i])
+    hbm_used = sum(rate[k] * hbm[i] for k, i in enumerate(active))
+    return Segment(-1.0, -1.0, sms_used, hbm_used, 0, link_used)
 
 
 def compute_rates(tasks: tuple[Task, ...], sms: int, hbm_bw: float, prios: tuple[int, ...] = ()) -> list[float]:
