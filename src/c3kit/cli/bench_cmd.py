@@ -204,7 +204,7 @@ def gemm_cmd(
     g.warm_up(dev, warmup_s)
     if steady_only:
         steady_step(_out_path(out, slug, "gemm"),
-                    {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
+                    {"peak_flops": _peak_json(peak),
                      "protocol": json.dumps({"steady": steady, "steady_hold_s": steady_hold_s, "warmup_s": warmup_s,
                                              "steady_only": True, "clock_ref_hz": g.CLOCK_REF_HZ})})
         if as_json:
@@ -216,24 +216,16 @@ def gemm_cmd(
                                      graph_below_s=graph_below_us * 1e-6, sample_s=sample_ms * 1e-3,
                                      correct=correct, log=lambda x: _echo(x, quiet), probe_clock=probe_clock)
     columns = g.SWEEP_COLUMNS
-    held_rows = [r for r in rows if r[10] == "holdout"]
-    # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
-    odd_rows = [r for r in rows if r[10] == "odd"]
-    workload_rows = [r for r in rows if r[10] == "workload"]
-    rows = [r for r in rows if r[10] not in ("odd", "holdout", "workload")]
+    rows, held_rows, odd_rows, workload_rows = _gemm_sets(rows)
     for e in errors[:50]:
         _echo(f"# not run: {e}", quiet)
     if not rows:
         raise RuntimeSetupError(f"bench gemm measured nothing: {'; '.join(errors[:3])}")
-
-    extra = {"peak_flops": json.dumps({k: (v if v == v else None) for k, v in peak.items()}),
-             "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors[:200]),
-             "protocol": json.dumps({"passes": passes, "sentinel": list(g.SENTINEL), "sentinel_every": sentinel_every,
-                                     "graph_below_us": graph_below_us, "sample_ms": sample_ms,
-                                     "rotate_bytes": g.ROTATE_BYTES, "warmup_s": warmup_s, "probe_clock": probe_clock,
-                                     "clock_ref_hz": g.CLOCK_REF_HZ, "steady": steady, "steady_hold_s": steady_hold_s, **stats}),
-             "time_s": f"{stats['time_s']} (median over passes); time_raw_s: median of raw timings",
-             "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
+    protocol = {"passes": passes, "sentinel": list(g.SENTINEL), "sentinel_every": sentinel_every,
+                "graph_below_us": graph_below_us, "sample_ms": sample_ms, "rotate_bytes": g.ROTATE_BYTES,
+                "warmup_s": warmup_s, "probe_clock": probe_clock, "clock_ref_hz": g.CLOCK_REF_HZ, "steady": steady,
+                "steady_hold_s": steady_hold_s, **stats}
+    extra = _gemm_meta(peak, errors, protocol, stats, ranges, counts)
     path = _write_gemm_sweep(_out_path(out, slug, "gemm"), columns, rows, held_rows, odd_rows, workload_rows, srows,
                              extra, script)
     _echo(f"# sweep: {stats}", quiet)
@@ -250,6 +242,30 @@ def gemm_cmd(
         tail = f", {len(held_rows)} held out, {len(odd_rows)} misaligned" if (held_rows or odd_rows) else ""
         tail += f" and {len(split_rows)} to {split_path}" if split_path else ""
         _echo(f"# wrote {len(rows)} rows to {path}{tail}", quiet)
+
+
+def _peak_json(peak: dict) -> str:
+    """The peak FLOP/s per dtype as JSON (NaN, an unknown peak, as null)."""
+    return json.dumps({k: (v if v == v else None) for k, v in peak.items()})
+
+
+def _gemm_sets(rows):
+    """The sweep's rows by file: (the lookup table's rows, held-out, misaligned, catalog-workload rows)."""
+    held_rows = [r for r in rows if r[10] == "holdout"]
+    # Misaligned shapes run 3-6x slower on tensor cores: kept out of the lookup table, in their own file.
+    odd_rows = [r for r in rows if r[10] == "odd"]
+    workload_rows = [r for r in rows if r[10] == "workload"]
+    rows = [r for r in rows if r[10] not in ("odd", "holdout", "workload")]
+    return rows, held_rows, odd_rows, workload_rows
+
+
+def _gemm_meta(peak: dict, errors: list[str], protocol: dict, stats: dict, ranges: dict, counts) -> dict:
+    """The sweep files' meta: peaks, TF32 setting, errors, protocol, what time_s is, shape ranges and sets."""
+    return {"peak_flops": _peak_json(peak),
+            "tf32": str(_torch().backends.cuda.matmul.allow_tf32), "errors": json.dumps(errors[:200]),
+            "protocol": json.dumps(protocol),
+            "time_s": f"{stats['time_s']} (median over passes); time_raw_s: median of raw timings",
+            "ranges": json.dumps(ranges), "sets": json.dumps({f"{d}/{s}": c for (d, s), c in sorted(counts.items())})}
 
 
 def _gemm_shapes(dts, shapes_opt, random_shapes, odd_shapes, holdout_shapes, align_shapes, workload, seed, quick):

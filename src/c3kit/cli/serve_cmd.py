@@ -84,33 +84,17 @@ def serve(
     """Simulate serving: TTFT, TPOT, ITL, latency, throughput, goodput; a rate sweep or the highest rate meeting SLOs."""
     if ctx.invoked_subcommand is not None:
         return
-    from c3kit.errors import C3kitError
     from c3kit.serve import experiment as ex
     from c3kit.serve.metrics import parse_slo
-    from c3kit.serve.workload import ServeError, load_trace, parse_lengths
-    from c3kit.step import SerialOverlap, SimpleOverlap
+    from c3kit.serve.workload import load_trace, parse_lengths
 
-    policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
-    if policy not in policies:
-        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
-    from c3kit.serve.overheads import get_engine
-
-    get_engine(engine)  # an unknown name fails before any work
-    if requests < 1:
-        raise ServeError(f"--requests must be >= 1, got {requests}")
-    if rate is not None and (not (rate > 0) or not math.isfinite(rate)):
-        raise ServeError(f"--rate must be a finite number > 0 (requests/s), got {rate:g}")
-    rate_list = _rates(rates)
-    if trace is not None and (rate is not None or rate_list is not None):
-        raise ServeError("give either --trace or --rate/--rates, not both")
-    if rate is not None and rate_list is not None:
-        raise ServeError("give either --rate or --rates, not both")
+    step_policy, rate_list = _check_args(policy, engine, requests, rate, rates, trace)
     slo_obj = parse_slo(slo) if slo is not None else None
     p_spec, o_spec = parse_lengths(prompt_len, "prompt"), parse_lengths(output_len, "output")
     workload = load_trace(trace) if trace is not None else None
     cm, cost_label = with_power(cost_model, power)
     setup = ex.make_setup(model, hw, tp=tp, pp=pp, ep=ep, replicas=replicas, dtype=dtype, cost_model=cm,
-                          policy=policies[policy], max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
+                          policy=step_policy, max_batched_tokens=max_batched_tokens, max_seqs=max_seqs,
                           chunked_prefill=chunked_prefill, gpu_memory_utilization=gpu_mem_util, engine=engine,
                           block_size=block_size, mixed_batches=mixed_batches, reserve_kv=reserve_kv,
                           kv_of_free=kv_of_free)
@@ -121,27 +105,9 @@ def serve(
         from c3kit.serve.workload import poisson
 
         setup.sched.check(poisson(1.0, requests, p_spec, o_spec, seed))
-
-    search = None
-    if workload is not None:
-        mode, total = "trace", workload.n
-    elif rate_list is not None:
-        mode, total = "sweep", requests * len(rate_list)
-    elif slo_obj is not None and rate is None:
-        mode, total = "slo", requests * ex.search_runs()
-    else:
-        mode, total = "rate", requests
-    with _progress(total, not as_json) as advance:
-        if mode == "trace":
-            runs = [ex.run_workload(setup, workload, float("nan"), slo_obj, advance)]
-        elif mode == "sweep":
-            runs = ex.sweep(setup, rate_list, requests, p_spec, o_spec, seed, slo_obj, advance)
-        elif mode == "slo":
-            search = ex.find_max_rate(setup, slo_obj, requests, p_spec, o_spec, seed, progress=advance)
-            runs = [r for r in search.runs if math.isfinite(r.rate)]
-        else:
-            runs = [ex.run_rate(setup, rate if rate is not None else 10.0, requests, p_spec, o_spec, seed, slo_obj,
-                                advance)]
+    mode = _mode(workload, rate_list, slo_obj, rate)
+    runs, search = _simulate(setup, mode, workload, rate, rate_list, requests, p_spec, o_spec, seed, slo_obj,
+                             not as_json)
     main = _main_run(runs, search)
     info = {"setup": setup.describe(), "cost_model": cost_label, "policy": policy, "engine": engine, "mode": mode,
             "workload": main.result.source, "kv": setup.kv.to_dict(),
@@ -156,6 +122,68 @@ def serve(
         emit_json({**info, "runs": df.to_dict(orient="records"), "metrics": main.metrics.to_dict(), "out": str(out)})
         return
     _print(setup, info, df, main, out)
+
+
+def _check_args(policy: str, engine: str, requests: int, rate, rates, trace):
+    """Reject bad or conflicting options before any work: (the step model's overlap policy, the --rates list)."""
+    from c3kit.errors import C3kitError
+    from c3kit.serve.overheads import get_engine
+    from c3kit.serve.workload import ServeError
+    from c3kit.step import SerialOverlap, SimpleOverlap
+
+    policies = {"simple": SimpleOverlap(), "serial": SerialOverlap()}
+    if policy not in policies:
+        raise C3kitError(f"unknown overlap policy {policy!r}: use one of {', '.join(policies)}")
+    get_engine(engine)  # an unknown name fails before any work
+    if requests < 1:
+        raise ServeError(f"--requests must be >= 1, got {requests}")
+    if rate is not None and (not (rate > 0) or not math.isfinite(rate)):
+        raise ServeError(f"--rate must be a finite number > 0 (requests/s), got {rate:g}")
+    rate_list = _rates(rates)
+    if trace is not None and (rate is not None or rate_list is not None):
+        raise ServeError("give either --trace or --rate/--rates, not both")
+    if rate is not None and rate_list is not None:
+        raise ServeError("give either --rate or --rates, not both")
+    return policies[policy], rate_list
+
+
+def _mode(workload, rate_list, slo_obj, rate) -> str:
+    """What to simulate: a trace, a rate sweep, the highest rate meeting the SLOs, or one rate."""
+    if workload is not None:
+        return "trace"
+    if rate_list is not None:
+        return "sweep"
+    if slo_obj is not None and rate is None:
+        return "slo"
+    return "rate"
+
+
+def _simulate(setup, mode: str, workload, rate, rate_list, requests: int, p_spec, o_spec, seed: int, slo_obj,
+              show: bool):
+    """Run the mode's simulations under a progress bar: (runs, the SLO search or None)."""
+    from c3kit.serve import experiment as ex
+
+    if mode == "trace":
+        total = workload.n
+    elif mode == "sweep":
+        total = requests * len(rate_list)
+    elif mode == "slo":
+        total = requests * ex.search_runs()
+    else:
+        total = requests
+    search = None
+    with _progress(total, show) as advance:
+        if mode == "trace":
+            runs = [ex.run_workload(setup, workload, float("nan"), slo_obj, advance)]
+        elif mode == "sweep":
+            runs = ex.sweep(setup, rate_list, requests, p_spec, o_spec, seed, slo_obj, advance)
+        elif mode == "slo":
+            search = ex.find_max_rate(setup, slo_obj, requests, p_spec, o_spec, seed, progress=advance)
+            runs = [r for r in search.runs if math.isfinite(r.rate)]
+        else:
+            runs = [ex.run_rate(setup, rate if rate is not None else 10.0, requests, p_spec, o_spec, seed, slo_obj,
+                                advance)]
+    return runs, search
 
 
 def _main_run(runs, search):

@@ -198,125 +198,135 @@ class _Run(NamedTuple):
 
 def _run(tasks, resources: Resources, streams, params: ContentionParams | None, record: bool) -> _Run:
     """The event loop of simulate over a non-empty task list: start times, work windows and end times."""
-    p = params or ContentionParams()
-    n = len(tasks)
-    S = resources.sms
-    H = resources.hbm_bw
-    share = p.noprio_comm_sm_share
-    a_g = p.gemm_interference
-    a_gm = p.gemm_mem_interference
-    a_c = p.comm_interference
-    prio_of = {s.name: s.priority for s in streams}
-    cols = tuple(zip(*tasks))
-    _check(cols)
-    (names, stream_of, works, kinds, cats, depss, pre, post, smss, eng, comm_bw, lfs, hbm, phi, tiles, curves) = cols
-    order, queues, dependents, deps_left = _task_graph(names, stream_of, depss, eng, resources)
+    return _EventLoop(tasks, resources, streams, params or ContentionParams(), record).run()
 
-    is_comm = [kd == "comm" for kd in kinds]
-    prio = [prio_of.get(st, 0) for st in stream_of]
-    work = [float(w) for w in works]
-    rem = list(work)
-    tol = [1e-9 * w for w in work]
-    req = smss
-    cap, masks, per_link, comm_link = _task_limits(smss, tiles, lfs, resources)
-    # tasks that the contention model cannot tell apart share a signature, so the rates of an active
-    # set recur across the steps of a pipeline and are computed once
-    sig_ids: dict[tuple, int] = {}
-    sig = [sig_ids.setdefault(key, len(sig_ids)) for key in
-           zip(is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks)]
-    rate_memo: dict[tuple, list[float]] = {}
-    start = [0.0] * n
-    wstart = [0.0] * n
-    wend = [0.0] * n
-    end = [0.0] * n
-    state = [0] * n  # 0 waiting, 1 pre, 2 work, 3 post, 4 done
-    free_eng = resources.dma_engines
-    active: list[int] = []
-    lat: list[tuple[float, int]] = []
-    segments: list[Segment] = []
-    t_now = 0.0
-    done = 0
-    qlist = [queues[s] for s in order]
-    nstreams = len(order)
-    head = [0] * nstreams
-    sbusy = [False] * nstreams
-    sidx = {s: j for j, s in enumerate(order)}
-    stream_ix = [sidx[x] for x in stream_of]
-    seg_out = segments if record else None
-    dirty = True  # the active set changed: rates must be recomputed
-    can_start = True  # something completed or freed engines: try to start tasks
-    rate: list[float] = []
 
-    def finish(i: int) -> None:
-        """Task i is done: its stream moves on and its dependents lose one dependency."""
-        nonlocal done, can_start
-        state[i] = 4
-        end[i] = t_now
-        done += 1
-        j = stream_ix[i]
-        sbusy[j] = False
-        head[j] += 1
-        for d in dependents[i]:
-            deps_left[d] -= 1
-        can_start = True
+class _EventLoop:
+    """One run of simulate's event loop: the task table, every task's state and times, and what is held."""
 
-    def work_done(i: int) -> None:
-        """Task i's work ended: free its engines, then its completion sync (post) or done."""
-        nonlocal free_eng, can_start
-        wend[i] = t_now
-        if eng[i]:
-            free_eng += eng[i]
-            can_start = True
-        if post[i] > 0:
-            state[i] = 3
-            heappush(lat, (t_now + post[i], i))
-        else:
-            finish(i)
+    __slots__ = ("resources", "record", "prio_of", "cols", "pre", "post", "names", "eng", "order", "dependents",
+                 "deps_left", "n", "is_comm", "work", "rem", "tol", "cap", "comm_link", "rate_args", "sig",
+                 "rate_memo", "start", "wstart", "wend", "end", "state", "free_eng", "active", "lat", "segments",
+                 "t_now", "done", "qlist", "head", "sbusy", "stream_ix", "dirty", "can_start", "rate")
 
-    while True:
-        while can_start:  # start every task that can start now (zero-time tasks may unblock more)
-            can_start = False
-            for j in range(nstreams):
-                if sbusy[j]:
-                    continue
-                q = qlist[j]
-                h = head[j]
-                if h >= len(q):
-                    continue
-                i = q[h]
-                if deps_left[i] or eng[i] > free_eng:
-                    continue
-                sbusy[j] = True
-                free_eng -= eng[i]
-                start[i] = t_now
-                if pre[i] > 0:
-                    state[i] = 1
-                    heappush(lat, (t_now + pre[i], i))
-                    continue
-                wstart[i] = t_now
-                if work[i] > 0:
-                    state[i] = 2
-                    active.append(i)
-                    dirty = True
-                    continue
-                work_done(i)
-        if done == n:
-            break
-        if not active and not lat:
-            stuck = [names[i] for i in range(n) if state[i] == 0]
-            raise SimError(f"tasks can never start (dependency cycle or stream order conflict): {', '.join(stuck[:5])}")
-        if record:
-            rate = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link,
-                          S, H, share, a_g, a_gm, a_c, seg_out)
-        elif dirty:
-            key = tuple([sig[i] for i in active])
-            rate = rate_memo.get(key)
+    def __init__(self, tasks, resources: Resources, streams, p: ContentionParams, record: bool) -> None:
+        """Check and index the tasks; every task waits at t = 0."""
+        self.resources = resources
+        self.record = record
+        self.prio_of = prio_of = {s.name: s.priority for s in streams}
+        self.cols = cols = tuple(zip(*tasks))
+        _check(cols)
+        (names, stream_of, works, kinds, _, depss, self.pre, self.post, smss, eng, comm_bw, lfs, hbm, phi, tiles,
+         curves) = cols
+        self.names, self.eng = names, eng
+        self.order, queues, self.dependents, self.deps_left = _task_graph(names, stream_of, depss, eng, resources)
+        self.n = n = len(names)
+        self.is_comm = is_comm = [kd == "comm" for kd in kinds]
+        prio = [prio_of.get(st, 0) for st in stream_of]
+        self.work = work = [float(w) for w in works]
+        self.rem = list(work)
+        self.tol = [1e-9 * w for w in work]
+        cap, masks, per_link, comm_link = _task_limits(smss, tiles, lfs, resources)
+        self.cap, self.comm_link = cap, comm_link
+        self.rate_args = (is_comm, prio, smss, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link,
+                          resources.sms, resources.hbm_bw, p.noprio_comm_sm_share, p.gemm_interference,
+                          p.gemm_mem_interference, p.comm_interference)
+        # tasks that the contention model cannot tell apart share a signature, so the rates of an active
+        # set recur across the steps of a pipeline and are computed once
+        sig_ids: dict[tuple, int] = {}
+        self.sig = [sig_ids.setdefault(key, len(sig_ids)) for key in
+                    zip(is_comm, prio, smss, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks)]
+        self.rate_memo: dict[tuple, list[float]] = {}
+        self.start = [0.0] * n
+        self.wstart = [0.0] * n
+        self.wend = [0.0] * n
+        self.end = [0.0] * n
+        self.state = [0] * n  # 0 waiting, 1 pre, 2 work, 3 post, 4 done
+        self.free_eng = resources.dma_engines
+        self.active: list[int] = []
+        self.lat: list[tuple[float, int]] = []
+        self.segments: list[Segment] = []
+        self.t_now = 0.0
+        self.done = 0
+        self.qlist = [queues[s] for s in self.order]
+        self.head = [0] * len(self.order)
+        self.sbusy = [False] * len(self.order)
+        sidx = {s: j for j, s in enumerate(self.order)}
+        self.stream_ix = [sidx[x] for x in stream_of]
+        self.dirty = True  # the active set changed: rates must be recomputed
+        self.can_start = True  # something completed or freed engines: try to start tasks
+        self.rate: list[float] = []
+
+    def run(self) -> _Run:
+        """Start, advance and end tasks until all are done; the run's task table and times."""
+        n, active, lat, record = self.n, self.active, self.lat, self.record
+        start_ready, update_rates, next_step, advance, end_latencies = (
+            self.start_ready, self.update_rates, self.next_step, self.advance, self.end_latencies)
+        while True:
+            while self.can_start:  # start every task that can start now (zero-time tasks may unblock more)
+                self.can_start = False
+                start_ready()
+            if self.done == n:
+                break
+            if not active and not lat:
+                stuck = [self.names[i] for i in range(n) if self.state[i] == 0]
+                raise SimError(f"tasks can never start (dependency cycle or stream order conflict): "
+                               f"{', '.join(stuck[:5])}")
+            if record or self.dirty:
+                update_rates()
+            advance(next_step())
+            if lat:
+                end_latencies()
+        return _Run(self.cols, self.order, self.prio_of, self.start, self.wstart, self.wend, self.end, self.is_comm,
+                    self.work, self.cap, self.comm_link, tuple(self.segments))
+
+    def start_ready(self) -> None:
+        """One pass over the streams: start each stream's head task whose deps are done and engines are free."""
+        deps_left, eng, pre, work, state = self.deps_left, self.eng, self.pre, self.work, self.state
+        sbusy, qlist, head = self.sbusy, self.qlist, self.head
+        for j in range(len(qlist)):
+            if sbusy[j]:
+                continue
+            q = qlist[j]
+            h = head[j]
+            if h >= len(q):
+                continue
+            i = q[h]
+            if deps_left[i] or eng[i] > self.free_eng:
+                continue
+            sbusy[j] = True
+            self.free_eng -= eng[i]
+            t_now = self.t_now
+            self.start[i] = t_now
+            if pre[i] > 0:
+                state[i] = 1
+                heappush(self.lat, (t_now + pre[i], i))
+                continue
+            self.wstart[i] = t_now
+            if work[i] > 0:
+                state[i] = 2
+                self.active.append(i)
+                self.dirty = True
+                continue
+            self.work_done(i)
+
+    def update_rates(self) -> None:
+        """The rates of the running tasks: recomputed (and recorded) every step when recording, else memoized."""
+        if self.record:
+            self.rate = _rates(self.active, *self.rate_args, self.segments)
+        elif self.dirty:
+            key = tuple([self.sig[i] for i in self.active])
+            rate = self.rate_memo.get(key)
             if rate is None:
-                rate = rate_memo[key] = _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link,
-                                               comm_bw, masks, per_link, S, H, share, a_g, a_gm, a_c, None)
-            dirty = False
+                rate = self.rate_memo[key] = _rates(self.active, *self.rate_args, None)
+            self.rate = rate
+            self.dirty = False
+
+    def next_step(self) -> float:
+        """Seconds to the next event: a running task's work ends or a latency runs out."""
+        t_now, rem, lat = self.t_now, self.rem, self.lat
         dt = INF
-        for i, r in zip(active, rate):
+        for i, r in zip(self.active, self.rate):
             if r > 0.0:
                 d = rem[i] / r
                 if d < dt:
@@ -325,19 +335,25 @@ def _run(tasks, resources: Resources, streams, params: ContentionParams | None, 
             lat_next = lat[0][0]
             if lat_next - t_now < dt:
                 dt = lat_next - t_now
-        else:
-            lat_next = INF
         if dt == INF:
             raise SimError("simulation stalled: running tasks get no resources (check SM, engine and link settings)")
         if dt < 0:
             dt = 0.0
+        return dt
+
+    def advance(self, dt: float) -> None:
+        """Move time by dt: every running task does rate x dt of work; those left with none end their work."""
+        t_now = self.t_now
         t_new = t_now + dt
-        if record and segments and segments[-1].start == -1.0:
+        segments = self.segments
+        if self.record and segments and segments[-1].start == -1.0:
             s0 = segments.pop()
-            segments.append(Segment(t_now, t_new, s0.sms, s0.hbm, resources.dma_engines - free_eng, s0.link))
-        t_now = t_new
+            segments.append(Segment(t_now, t_new, s0.sms, s0.hbm, self.resources.dma_engines - self.free_eng,
+                                    s0.link))
+        self.t_now = t_new
+        rem, tol, active = self.rem, self.tol, self.active
         finished = None
-        for i, r in zip(active, rate):
+        for i, r in zip(active, self.rate):
             x = rem[i] - r * dt
             if x <= tol[i]:
                 rem[i] = 0.0
@@ -349,24 +365,52 @@ def _run(tasks, resources: Resources, streams, params: ContentionParams | None, 
                 rem[i] = x
         if finished is not None:
             active[:] = [i for i in active if rem[i] > 0.0]
-            dirty = True
+            self.dirty = True
             for i in finished:
-                work_done(i)
+                self.work_done(i)
+
+    def end_latencies(self) -> None:
+        """End the launch latencies (work begins) and completion syncs (task done) that run out now."""
+        t_now, lat, state = self.t_now, self.lat, self.state
         eps = t_now + 1e-15 + 1e-12 * t_now
         while lat and lat[0][0] <= eps:
             i = heappop(lat)[1]
             if state[i] == 1:  # launch latency over
-                wstart[i] = t_now
-                if work[i] > 0:
+                self.wstart[i] = t_now
+                if self.work[i] > 0:
                     state[i] = 2
-                    active.append(i)
-                    dirty = True
+                    self.active.append(i)
+                    self.dirty = True
                 else:
-                    work_done(i)
+                    self.work_done(i)
             else:  # completion sync over
-                finish(i)
+                self.finish(i)
 
-    return _Run(cols, order, prio_of, start, wstart, wend, end, is_comm, work, cap, comm_link, tuple(segments))
+    def work_done(self, i: int) -> None:
+        """Task i's work ended: free its engines, then its completion sync (post) or done."""
+        t_now = self.t_now
+        self.wend[i] = t_now
+        if self.eng[i]:
+            self.free_eng += self.eng[i]
+            self.can_start = True
+        if self.post[i] > 0:
+            self.state[i] = 3
+            heappush(self.lat, (t_now + self.post[i], i))
+        else:
+            self.finish(i)
+
+    def finish(self, i: int) -> None:
+        """Task i is done: its stream moves on and its dependents lose one dependency."""
+        self.state[i] = 4
+        self.end[i] = self.t_now
+        self.done += 1
+        j = self.stream_ix[i]
+        self.sbusy[j] = False
+        self.head[j] += 1
+        deps_left = self.deps_left
+        for d in self.dependents[i]:
+            deps_left[d] -= 1
+        self.can_start = True
 
 
 def _task_graph(names, stream_of, depss, eng, resources: Resources):
@@ -432,23 +476,46 @@ def _timeline(cols, resources: Resources, order, prio_of, start, wstart, wend, e
 def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, H,
            share, a_g, a_gm, a_c, segments):
     """Rates of the running tasks (compute: fraction of full speed; comm: B/s) under the contention model."""
-    na = len(active)
-    if na == 1 and segments is None:  # alone: no sharing to work out
-        i = active[0]
-        if is_comm[i]:
-            r = comm_bw[i]
-            if r > comm_link[i]:
-                r = comm_link[i]
-        else:
-            r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i], curves[i])
-        if hbm[i] and r * hbm[i] > H:
-            r = H / hbm[i]
-        return [r]
-    rate = [0.0] * na
-    # 1. SMs: comm kernels take their k SMs (all of them only with a higher priority than every running
-    #    compute task), compute tasks share the rest by priority class, in proportion to their caps.
-    #    A comm kernel without that priority gets `share` of its k SMs, or more where the compute tasks
-    #    cannot use them (SM partition, or fewer output tiles than SMs).
+    if len(active) == 1 and segments is None:  # alone: no sharing to work out
+        return [_alone_rate(active[0], is_comm, cap, hbm, phi, tiles, curves, comm_link, comm_bw, S, H)]
+    granted, ncomp = _grant_sms(active, is_comm, prio, req, cap, S, share)
+    rate = _speeds(active, is_comm, req, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, granted,
+                   len(active) - ncomp)
+    # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
+    #    transfers share what is left the same way. Serving compute first keeps the model monotone: a
+    #    faster link never takes bandwidth from a GEMM (stream priorities steer the SM scheduler, not
+    #    HBM). What concurrent copies cost a GEMM is the interference term of step 4.
+    pre = rate[:] if (a_g or a_gm or a_c) else rate
+    _hbm_alloc(active, is_comm, prio, hbm, rate, H)
+    if a_g or a_gm or a_c:
+        _interfere(active, is_comm, hbm, phi, granted, pre, rate, S, H, a_g, a_gm, a_c)
+        _hbm_alloc(active, is_comm, prio, hbm, rate, H)
+    if segments is not None:
+        segments.append(_use(active, is_comm, hbm, granted, rate))
+    return rate
+
+
+def _alone_rate(i, is_comm, cap, hbm, phi, tiles, curves, comm_link, comm_bw, S, H) -> float:
+    """The rate of task i running alone: its own SM, link and HBM limits."""
+    if is_comm[i]:
+        r = comm_bw[i]
+        if r > comm_link[i]:
+            r = comm_link[i]
+    else:
+        r = 1.0 if cap[i] >= S else _compute_sm_rate(cap[i], S, phi[i], tiles[i], curves[i])
+    if hbm[i] and r * hbm[i] > H:
+        r = H / hbm[i]
+    return r
+
+
+def _grant_sms(active, is_comm, prio, req, cap, S, share) -> tuple[list[float], int]:
+    """Step 1, SMs granted to each running task (and how many are compute tasks).
+
+    Comm kernels take their k SMs (all of them only with a higher priority than every running compute
+    task), compute tasks share the rest by priority class, in proportion to their caps. A comm kernel
+    without that priority gets `share` of its k SMs, or more where the compute tasks cannot use them (SM
+    partition, or fewer output tiles than SMs).
+    """
     gp = None
     comp_cap = 0.0
     for i in active:
@@ -458,7 +525,7 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                 gp = prio[i]
     sm_left = float(S)
     idle = S - comp_cap if comp_cap < S else 0.0
-    granted = [0.0] * na
+    granted = [0.0] * len(active)
     ncomp = 0
     for k, i in enumerate(active):
         if is_comm[i]:
@@ -491,9 +558,12 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                     granted[k] = cap[i] * f
                     used += granted[k]
             sm_left -= used
-    # 2. speeds before HBM: compute from SMs (wave quantization), comm from its SMs/engines and its links,
-    #    each link split equally among the transfers that use it
-    ncomm = na - ncomp
+    return granted, ncomp
+
+
+def _link_sharing(active, is_comm, masks, ncomm) -> tuple[dict[int, int] | None, int]:
+    """How the running transfers share links: (transfers per link bit, or None when no per-link count is
+    needed; how many transfers split every link when all use the same links, else 1)."""
     shared = None
     same = 1  # all transfers on the same links: each gets 1/ncomm of them
     if ncomm > 1:
@@ -523,6 +593,15 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
                         count[b] = count.get(b, 0) + 1
                         m ^= b
             shared = count
+    return shared, same
+
+
+def _speeds(active, is_comm, req, phi, tiles, curves, comm_link, comm_bw, masks, per_link, S, granted,
+            ncomm) -> list[float]:
+    """Step 2, speeds before HBM: compute from its granted SMs (wave quantization), comm from its SMs/engines
+    and its links, each link split equally among the transfers that use it."""
+    rate = [0.0] * len(active)
+    shared, same = _link_sharing(active, is_comm, masks, ncomm)
     for k, i in enumerate(active):
         if is_comm[i]:
             w = comm_bw[i]
@@ -540,38 +619,36 @@ def _rates(active, is_comm, prio, req, cap, hbm, phi, tiles, curves, comm_link, 
             rate[k] = w if w < lk else lk
         else:
             rate[k] = _compute_sm_rate(granted[k], S, phi[i], tiles[i], curves[i])
-    # 3. HBM: compute tasks are served first (by priority class, in proportion within a class); comm
-    #    transfers share what is left the same way. Serving compute first keeps the model monotone: a
-    #    faster link never takes bandwidth from a GEMM (stream priorities steer the SM scheduler, not
-    #    HBM). What concurrent copies cost a GEMM is the interference term of step 4.
-    pre = rate[:] if (a_g or a_gm or a_c) else rate
-    _hbm_alloc(active, is_comm, prio, hbm, rate, H)
-    # 4. interference beyond bandwidth shares: a GEMM slows with the HBM traffic of the copies
-    #    (u_comm, its memory-bound share much more than its compute-bound share); a transfer slows with
-    #    the share of SMs running compute (L2 and memory-pipeline pressure). Then HBM is shared again,
-    #    so what a slowed GEMM no longer draws goes to the copies.
-    if a_g or a_gm or a_c:
-        u_comm = 0.0
-        busy = 0.0
-        for k, i in enumerate(active):
-            if is_comm[i]:
-                u_comm += rate[k] * hbm[i]
-            else:
-                busy += granted[k]
-        u_comm /= H
-        busy /= S
-        for k, i in enumerate(active):
-            if is_comm[i]:
-                rate[k] = pre[k] / (1.0 + a_c * busy)
-            elif u_comm:
-                rate[k] /= 1.0 + (a_g * phi[i] + a_gm * (1.0 - phi[i])) * u_comm
-        _hbm_alloc(active, is_comm, prio, hbm, rate, H)
-    if segments is not None:
-        sms_used = sum(granted)
-        link_used = sum(rate[k] for k, i in enumerate(active) if is_comm[i])
-        hbm_used = sum(rate[k] * hbm[i] for k, i in enumerate(active))
-        segments.append(Segment(-1.0, -1.0, sms_used, hbm_used, 0, link_used))
     return rate
+
+
+def _interfere(active, is_comm, hbm, phi, granted, pre, rate, S, H, a_g, a_gm, a_c) -> None:
+    """Step 4, interference beyond bandwidth shares, in place: a GEMM slows with the HBM traffic of the copies
+    (u_comm, its memory-bound share much more than its compute-bound share); a transfer slows with the share
+    of SMs running compute (L2 and memory-pipeline pressure). The caller then shares HBM again, so what a
+    slowed GEMM no longer draws goes to the copies."""
+    u_comm = 0.0
+    busy = 0.0
+    for k, i in enumerate(active):
+        if is_comm[i]:
+            u_comm += rate[k] * hbm[i]
+        else:
+            busy += granted[k]
+    u_comm /= H
+    busy /= S
+    for k, i in enumerate(active):
+        if is_comm[i]:
+            rate[k] = pre[k] / (1.0 + a_c * busy)
+        elif u_comm:
+            rate[k] /= 1.0 + (a_g * phi[i] + a_gm * (1.0 - phi[i])) * u_comm
+
+
+def _use(active, is_comm, hbm, granted, rate) -> Segment:
+    """The resources the running tasks use at these rates (a segment whose times and engines the loop fills)."""
+    sms_used = sum(granted)
+    link_used = sum(rate[k] for k, i in enumerate(active) if is_comm[i])
+    hbm_used = sum(rate[k] * hbm[i] for k, i in enumerate(active))
+    return Segment(-1.0, -1.0, sms_used, hbm_used, 0, link_used)
 
 
 def compute_rates(tasks: tuple[Task, ...], sms: int, hbm_bw: float, prios: tuple[int, ...] = ()) -> list[float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from c3kit.errors import C3kitError, MemoryFitError, WorkloadError
 
@@ -85,32 +86,73 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     with recompute "layer", every N-th layer is recomputed. moe_a2a_overlap: a MoE model's expert-parallel
     all-to-alls overlap another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm: needs ep > 1;
     the search then skips full recomputation and, without vpp > 1, pipeline stages).
-    with recompute "layer", every N-th layer is recomputed. train_metrics, flat_param_grads: framework ops of the
+    train_metrics, flat_param_grads: framework ops of the
     graph (workload.graph.build_step); cp_impl: how context parallelism runs (workload.parallel.CP_IMPLS).
     dp_overlap False: DP gradients reduced after the backward (workload.parallel.DP_OVERLAP_SOURCES; the search then
     skips FSDP); pp_p2p_overlap: pipeline sends and receives behind compute (PP_P2P_OVERLAP_SOURCE).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
-    from c3kit.workload.graph import PHASES, build_step
     from c3kit.workload.model import get_model
+
+    _check_request(attn_backend, norm_rope, glue, grad_acc, train_metrics, cp_impl, fsdp_sync, fsdp, ep, recompute,
+                   pp, vpp, dp_overlap, pp_split, cp, seq, phase, moe_a2a_overlap,
+                   (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq), ("batch", batch),
+                    ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp), ("recompute-every", recompute_every)))
+    dtype_bytes(dtype)
+    m = get_model(model)
+    gpu = get_gpu(hw)
+    gpu.peak_flops(dtype)
+    node = gpu.gpus_per_node
+    train = phase == "train"
+    auto_gpus = gpus is None and dp is None
+    auto_tp = tp is None
+    gpus, tp, sp = _fill_sizes(m, node, train, gpus, tp, sp, dp, pp, cp)
+    rcs, shardings = _search_options(train, recompute, moe_a2a_overlap, fsdp, dist_optimizer, dp_overlap)
+    counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
+    fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
+                 recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
+                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
+    graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,
+                      train_metrics=train_metrics, flat_param_grads=flat_param_grads)
+    tried: list[Candidate] = []
+    last_fit: Exception | None = None
+    for n in counts:
+        pps = _pipeline_depths(n, m.layers, fixed, pp, dp)
+        if not pps and pp is None:
+            continue
+        layout = partial(_layout, n=n, fixed=fixed, dp=dp, pp=pp, micro_batch=micro_batch, batch=batch, train=train)
+        fitting, last_fit = _fitting(n, pps, shardings, rcs, layout, m, phase, seq, dtype, gpu, tried, last_fit)
+        if not fitting:
+            continue
+        tried, par, mem, graph = _fastest(fitting, tried, m, phase, seq, dtype, gpu, cost_model, policy, graph_opts)
+        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
+                               train, len(tried))
+        return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
+                          norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
+    if last_fit is None:
+        raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
+                            f"{gpus} GPUs: change --gpus, --tp or --pp")
+    hint = "" if (pp is None and recompute is None) else " (or leave --pp and --recompute unset to search them)"
+    raise MemoryFitError(f"{last_fit}{hint}")
+
+
+def _check_request(attn_backend, norm_rope, glue, grad_acc, train_metrics, cp_impl, fsdp_sync, fsdp, ep, recompute,
+                   pp, vpp, dp_overlap, pp_split, cp, seq, phase, moe_a2a_overlap, sizes) -> None:
+    """Reject unknown names, non-positive sizes and options that cannot run together (one clear error)."""
     from c3kit.workload.attention import check_backend
-    from c3kit.workload.layer import check_glue, check_grad_acc, check_norm_rope
-    from c3kit.workload.parallel import FSDP_SYNC, PP_SPLITS, RECOMPUTE, Parallelism, rank_layer_counts
+    from c3kit.workload.graph import PHASES
+    from c3kit.workload.layer import check_glue, check_grad_acc, check_norm_rope, check_train_metrics
+    from c3kit.workload.parallel import FSDP_SYNC, PP_SPLITS, RECOMPUTE, check_cp_impl
 
     check_backend(attn_backend)
     check_norm_rope(norm_rope)
     check_glue(glue)
     if grad_acc:
         check_grad_acc(grad_acc)
-    from c3kit.workload.layer import check_train_metrics
-    from c3kit.workload.parallel import check_cp_impl
-
     check_train_metrics(train_metrics)
     check_cp_impl(cp_impl)
-    for name, v in (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq),
-                    ("batch", batch), ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp),
-                    ("recompute-every", recompute_every)):
+    for name, v in sizes:
         _positive(name, v)
     if fsdp_sync not in FSDP_SYNC:
         raise C3kitError(f"unknown FSDP sync {fsdp_sync!r}: use one of {', '.join(FSDP_SYNC)}")
@@ -137,16 +179,13 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         raise C3kitError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     if recompute is not None and recompute not in RECOMPUTE:
         raise C3kitError(f"unknown recompute {recompute!r}: use one of {', '.join(RECOMPUTE)}")
-    dtype_bytes(dtype)
-    m = get_model(model)
-    gpu = get_gpu(hw)
-    gpu.peak_flops(dtype)
-    node = gpu.gpus_per_node
-    train = phase == "train"
-    auto_gpus = gpus is None and dp is None
+
+
+def _fill_sizes(m, node: int, train: bool, gpus, tp, sp, dp, pp, cp: int) -> tuple[int, int, bool]:
+    """(gpus, tp, sp) with unset ones filled (one node; the largest TP of 8, 4, 2, 1 that divides the GPUs and
+    the heads; SP with TP in training), checked to divide the GPUs."""
     if gpus is None:
         gpus = (tp or 1) * cp * (pp or 1) * dp if dp is not None else max(node, (tp or 1) * cp * (pp or 1))
-    auto_tp = tp is None
     if tp is None:
         tp = next((t for t in (8, 4, 2, 1) if t * cp <= gpus and gpus % (t * cp) == 0 and m.heads % t == 0), 1)
     if sp is None:
@@ -158,6 +197,12 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         raise WorkloadError(f"{gpus} GPUs are not divisible by tp {tp}" + (f" x cp {cp}" if cp > 1 else "")
                             + f" x pp {pp} = {tp * cp * pp}: change --gpus, --tp" + (", --cp" if cp > 1 else "")
                             + " or --pp")
+    return gpus, tp, sp
+
+
+def _search_options(train: bool, recompute, moe_a2a_overlap: bool, fsdp, dist_optimizer,
+                    dp_overlap: bool) -> tuple[list[str], list[str]]:
+    """(recomputations, optimizer/weight shardings) the search tries, least recomputation and sharding first."""
     rcs = [recompute] if recompute is not None else (["none", "selective", "full"] if train else ["none"])
     if moe_a2a_overlap:
         rcs = [rc for rc in rcs if rc != "full"]
@@ -169,95 +214,101 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         shardings = ["ddp", "zero1"] + ([] if fsdp is False or not dp_overlap else ["fsdp"])
     else:
         shardings = ["ddp"]
-    counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
+    return rcs, shardings
 
-    def pps_for(n: int) -> list[int]:
-        if pp is not None:
-            return [pp]
-        return [p for p in range(1, min(m.layers, 64) + 1) if n % (tp * cp * p) == 0 and _splits(p)
-                and (p > 1 or vpp == 1) and (dp is None or tp * cp * p * dp == n)
-                and not (moe_a2a_overlap and p > 1 and vpp == 1)]
 
-    def _splits(p: int) -> bool:
-        try:
-            rank_layer_counts(m.layers, p, vpp, pp_split)
-        except WorkloadError:
-            return False
-        return True
+def _pipeline_depths(n: int, layers: int, fixed: dict, pp, dp) -> list[int]:
+    """The pipeline depths to try on n GPUs: the one given, else every depth that divides the GPUs and whose
+    layer split the pipeline split accepts."""
+    if pp is not None:
+        return [pp]
+    tp, cp, vpp = fixed["tp"], fixed["cp"], fixed["vpp"]
+    return [p for p in range(1, min(layers, 64) + 1) if n % (tp * cp * p) == 0 and _splits(layers, p, vpp,
+                                                                                             fixed["pp_split"])
+            and (p > 1 or vpp == 1) and (dp is None or tp * cp * p * dp == n)
+            and not (fixed["moe_a2a_overlap"] and p > 1 and vpp == 1)]
 
-    def layout(n: int, p: int, sharding: str, rc: str):
-        d = dp if dp is not None else n // (tp * cp * p)
-        if tp * cp * p * d != n:
-            raise WorkloadError(f"{n} GPUs != tp {tp}" + (f" x cp {cp}" if cp > 1 else "")
-                                + f" x pp {p} x dp {d} = {tp * cp * p * d}: change --gpus or the parallel sizes")
-        if micro_batch is not None:
-            mb = micro_batch
-        elif not train and batch is not None and batch % d == 0:
-            mb = batch // d  # inference: every sequence of a DP rank in one forward pass
-        else:
-            mb = 1
-        if batch is not None:
-            gb = batch
-        elif not train:
-            gb = mb * d
-        elif pp is None:  # one global batch for every pipeline depth: 8 micro-batches per stage-replica
-            gb = mb * (n // (tp * cp)) * 8
-        else:
-            gb = mb * d * max(8, 4 * p)
-        return Parallelism(tp=tp, sp=sp, dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, ep=ep, micro_batch=mb,
-                           global_batch=gb, recompute=rc, vpp=vpp, cp=cp, pp_split=pp_split,
-                           dist_optimizer=sharding == "zero1" and d > 1, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
-                           recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
-                           moe_imbalance=moe_imbalance, dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
 
-    tried: list[Candidate] = []
-    last_fit: Exception | None = None
-    for n in counts:
-        pps = pps_for(n)
-        if not pps and pp is None:
-            continue
-        fitting = []  # (par, memory, candidate index)
-        for p in pps:
-            for sharding in shardings:
-                for rc in rcs:  # least recomputation first: the first that fits is the fastest of its kind
-                    par = layout(n, p, sharding, rc)
-                    if (sharding == "zero1" and not par.dist_optimizer) or (sharding == "fsdp" and not par.fsdp):
-                        if sharding != shardings[0]:
-                            break  # with dp 1 ZeRO-1 and FSDP are plain data parallelism: already tried
-                    par.validate(m, n)
-                    try:
-                        mem = check_memory(m, par, phase, seq, dtype, gpu)
-                    except MemoryFitError as e:
-                        last_fit = e
-                        tried.append(Candidate(n, p, sharding, rc, "does not fit: " + _short_fit(e)))
-                        continue
-                    fitting.append((par, mem, len(tried)))
-                    tried.append(Candidate(n, p, sharding, rc, "fits"))
-                    break
-        if not fitting:
-            continue
-        best = None
-        for par, mem, i in fitting:
-            graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node, attn_backend=attn_backend,
-                               norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, train_metrics=train_metrics,
-                               flat_param_grads=flat_param_grads)
-            per_seq = (_price(graph, gpu, cost_model, policy) / par.global_batch) if len(fitting) > 1 else float("nan")
-            tried[i] = replace(tried[i], seconds_per_sequence=float(per_seq))
-            if best is None or per_seq < best[0]:
-                best = (per_seq, par, mem, graph, i)
-        _, par, mem, graph, i = best
-        tried = [replace(c, verdict="chosen") if k == i else
-                 (replace(c, verdict=f"slower: {c.seconds_per_sequence / best[0]:.2f}x") if c.verdict == "fits" else c)
-                 for k, c in enumerate(tried)]
-        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
-                               train, len(tried))
-        return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
-                          norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
-    if last_fit is None:
-        raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
-                            f"{gpus} GPUs: change --gpus, --tp or --pp")
-    hint = "" if (pp is None and recompute is None) else " (or leave --pp and --recompute unset to search them)"
-    raise MemoryFitError(f"{last_fit}{hint}")
+def _splits(layers: int, p: int, vpp: int, pp_split: str) -> bool:
+    """Whether the layers split over p pipeline stages (x vpp) by pp_split."""
+    from c3kit.workload.parallel import rank_layer_counts
+
+    try:
+        rank_layer_counts(layers, p, vpp, pp_split)
+    except WorkloadError:
+        return False
+    return True
+
+
+def _layout(p: int, sharding: str, rc: str, n: int, fixed: dict, dp, pp, micro_batch, batch, train: bool):
+    """The Parallelism of one candidate: n GPUs, p stages, a sharding and a recomputation, with its batch."""
+    from c3kit.workload.parallel import Parallelism
+
+    tp, cp = fixed["tp"], fixed["cp"]
+    d = dp if dp is not None else n // (tp * cp * p)
+    if tp * cp * p * d != n:
+        raise WorkloadError(f"{n} GPUs != tp {tp}" + (f" x cp {cp}" if cp > 1 else "")
+                            + f" x pp {p} x dp {d} = {tp * cp * p * d}: change --gpus or the parallel sizes")
+    if micro_batch is not None:
+        mb = micro_batch
+    elif not train and batch is not None and batch % d == 0:
+        mb = batch // d  # inference: every sequence of a DP rank in one forward pass
+    else:
+        mb = 1
+    if batch is not None:
+        gb = batch
+    elif not train:
+        gb = mb * d
+    elif pp is None:  # one global batch for every pipeline depth: 8 micro-batches per stage-replica
+        gb = mb * (n // (tp * cp)) * 8
+    else:
+        gb = mb * d * max(8, 4 * p)
+    return Parallelism(dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
+                       dist_optimizer=sharding == "zero1" and d > 1, **fixed)
+
+
+def _fitting(n: int, pps, shardings, rcs, layout, m, phase: str, seq: int, dtype: str, gpu, tried: list,
+             last_fit):
+    """For every pipeline depth and sharding, the least recomputation that fits in memory: ([(par, memory,
+    index in tried)], the last memory error). Appends every layout looked at to `tried`."""
+    fitting = []
+    for p in pps:
+        for sharding in shardings:
+            for rc in rcs:  # least recomputation first: the first that fits is the fastest of its kind
+                par = layout(p, sharding, rc)
+                if (sharding == "zero1" and not par.dist_optimizer) or (sharding == "fsdp" and not par.fsdp):
+                    if sharding != shardings[0]:
+                        break  # with dp 1 ZeRO-1 and FSDP are plain data parallelism: already tried
+                par.validate(m, n)
+                try:
+                    mem = check_memory(m, par, phase, seq, dtype, gpu)
+                except MemoryFitError as e:
+                    last_fit = e
+                    tried.append(Candidate(n, p, sharding, rc, "does not fit: " + _short_fit(e)))
+                    continue
+                fitting.append((par, mem, len(tried)))
+                tried.append(Candidate(n, p, sharding, rc, "fits"))
+                break
+    return fitting, last_fit
+
+
+def _fastest(fitting, tried: list, m, phase: str, seq: int, dtype: str, gpu, cost_model, policy, graph_opts: dict):
+    """Price the fitting layouts (when more than one) and pick the shortest time per sequence: (tried with
+    verdicts and times, par, memory, graph)."""
+    from c3kit.workload.graph import build_step
+
+    best = None
+    for par, mem, i in fitting:
+        graph = build_step(m, par, phase, seq, dtype, gpu.gpus_per_node, **graph_opts)
+        per_seq = (_price(graph, gpu, cost_model, policy) / par.global_batch) if len(fitting) > 1 else float("nan")
+        tried[i] = replace(tried[i], seconds_per_sequence=float(per_seq))
+        if best is None or per_seq < best[0]:
+            best = (per_seq, par, mem, graph, i)
+    _, par, mem, graph, i = best
+    tried = [replace(c, verdict="chosen") if k == i else
+             (replace(c, verdict=f"slower: {c.seconds_per_sequence / best[0]:.2f}x") if c.verdict == "fits" else c)
+             for k, c in enumerate(tried)]
+    return tried, par, mem, graph
 
 
 def _short_fit(e: Exception) -> str:

@@ -40,10 +40,27 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
 
     progress(done, total), when given, is called after every scenario.
     """
-    from c3kit.hw.catalog import get_gpu
-    from c3kit.overlap import best, evaluate, select
+    hw, scen = _setup(tuple(gpus or HW), quick)
+    rows, picks = _evaluate(scen, hw, progress)
+    df, pk = pd.DataFrame(rows), pd.DataFrame(picks)
+    real = df[df.realizable]
+    summary = _summary(pk)
+    headline = {r.metric: dict(ours=r.ours, published=r.published, basis=r.basis) for r in summary.itertuples()}
+    return StudyResult(
+        name="ficco", title="FiCCO: finer-grain compute-communication overlap design space", summary=summary,
+        tables=dict(ficco_schedules=_per_schedule(real, pk), ficco_losses=_losses(real),
+                    ficco_confusion=pk.groupby(["hw", "heuristic", "oracle"]).size().rename("scenarios").reset_index(),
+                    ficco_picks=pk, ficco_all=df),
+        figures=[("ficco_speedup", lambda: _fig_speedup(real), "speedup over serial per schedule family"),
+                 ("ficco_losses", lambda: _fig_losses(real), "DIL and contention loss vs sub-GEMM rows"),
+                 ("ficco_heuristic", lambda: _fig_pick(pk), "heuristic pick vs oracle speedup")],
+        notes=_notes(pk, real, hw, quick), headline=headline)
 
-    gpus = tuple(gpus or HW)
+
+def _setup(gpus: tuple[str, ...], quick: bool):
+    """The catalog GPUs (nodes of 8 only) and the study's scenarios on them; StudyError on bad input."""
+    from c3kit.hw.catalog import get_gpu
+
     try:
         hw = {g: get_gpu(g) for g in gpus}
         for g, spec in hw.items():
@@ -56,6 +73,13 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
         raise StudyError(str(e)) from None
     if not scen:
         raise StudyError("no scenarios: the chosen GPUs or models produced no communication pairs")
+    return hw, scen
+
+
+def _evaluate(scen, hw: dict, progress) -> tuple[list[dict], list[dict]]:
+    """Every schedule of every scenario (one row each) and the heuristic's pick beside the oracle's (one each)."""
+    from c3kit.overlap import best, evaluate, select
+
     rows, picks = [], []
     for i, s in enumerate(scen):
         gpu = hw[s.hw]
@@ -84,8 +108,11 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
                           near_optimal=bool(h and h.time <= oracle.time * (1 + NEAR)),
                           heuristic_vs_oracle=(oracle.time / h.time) if h else float("nan"),
                           speedup_ideal=oracle.speedup_ideal, reasons="; ".join(reasons)))
-    df, pk = pd.DataFrame(rows), pd.DataFrame(picks)
-    real = df[df.realizable]
+    return rows, picks
+
+
+def _per_schedule(real: pd.DataFrame, pk: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU and schedule: geomean and best speedup, mean losses, and how often it was the oracle."""
     per_sched = (real.groupby(["hw", "schedule"])
                  .agg(family=("family", "first"), scenarios=("speedup", "size"),
                       geomean_speedup=("speedup", lambda x: math.exp(sum(map(math.log, x)) / len(x))),
@@ -96,14 +123,21 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
     wins = pk.groupby(["hw", "oracle"]).size().rename("times_oracle").reset_index().rename(
         columns={"oracle": "schedule"})
     per_sched = per_sched.merge(wins, on=["hw", "schedule"], how="left").fillna({"times_oracle": 0})
-    per_sched = per_sched.sort_values(["hw", "geomean_speedup"], ascending=[True, False])
-    fam = (real.groupby(["hw", "family", "pattern"])
-           .agg(mean_dil=("dil", "mean"), max_dil=("dil", "max"), mean_contention_comp=("contention_comp", "mean"),
-                mean_contention_comm=("contention_comm", "mean"), geomean_speedup=(
-                    "speedup", lambda x: math.exp(sum(map(math.log, x)) / len(x))))
-           .reset_index())
+    return per_sched.sort_values(["hw", "geomean_speedup"], ascending=[True, False])
+
+
+def _losses(real: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU, family and pattern: decomposition (DIL) and contention losses and the geomean speedup."""
+    return (real.groupby(["hw", "family", "pattern"])
+            .agg(mean_dil=("dil", "mean"), max_dil=("dil", "max"), mean_contention_comp=("contention_comp", "mean"),
+                 mean_contention_comm=("contention_comm", "mean"), geomean_speedup=(
+                     "speedup", lambda x: math.exp(sum(map(math.log, x)) / len(x))))
+            .reset_index())
+
+
+def _summary(pk: pd.DataFrame) -> pd.DataFrame:
+    """Our headline figures beside FiCCO's published ones, with their basis."""
     held = pk[pk.split == "held-out"]
-    confusion = pk.groupby(["hw", "heuristic", "oracle"]).size().rename("scenarios").reset_index()
     summary_rows = []
     for g in sorted(set(pk.hw)):
         d = pk[pk.hw == g]
@@ -130,10 +164,15 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
     summary["basis_detail"] = ["selector's walk count chosen on the design split (simulator), not on FiCCO"
                                if "heuristic" in m else "simulated; none fitted to FiCCO's figures"
                                for m in summary.metric]
-    n_held = int((pk.split == "held-out").sum())
+    return summary
+
+
+def _notes(pk: pd.DataFrame, real: pd.DataFrame, hw: dict, quick: bool) -> list[str]:
+    """The study's method notes and, per GPU, speedup, DIL and contention loss by family."""
     from c3kit.report import repo_path
     from c3kit.sim import calibration_path
 
+    n_held = int((pk.split == "held-out").sum())
     calib = "; ".join(f"{spec.name}: " + (f"calibrated ({repo_path(calibration_path(spec.name))})"
                                           if calibration_path(spec.name) else "sim defaults")
                       for spec in hw.values())
@@ -157,15 +196,7 @@ def run(gpus: tuple[str, ...] | None = None, quick: bool = False, progress=None)
         notes.append(f"{g}: geomean speedup by family " + ", ".join(f"{f} {v:.2f}x" for f, v in geo.items())
                      + "; mean DIL " + ", ".join(f"{f} {v:.0%}" for f, v in dil.items())
                      + "; mean compute contention loss " + ", ".join(f"{e} {v:.0%}" for e, v in cont.items()) + ".")
-    headline = {r.metric: dict(ours=r.ours, published=r.published, basis=r.basis) for r in summary.itertuples()}
-    return StudyResult(
-        name="ficco", title="FiCCO: finer-grain compute-communication overlap design space", summary=summary,
-        tables=dict(ficco_schedules=per_sched, ficco_losses=fam, ficco_confusion=confusion, ficco_picks=pk,
-                    ficco_all=df),
-        figures=[("ficco_speedup", lambda: _fig_speedup(real), "speedup over serial per schedule family"),
-                 ("ficco_losses", lambda: _fig_losses(real), "DIL and contention loss vs sub-GEMM rows"),
-                 ("ficco_heuristic", lambda: _fig_pick(pk), "heuristic pick vs oracle speedup")],
-        notes=notes, headline=headline)
+    return notes
 
 
 def _fig_speedup(real: pd.DataFrame):
