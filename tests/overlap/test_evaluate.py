@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import c3kit.cost as cost
@@ -137,6 +137,7 @@ def test_a_fused_kernel_may_beat_the_library_ideal_on_latency_bound_transfers():
 
 @settings(max_examples=15, deadline=None)
 @given(shapes, st.sampled_from(["H200", "MI300X"]), st.sampled_from([1.5, 2.0, 4.0]))
+@example(("ag_gemm", 4096, 4096, 8192, 8, "fp8"), "H200", 2.0)  # the largest anomaly seen: ring-dma +0.23%
 def test_more_link_bandwidth_is_never_slower(shape, hw, factor):
     pattern, m, n, k, g, dt = shape
     p = prob(pattern, m, n, k, gpus=g, dtype=dt)
@@ -146,8 +147,10 @@ def test_more_link_bandwidth_is_never_slower(shape, hw, factor):
     slow_t = {r.schedule: r.time for r in evaluate(p, gpu, None, params)}
     for r in evaluate(p, fast, None, params):
         # a faster transfer can land beside a GEMM tail it used to miss (a list-scheduling anomaly): seen
-        # at most 0.07% over 1500 random problems on the catalog GPUs, so 0.1% is the bound here
-        assert r.time <= slow_t[r.schedule] * (1 + 1e-3), r.schedule
+        # at most 0.07% over 1500 random problems before two kernels shared the SMs at measured rates
+        # (sim.engine.compute_rates); since then at most 0.23% over 45,647 random problems of this strategy
+        # (the @example), so 0.5% is the bound here
+        assert r.time <= slow_t[r.schedule] * (1 + 5e-3), r.schedule
 
 
 def test_schedule_names_and_applicability():
