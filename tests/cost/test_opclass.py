@@ -480,25 +480,26 @@ def test_memory_features_with_edge_hand_checked():
     from c3kit.cost.opclass import L2Edge
 
     e = L2Edge(0.5, 0.2)
-    nbytes = 3 * 2 * 2500 * 4000  # residual_add: two reads and a write of 10M bf16 elements = 60 MB, 2 x center
-    f = memory_features("residual_add", 2500 * 4000, 4000, 60e6, edge=e)
+    nbytes = 2 * 2 * 15_000_000  # gelu: a read and a write of 15M bf16 elements = 60 MB, 2 x center x L2
+    f = memory_features("gelu", 15_000_000, 4000, 60e6, edge=e)
     assert f[0] == nbytes and f[1] == 4000
     # z = ln(2) / 0.2, e^-z = 2^-5: 32 / 33 of the bytes from HBM
     assert f[2] == pytest.approx(nbytes * 32 / 33, rel=1e-12)
-    # kinds outside L2_EDGE_KINDS keep the hinge at the catalog L2 (the copy class)
+    # kinds outside L2_EDGE_KINDS keep the hinge at the catalog L2: the copy class, and EDGE_NOT_ADOPTED
     assert list(memory_features("copy", 1e8, 1, 60e6, edge=e)) == [4e8, 1, 4e8 - 60e6]
+    assert list(memory_features("residual_add", 1e7, 4000, 20e6, edge=e)) == [6e7, 4000, 4e7]
 
 
 def _edge_rows(edge, l2, fixed=2e-6, l2_bw=8e12, hbm_extra=1 / 4.5e12 - 1 / 8e12, graph_tokens=None):
-    """Synthetic memory_graph rows of residual_add priced by a known edge: fixed + bytes / l2_bw + HBM bytes x extra."""
+    """Synthetic memory_graph rows of gelu priced by a known edge: fixed + bytes / l2_bw + HBM bytes x extra."""
     from c3kit.cost.opclass import l2_column
 
     rows = []
     for T in graph_tokens or (256, 512, 768, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 8192, 32768):
         for W in (4096, 8192):
-            nbytes = memop_traffic("residual_add", T * W, 2)[0]
-            t = fixed + nbytes / l2_bw + float(l2_column("residual_add", nbytes, l2, edge)) * hbm_extra
-            rows.append({"op": "residual_add", "pass": "fwd", "mode": "graph", "tokens": T, "width": W,
+            nbytes = memop_traffic("gelu", T * W, 2)[0]
+            t = fixed + nbytes / l2_bw + float(l2_column("gelu", nbytes, l2, edge)) * hbm_extra
+            rows.append({"op": "gelu", "pass": "fwd", "mode": "graph", "tokens": T, "width": W,
                          "bytes": nbytes, "time_s": t})
     return rows
 
@@ -509,7 +510,7 @@ def test_fit_l2_edge_recovers_a_known_edge():
     true = L2Edge(L2_EDGE_CENTERS[12], 0.2)
     rows = _edge_rows(true, 60e6)
     assert fit_l2_edge(rows, l2_bytes=60e6) == true
-    m = fit_memory(rows, l2_bytes=60e6, edge=true)["residual_add"]
+    m = fit_memory(rows, l2_bytes=60e6, edge=true)["gelu"]
     assert m.fixed_s == pytest.approx(2e-6, rel=1e-6) and m.rate == pytest.approx(8e12, rel=1e-6)
     assert m.coefs[2] == pytest.approx(1 / 4.5e12 - 1 / 8e12, rel=1e-6)
     # 1536 and 6144 / 16384 tokens are declared held out: 1536 is in the rows and left out of the fit
@@ -530,7 +531,7 @@ def test_l2_transition_hand_made_case():
     e = L2Edge(0.5, 0.1)
     m = FeatureCost(0.0, (1 / 8e12, 0.0, 1 / 4.5e12 - 1 / 8e12))
     def rate(nbytes):
-        return nbytes / m(memory_features("residual_add", nbytes / 6, 4096, 60e6, edge=e))
+        return nbytes / m(memory_features("gelu", nbytes / 4, 4096, 60e6, edge=e))
     assert rate(3e6) == pytest.approx(8e12, rel=1e-6)  # 10% of the center: e^-23 of the bytes from HBM
     assert rate(30e6) == pytest.approx(1 / (0.5 / 8e12 + 0.5 / 4.5e12), rel=1e-12)  # the center: half and half
     assert rate(600e6) == pytest.approx(4.5e12, rel=1e-6)
