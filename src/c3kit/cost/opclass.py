@@ -5,7 +5,8 @@ measurements (runtime/bench/ops.py), never to step times.
 Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
 least squares (each row weighted by 1 / its time); the features say what the time grows with:
 - memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
-  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth); kinds whose
+  latency inside normalisation kernels), and the bytes served from HBM instead of L2 (beyond the L2; for the
+  elementwise kinds of L2_EDGE_KINDS a smooth edge fitted on CUDA-graph rows, fit_l2_edge); kinds whose
   kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
   argmax, and the norm backward's weight-gradient waves).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
@@ -23,7 +24,9 @@ least squares (each row weighted by 1 / its time); the features say what the tim
 The measured files are found through the calibration store; a GPU without them (and without a
 documented transfer, cost/basis.py) is priced by the roofline with cost/model.py's efficiencies.
 Backward memory-bound rows below BWD_MIN_ELEMENTS were timed with autograd's host work exposed and are
-left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU-side figure.
+left out of the fit; where a backward kind was also timed in CUDA graphs (memory_graph) its eager rows below
+EAGER_BWD_HOST_BOUND leave too and the graph rows take their place (gpu_time_memory_rows); the fitted fixed cost
+of a backward kind is therefore a GPU-side figure.
 """
 
 from __future__ import annotations
@@ -782,8 +785,8 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
-# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops and act_chunked
-# files, copies
+# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops, act_chunked and
+# memory_graph files, copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
