@@ -573,3 +573,15 @@ def test_shipped_calibration_reads_memory_graph_and_fits_an_edge():
     e = cal.l2_edge
     assert e.center in L2_EDGE_CENTERS and e.width in L2_EDGE_WIDTHS
     assert 25e6 < e.center * cal.l2_bytes < 50e6  # where the rows step from L2 to HBM speed
+
+
+def test_shipped_elementwise_prices_never_drop_when_tokens_grow():
+    from c3kit.cost.opclass import EDGE_NOT_ADOPTED, L2_EDGE_KINDS, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    tokens = np.unique(np.geomspace(1, 65536, 300).round())
+    for kind in L2_EDGE_KINDS + EDGE_NOT_ADOPTED:
+        for width in (2048, 4096, 5120, 8192):
+            t = cal.kind_time(kind, tokens * width, width)
+            assert np.all(np.diff(t) >= 0), (kind, width)
