@@ -462,3 +462,126 @@ def test_shipped_h200_cudnn_is_priced_near_its_graph_kernel_times():
     bwd = float(cal.attention_time(4, 32, 8, 4096, 4096, 128, True, True, backend="cudnn"))
     assert fwd == pytest.approx(921.8e-6, rel=0.10)  # graph row 4 x 4096 forward: 922 us (held out)
     assert bwd == pytest.approx(2953e-6, rel=0.10)  # graph row 4 x 4096 backward: 2953 us (held out)
+
+
+# --- the L2 edge of the elementwise kinds and the CUDA-graph memory rows (memory_graph) ---
+
+def test_l2_edge_fraction_hand_checked():
+    from c3kit.cost.opclass import L2Edge
+
+    e = L2Edge(0.5, 0.2)
+    # at center x L2 half the bytes come from HBM; one width above it 1 / (1 + e^-1)
+    assert e.hbm_fraction(30e6, 60e6) == pytest.approx(0.5, rel=1e-12)
+    assert e.hbm_fraction(30e6 * np.exp(0.2), 60e6) == pytest.approx(1 / (1 + np.exp(-1)), rel=1e-12)
+    assert e.hbm_fraction(0.0, 60e6) == 0.0 and e.hbm_fraction(1e6, np.inf) == 0.0
+
+
+def test_memory_features_with_edge_hand_checked():
+    from c3kit.cost.opclass import L2Edge
+
+    e = L2Edge(0.5, 0.2)
+    nbytes = 2 * 2 * 15_000_000  # gelu: a read and a write of 15M bf16 elements = 60 MB, 2 x center x L2
+    f = memory_features("gelu", 15_000_000, 4000, 60e6, edge=e)
+    assert f[0] == nbytes and f[1] == 4000
+    # z = ln(2) / 0.2, e^-z = 2^-5: 32 / 33 of the bytes from HBM
+    assert f[2] == pytest.approx(nbytes * 32 / 33, rel=1e-12)
+    # kinds outside L2_EDGE_KINDS keep the hinge at the catalog L2: the copy class, and EDGE_NOT_ADOPTED
+    assert list(memory_features("copy", 1e8, 1, 60e6, edge=e)) == [4e8, 1, 4e8 - 60e6]
+    assert list(memory_features("residual_add", 1e7, 4000, 20e6, edge=e)) == [6e7, 4000, 4e7]
+
+
+def _edge_rows(edge, l2, fixed=2e-6, l2_bw=8e12, hbm_extra=1 / 4.5e12 - 1 / 8e12, graph_tokens=None):
+    """Synthetic memory_graph rows of gelu priced by a known edge: fixed + bytes / l2_bw + HBM bytes x extra."""
+    from c3kit.cost.opclass import l2_column
+
+    rows = []
+    for T in graph_tokens or (256, 512, 768, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 8192, 32768):
+        for W in (4096, 8192):
+            nbytes = memop_traffic("gelu", T * W, 2)[0]
+            t = fixed + nbytes / l2_bw + float(l2_column("gelu", nbytes, l2, edge)) * hbm_extra
+            rows.append({"op": "gelu", "pass": "fwd", "mode": "graph", "tokens": T, "width": W,
+                         "bytes": nbytes, "time_s": t})
+    return rows
+
+
+def test_fit_l2_edge_recovers_a_known_edge():
+    from c3kit.cost.opclass import L2_EDGE_CENTERS, L2Edge, fit_l2_edge
+
+    true = L2Edge(L2_EDGE_CENTERS[12], 0.2)
+    rows = _edge_rows(true, 60e6)
+    assert fit_l2_edge(rows, l2_bytes=60e6) == true
+    m = fit_memory(rows, l2_bytes=60e6, edge=true)["gelu"]
+    assert m.fixed_s == pytest.approx(2e-6, rel=1e-6) and m.rate == pytest.approx(8e12, rel=1e-6)
+    assert m.coefs[2] == pytest.approx(1 / 4.5e12 - 1 / 8e12, rel=1e-6)
+    # 1536 and 6144 / 16384 tokens are declared held out: 1536 is in the rows and left out of the fit
+    assert m.n_rows == len(rows) - 2
+
+
+def test_fit_l2_edge_none_without_graph_rows():
+    from c3kit.cost.opclass import fit_l2_edge
+
+    rows = [dict(r, mode="eager") for r in _edge_rows(None, 60e6)]
+    assert fit_l2_edge(rows, l2_bytes=60e6) is None
+
+
+def test_l2_transition_hand_made_case():
+    # a hand-made edge: below it the kernel runs at L2 speed (8 TB/s), far above at HBM speed (4.5 TB/s)
+    from c3kit.cost.opclass import L2Edge
+
+    e = L2Edge(0.5, 0.1)
+    m = FeatureCost(0.0, (1 / 8e12, 0.0, 1 / 4.5e12 - 1 / 8e12))
+    def rate(nbytes):
+        return nbytes / m(memory_features("gelu", nbytes / 4, 4096, 60e6, edge=e))
+    assert rate(3e6) == pytest.approx(8e12, rel=1e-6)  # 10% of the center: e^-23 of the bytes from HBM
+    assert rate(30e6) == pytest.approx(1 / (0.5 / 8e12 + 0.5 / 4.5e12), rel=1e-12)  # the center: half and half
+    assert rate(600e6) == pytest.approx(4.5e12, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.2, 2.0), st.floats(0.05, 0.6), st.floats(0.0, 1e-5), st.floats(1e-14, 1e-12),
+       st.floats(0.0, 1e-12))
+def test_edge_price_never_drops_when_bytes_grow(center, width, fixed, per_byte, per_hbm_byte):
+    from c3kit.cost.opclass import L2Edge
+
+    m = FeatureCost(fixed, (per_byte, 0.0, per_hbm_byte))
+    el = np.geomspace(1e3, 1e10, 400)
+    t = m(memory_features("gelu", el, 4096, 60e6, edge=L2Edge(center, width)))
+    assert np.all(np.diff(t) >= 0)
+
+
+def test_graph_rows_replace_host_bound_eager_backward_rows():
+    from c3kit.cost.opclass import BWD_MIN_ELEMENTS, EAGER_BWD_HOST_BOUND, gpu_time_memory_rows
+
+    def row(op, ps, T, W, mode=None):
+        r = {"op": op, "pass": ps, "tokens": T, "width": W, "bytes": 1.0, "time_s": 1e-5}
+        return r if mode is None else dict(r, mode=mode)
+    small, mid, big = (BWD_MIN_ELEMENTS // 4096 // 2, 4096), (BWD_MIN_ELEMENTS // 4096, 4096), \
+        (EAGER_BWD_HOST_BOUND // 4096, 4096)
+    rows = [row("gelu", "bwd", *small), row("gelu", "bwd", *mid), row("gelu", "bwd", *big),
+            row("gelu", "bwd", *small, mode="graph"), row("gelu", "fwd", *small),
+            row("rope", "bwd", *small), row("rope", "bwd", *mid)]
+    kept = gpu_time_memory_rows(rows)
+    # gelu.bwd has graph rows: its eager rows below EAGER_BWD_HOST_BOUND go; rope.bwd has none: BWD_MIN_ELEMENTS
+    assert kept == [rows[2], rows[3], rows[4], rows[6]]
+
+
+def test_shipped_calibration_reads_memory_graph_and_fits_an_edge():
+    from c3kit.cost.opclass import L2_EDGE_CENTERS, L2_EDGE_WIDTHS, op_calibration
+
+    cal = op_calibration("H200-SXM")
+    assert "memory_graph" in cal.origin
+    e = cal.l2_edge
+    assert e.center in L2_EDGE_CENTERS and e.width in L2_EDGE_WIDTHS
+    assert 25e6 < e.center * cal.l2_bytes < 50e6  # where the rows step from L2 to HBM speed
+
+
+def test_shipped_elementwise_prices_never_drop_when_tokens_grow():
+    from c3kit.cost.opclass import EDGE_NOT_ADOPTED, L2_EDGE_KINDS, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    tokens = np.unique(np.geomspace(1, 65536, 300).round())
+    for kind in L2_EDGE_KINDS + EDGE_NOT_ADOPTED:
+        for width in (2048, 4096, 5120, 8192):
+            t = cal.kind_time(kind, tokens * width, width)
+            assert np.all(np.diff(t) >= 0), (kind, width)

@@ -5,7 +5,8 @@ measurements (runtime/bench/ops.py), never to step times.
 Every class is t = fixed + sum(coef_i x feature_i) with non-negative coefficients, fitted by relative
 least squares (each row weighted by 1 / its time); the features say what the time grows with:
 - memory-bound kind k: bytes moved (workload.memops accounting), the row width (a per-row serial
-  latency inside normalisation kernels), and bytes beyond the L2 (HBM instead of L2 bandwidth); kinds whose
+  latency inside normalisation kernels), and the bytes served from HBM instead of L2 (beyond the L2; for the
+  elementwise kinds of L2_EDGE_KINDS a smooth edge fitted on CUDA-graph rows, fit_l2_edge); kinds whose
   kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
   argmax, and the norm backward's weight-gradient waves).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
@@ -23,7 +24,9 @@ least squares (each row weighted by 1 / its time); the features say what the tim
 The measured files are found through the calibration store; a GPU without them (and without a
 documented transfer, cost/basis.py) is priced by the roofline with cost/model.py's efficiencies.
 Backward memory-bound rows below BWD_MIN_ELEMENTS were timed with autograd's host work exposed and are
-left out of the fit; the fitted fixed cost of a backward kind is therefore a GPU-side figure.
+left out of the fit; where a backward kind was also timed in CUDA graphs (memory_graph) its eager rows below
+EAGER_BWD_HOST_BOUND leave too and the graph rows take their place (gpu_time_memory_rows); the fitted fixed cost
+of a backward kind is therefore a GPU-side figure.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ AT_LEAST = {"swiglu_chunked": "swiglu", "swiglu_chunked.bwd": "swiglu.bwd"}
 WARM_OF = {cold: warm for warm, cold in COLD_KINDS.items()}
 HELD_OUT_WIDTH = 5120  # memory-bound rows of this width are held out of the fit (benchmarks/validate_ops.py)
 BWD_MIN_ELEMENTS = 2 ** 24  # smaller backward rows are host-bound in the eager autograd timing
+EAGER_BWD_HOST_BOUND = 2 ** 26  # eager backward rows below it leave a fit that has CUDA-graph rows of the kind
 
 
 def _rows(doc: dict) -> list[dict]:
@@ -95,17 +99,62 @@ class FeatureCost:
         return 1.0 / self.coefs[0] if self.coefs and self.coefs[0] > 0 else float("inf")
 
 
+# The L2 edge of the elementwise kinds (memory_graph rows, call 34): a kernel repeated over the same tensors finds
+# them in L2 while the bytes it moves fit there, and streams from HBM once they do not; the rows step between about
+# 25 and 50 MB on the 60 MB H200 (residual_add 1024 x 4096: 6.67 TB/s, 2048 x 4096: 4.11 TB/s, 32768 x 4096: 4.39).
+# The bytes served from HBM are bytes x a logistic in ln(bytes / (center x L2)) of scale `width` (L2Edge), so the
+# price grows smoothly and never drops with size; center and width are fitted on the fit split (fit_l2_edge) over
+# these kinds, the other memory kinds keep the hinge at the catalog L2 (bytes beyond it; the copy class's price of
+# the profiled qkv.cat moved 20% under an all-or-nothing term fitted at another capacity).
+# Not adopted for residual_add and rmsnorm forward (their graph rows stay out of the fit, the hinge stays): the edge
+# and graph rows passed their held-out checks (residual_add 1.3 / 3.4%, rmsnorm 4.6 / 6.0% on width 5120) but moved
+# the whole-layer check (benchmarks/validate_layers.py fwd median 1.37% -> 1.49%, bias +1.13% -> +1.47%): in a layer
+# these two read what the kernel before them just wrote, part of it still in L2, which a kernel repeated over its
+# own tensors does not show; that reuse is not yet modelled.
+EDGE_NOT_ADOPTED = ("residual_add", "rmsnorm")
+L2_EDGE_KINDS = ("gelu", "gelu.bwd", "swiglu", "swiglu.bwd", "rmsnorm.bwd", "layernorm", "layernorm.bwd")
+L2_EDGE_CENTERS = tuple(float(x) for x in np.round(np.geomspace(0.2, 2.0, 41), 4))  # fractions of the L2 tried
+L2_EDGE_WIDTHS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.6)  # ln-bytes scales tried
+# memory_graph rows held out of every fit (benchmarks/validate_ops.py checks them): whole token counts, one inside
+# the edge (1536 x 4096: 25-63 MB), two on the HBM side
+MEMORY_GRAPH_HELD_OUT_TOKENS = (1536, 6144, 16384)
+
+
+@dataclass(frozen=True)
+class L2Edge:
+    """Fraction of a kernel's bytes served from HBM: 1 / (1 + exp(-ln(bytes / (center x L2)) / width))."""
+
+    center: float
+    width: float
+
+    def hbm_fraction(self, nbytes, l2_bytes):
+        """Share of nbytes that comes from HBM on a GPU of l2_bytes of L2 (0 below the edge, 1 far above it)."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        with np.errstate(divide="ignore", over="ignore"):
+            z = np.log(np.maximum(nbytes, 1e-300) / (self.center * float(l2_bytes))) / self.width
+            return 1.0 / (1.0 + np.exp(-z))
+
+
+def l2_column(kind: str, nbytes, l2_bytes: float, edge: L2Edge | None = None):
+    """The memory features' third column: bytes from HBM past the L2 edge (L2_EDGE_KINDS with an edge), else bytes
+    beyond the L2."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    if edge is not None and kind in L2_EDGE_KINDS:
+        return nbytes * edge.hbm_fraction(nbytes, l2_bytes)
+    return np.maximum(nbytes - l2_bytes, 0.0)
+
+
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
-                    cache_bytes=None):
-    """[bytes, width, bytes beyond L2] of a memory-bound kind, then the launch-shape columns of the kinds whose
-    kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last axis.
-    sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache an
-    index_copy writes into (kv_cache_span; None: under 2 GiB, one launch)."""
+                    cache_bytes=None, edge: L2Edge | None = None):
+    """[bytes, width, bytes from HBM (l2_column)] of a memory-bound kind, then the launch-shape columns of the kinds
+    whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last
+    axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache
+    an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
     w = np.broadcast_to(np.asarray(width, dtype=float), nbytes.shape)
-    cols = [nbytes, w, np.maximum(nbytes - l2_bytes, 0.0)]
+    cols = [nbytes, w, l2_column(kind, nbytes, l2_bytes, edge)]
     if kind == "index_copy":
         cols += index_copy_shape(elements, cache_bytes)
     elif kind == "embedding":
@@ -318,6 +367,7 @@ class OpCalibration:
     decode_by_hd: dict = field(default_factory=dict)  # head_dim -> FeatureCost over decode_features (its own rows)
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
     after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
+    l2_edge: L2Edge | None = None  # the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
@@ -337,27 +387,70 @@ class OpCalibration:
 
 
 def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
-               held_out_width: int | None = HELD_OUT_WIDTH) -> dict:
-    """kind -> FeatureCost from ops-memory rows (rows of held_out_width are left out of the fit); l2_bytes and sms:
-    the measured GPU's."""
-    return {k: v[0] for k, v in _fit_memory_kinds(_memory_points(rows, sms, held_out_width), l2_bytes).items()}
+               held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width and memory_graph rows of
+    MEMORY_GRAPH_HELD_OUT_TOKENS are left out of the fit); l2_bytes and sms: the measured GPU's; edge: the L2 edge
+    of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)."""
+    pts = _memory_points(rows, sms, held_out_width)
+    return {k: v[0] for k, v in _fit_memory_kinds(pts, l2_bytes, edge).items()}
+
+
+def fit_l2_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
+                held_out_width: int | None = HELD_OUT_WIDTH) -> L2Edge | None:
+    """The L2Edge (center, width from the L2_EDGE_CENTERS x L2_EDGE_WIDTHS grid) whose fits of the L2_EDGE_KINDS
+    leave the least summed squared relative residual over the fit split; None without memory_graph rows (no rows
+    across the edge)."""
+    if not any(r.get("mode") == "graph" for r in rows):
+        return None
+    pts = {k: v for k, v in _memory_points(rows, sms, held_out_width).items() if k in L2_EDGE_KINDS}
+    best = None
+    for center in L2_EDGE_CENTERS:
+        for width in L2_EDGE_WIDTHS:
+            edge = L2Edge(center, width)
+            ssr = sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes, edge).values())
+            if best is None or ssr < best[0]:
+                best = (ssr, edge)
+    return best[1]
+
+
+def is_held_out_memory_graph(r: dict) -> bool:
+    """memory_graph rows held out of the fits (MEMORY_GRAPH_HELD_OUT_TOKENS)."""
+    return r.get("mode") == "graph" and int(r["tokens"]) in MEMORY_GRAPH_HELD_OUT_TOKENS
+
+
+def gpu_time_memory_rows(rows: list[dict]) -> list[dict]:
+    """The memory rows that time kernels: a backward kind timed in CUDA graphs (memory_graph) has its eager rows
+    below EAGER_BWD_HOST_BOUND elements left out (autograd's host time shows in them: gelu.bwd 8192 x 2048 77.8 us
+    eager, 16384 x 2048 66.0 us; 4096 x 4096 rmsnorm.bwd 84 us eager, 60 us in a graph) and the graph rows take their
+    place; other eager backward rows below BWD_MIN_ELEMENTS likewise."""
+    graphed = {_memory_kind(r) for r in rows if r.get("mode") == "graph"}
+    out = []
+    for r in rows:
+        kind = _memory_kind(r)
+        if kind is None or r.get("mode") == "graph" or not kind.endswith(".bwd"):
+            out.append(r)
+            continue
+        elements = float(r["tokens"]) * float(r["width"])
+        if elements >= (EAGER_BWD_HOST_BOUND if kind in graphed else BWD_MIN_ELEMENTS):
+            out.append(r)
+    return out
 
 
 def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
     """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes
-    beyond the L2) is filled in by _fit_memory_kinds."""
+    from HBM) is filled in by _fit_memory_kinds."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
-    for r in rows:
+    for r in gpu_time_memory_rows(rows):
         kind = _memory_kind(r)
         if kind is None or kind not in MEMOP_KINDS or r["time_s"] is None:
             continue
-        if held_out_width is not None and int(r["width"]) == held_out_width:
+        if held_out_width is not None and int(r["width"]) == held_out_width or is_held_out_memory_graph(r):
+            continue
+        if r.get("mode") == "graph" and kind not in L2_EDGE_KINDS:  # EDGE_NOT_ADOPTED
             continue
         elements = float(r["tokens"]) * float(r["width"])
-        if kind.endswith(".bwd") and elements < BWD_MIN_ELEMENTS:
-            continue
         f = memory_features(kind, elements, r["width"], np.inf, sms=sms, cache_bytes=r.get("cache_bytes"))
         groups.setdefault(kind, []).append((f, float(r["time_s"])))
     return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
@@ -373,13 +466,13 @@ def constant_columns(X: np.ndarray) -> np.ndarray:
     return const
 
 
-def _fit_memory_kinds(points: dict, l2_bytes: float) -> dict:
-    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity."""
+def _fit_memory_kinds(points: dict, l2_bytes: float, edge: L2Edge | None = None) -> dict:
+    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity and edge."""
     out = {}
     for kind, (X, t) in points.items():
         if len(t) >= max(4, X.shape[1] + 1):
             X = X.copy()
-            X[:, 2] = np.maximum(X[:, 0] - l2_bytes, 0.0)
+            X[:, 2] = l2_column(kind, X[:, 0], l2_bytes, edge)
             c = fit_nonneg(np.where(constant_columns(X), 0.0, X), t)
             out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
@@ -692,12 +785,12 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
-# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops and act_chunked
-# files, copies
+# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops, act_chunked and
+# memory_graph files, copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
-MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "optimizer", "optimizer_mix", "floor", "decode_kernels",
+MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "memory_graph", "optimizer", "optimizer_mix", "floor", "decode_kernels",
                    "decode_cold", "decode_fresh", "after_stream_large")
 
 
@@ -717,19 +810,20 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     from c3kit.hw.catalog import get_gpu
 
     docs = {fam: family_rows(fam, json.loads(p.read_text())) for fam, p in found.items()}
-    mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked") for r in docs.get(fam, ())]
+    mem_rows = [r for fam in ("memory", "eager_ops", "act_chunked", "memory_graph") for r in docs.get(fam, ())]
     mem_rows += copy_rows(docs.get("floor", []))
     mem_rows += decode_kernel_rows(docs.get("decode_kernels", []))
     after = fit_after_stream(decode_cold_rows(docs.get("decode_cold", []), docs.get("decode_fresh", []),
                                               docs.get("after_stream_large", [])))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
-    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else {}
+    edge = fit_l2_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else None
+    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after, edge)
 
 
 @dataclass(frozen=True)
@@ -766,7 +860,7 @@ class ScaledCalibration:
     def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float, cache_bytes=None):
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
         f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
-                            sms=self.sms or self.cal.sms, cache_bytes=cache_bytes)
+                            sms=self.sms or self.cal.sms, cache_bytes=cache_bytes, edge=self.cal.l2_edge)
         n = len(m.coefs)
         if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
             f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
