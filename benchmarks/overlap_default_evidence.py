@@ -29,7 +29,7 @@ def main() -> None:
         print(row)
     c = measured_contention()
     lines += ["", f"contended prices an independent compute / comm pair with the H200's measured contention "
-              f"(step.policy.measured_contention, device call 31, SM copy stand-in at 8-32 blocks): the collective "
+              f"(step.policy.measured_contention, device call 32, SM copy stand-in at 8-32 blocks): the collective "
               f"moves at {c.comm_rate:.3f} of its rate beside a GEMM, the GEMM slows by {100 * c.gemm_slowdown:+.1f}% "
               f"(medians of {c.rows} rows; `python benchmarks/overlap_contention.py`)."]
     res = e2e()
