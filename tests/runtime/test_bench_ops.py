@@ -302,3 +302,13 @@ def test_memory_graph_family_times_both_passes_of_each_op(tmp_path):
     assert {r["op"]: r["bytes"] for r in rows if r["pass"] == "bwd"}["swiglu"] == 5 * e
     assert all(r["time_s"] > 0 for r in rows)
 
+
+def test_l2_reuse_family_times_each_consumer_after_each_producer(tmp_path):
+    from c3kit.runtime.bench.ops_graphed import L2REUSE_COLUMNS
+
+    cols, rows = _family_rows(tmp_path, "l2_reuse")
+    assert cols == L2REUSE_COLUMNS
+    assert {(r["op"], r["producer"]) for r in rows} == {(op, p) for op in ("residual_add", "rmsnorm")
+                                                        for p in ("gemm", "copy", "evict")}
+    assert all(r["time_s"] == pytest.approx(r["pair_s"] - r["producer_s"]) for r in rows)
+

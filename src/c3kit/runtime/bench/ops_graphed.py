@@ -344,3 +344,53 @@ def bench_memory_graph(device, quick: bool) -> tuple[list[str], list[list]]:
                 torch.cuda.empty_cache()
     return MEMGRAPH_COLUMNS, rows
 
+
+
+# ---------------------------------------------------------------- l2_reuse
+L2REUSE_COLUMNS = ["op", "producer", "mode", "tokens", "width", "bytes", "producer_s", "pair_s", "time_s"]
+L2REUSE_TOKENS = (1024, 2048, 3072, 4096, 8192, 16384)
+L2REUSE_WIDTHS = (4096, 8192)
+
+
+def bench_l2_reuse(device, quick: bool) -> tuple[list[str], list[list]]:
+    """Residual add and RMSNorm forward right after the kernel that wrote their input (what a layer runs): after a
+    GEMM or a copy producing x, and after a 1 GiB copy of unrelated data (x evicted from L2); time_s = the pair's
+    time - the producer's alone, both in CUDA graphs (about 30 s on one H200, estimated)."""
+    torch = require_torch()
+    F = torch.nn.functional
+    cuda = device.type == "cuda"
+    bf = torch.bfloat16
+    tokens, widths = ((64,), (256,)) if quick else (L2REUSE_TOKENS, L2REUSE_WIDTHS)
+    big = 1 << 30 if cuda else 1 << 16
+    junk_src = torch.empty(big, dtype=torch.uint8, device=device)
+    junk_dst = torch.empty_like(junk_src)
+    rows = []
+    for W in widths:
+        for T in tokens:
+            if Budget.spent():
+                return L2REUSE_COLUMNS, rows
+            e = T * W * 2
+            a = torch.randn(T, W, device=device, dtype=bf)
+            b = torch.randn(W, W, device=device, dtype=bf) / W ** 0.5
+            y = torch.randn(T, W, device=device, dtype=bf)
+            x = torch.empty(T, W, device=device, dtype=bf)
+            r = torch.randn(T, W, device=device, dtype=bf)
+            w = torch.ones(W, device=device, dtype=bf)
+            producers = (("gemm", lambda: torch.matmul(a, b, out=x)), ("copy", lambda: x.copy_(y)),
+                         ("evict", lambda: junk_dst.copy_(junk_src)))
+            consumers = (("residual_add", 3 * e, lambda: x + r),
+                         ("rmsnorm", 2 * e, lambda: F.rms_norm(x, (W,), w, 1e-5)))
+            with torch.no_grad():
+                for pname, prod in producers:
+                    tp, how = graph_or_events(prod, device)
+                    for op, nbytes, cons in consumers:
+                        def pair(prod=prod, cons=cons):
+                            prod()
+                            cons()
+                        t2, how2 = graph_or_events(pair, device)
+                        mode = how if how == how2 else f"{how}/{how2}"
+                        rows.append([op, pname, mode, T, W, float(nbytes), tp, t2, t2 - tp])
+            del a, b, y, x, r, w
+            if cuda:
+                torch.cuda.empty_cache()
+    return L2REUSE_COLUMNS, rows
