@@ -55,15 +55,10 @@ NOT_YET_MODELLED = {
     "memory rmsnorm.bwd": "width 5120 runs 1.43-1.51 TB/s at 8k-32k tokens where 4096 runs 1.72-1.82 (eager and "
                           "graph rows alike); the weight gradient's waves with eager rows from 2^25 passed both "
                           "held-out sets (n 3, 4) but priced all norm_bwd graph rows at 7.4 / 16.2%: not adopted",
-    "memory rmsnorm": "width 8192 streams at 2.7 TB/s where 2048-5120 run 3.3-3.5 (graph rows alike), and the L2 "
-                      "edge: the fitted edge with the memory_graph rows passed this (4.6 / 6.0%) and residual_add "
-                      "(1.3 / 3.4%) but moved the whole-layer fwd check (median 1.37% -> 1.49%, bias +1.13% -> "
-                      "+1.47%): not adopted for these two (opclass.EDGE_NOT_ADOPTED)",
+    "memory rmsnorm": "width 8192 streams at 2.7 TB/s where 2048-5120 run 3.3-3.5 (graph rows alike): a per-width "
+                      "kernel effect the fitted form does not carry",
     "memory residual_add": "the rows step from L2 to HBM speed between 25 and 50 MB (1024 x 4096: 6.8 TB/s, "
-                           "1024 x 8192: 4.1 TB/s); the smooth edge fitted on the other elementwise kinds' rows "
-                           "passed it, but in a layer this kernel reads what the one before it just wrote (part of it "
-                           "still in L2), which moved the whole-layer fwd check (see rmsnorm): not adopted; that "
-                           "reuse is not yet modelled",
+                           "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
     "memory layernorm": "width 5120 streams at 2.4-2.9 TB/s like 4096, 8192 at 2.3-2.5: a per-width kernel effect the "
                         "power-of-two fitted widths do not pin (the graph rows of 4096 and 8192 alike)",
     "memory layernorm.bwd (CUDA-graph rows)": "the two widths stream differently (4096: 1.6 TB/s, 8192: 1.5) and the "

@@ -485,9 +485,10 @@ def test_memory_features_with_edge_hand_checked():
     assert f[0] == nbytes and f[1] == 4000
     # z = ln(2) / 0.2, e^-z = 2^-5: 32 / 33 of the bytes from HBM
     assert f[2] == pytest.approx(nbytes * 32 / 33, rel=1e-12)
-    # kinds outside L2_EDGE_KINDS keep the hinge at the catalog L2: the copy class, and EDGE_NOT_ADOPTED
+    # kinds outside L2_EDGE_KINDS keep the hinge at the catalog L2: the copy class
     assert list(memory_features("copy", 1e8, 1, 60e6, edge=e)) == [4e8, 1, 4e8 - 60e6]
-    assert list(memory_features("residual_add", 1e7, 4000, 20e6, edge=e)) == [6e7, 4000, 4e7]
+    # residual_add (3 x 2 B per element, 60 MB): 2 x center x L2 as for gelu above
+    assert memory_features("residual_add", 1e7, 4000, 60e6, edge=e)[2] == pytest.approx(6e7 * 32 / 33, rel=1e-12)
 
 
 def _edge_rows(edge, l2, fixed=2e-6, l2_bw=8e12, hbm_extra=1 / 4.5e12 - 1 / 8e12, graph_tokens=None):
@@ -576,12 +577,12 @@ def test_shipped_calibration_reads_memory_graph_and_fits_an_edge():
 
 
 def test_shipped_elementwise_prices_never_drop_when_tokens_grow():
-    from c3kit.cost.opclass import EDGE_NOT_ADOPTED, L2_EDGE_KINDS, calibration_for
+    from c3kit.cost.opclass import L2_EDGE_KINDS, calibration_for
     from c3kit.hw.catalog import get_gpu
 
     cal = calibration_for(get_gpu("H200-SXM"), "memory")
     tokens = np.unique(np.geomspace(1, 65536, 300).round())
-    for kind in L2_EDGE_KINDS + EDGE_NOT_ADOPTED:
+    for kind in L2_EDGE_KINDS:
         for width in (2048, 4096, 5120, 8192):
             t = cal.kind_time(kind, tokens * width, width)
             assert np.all(np.diff(t) >= 0), (kind, width)
