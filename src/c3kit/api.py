@@ -107,14 +107,17 @@ class AnalyzeResult:
 
 
 def config_dict(cfg) -> dict:
-    """A resolved StepConfig as plain data."""
+    """A resolved StepConfig as plain data (every option that changes the priced step, so a --json answer says what
+    was asked)."""
     p = cfg.par
     return {"model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
             "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync,
-            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap}
+            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap, "cp_impl": p.cp_impl,
+            "moe_a2a_overlap": p.moe_a2a_overlap, "moe_imbalance": p.moe_imbalance,
+            "train_metrics": getattr(cfg, "train_metrics", 0), "flat_param_grads": getattr(cfg, "flat_param_grads", False)}
 
 
 def attention_dict(cfg) -> dict:

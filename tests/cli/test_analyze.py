@@ -216,3 +216,11 @@ def test_bad_cp_exits_2_and_writes_nothing(tmp_path, capsys, args, needle):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle.lower() in err.lower(), err
     assert not out.exists()
+
+
+def test_json_config_says_every_option_that_was_priced(tmp_path, capsys):
+    assert main(["analyze", "--model", "Llama-3-8B", "--gpus", "8", "--tp", "2", "--cp", "2", "--cp-impl", "torch",
+                 "--train-metrics", "2", "--seq", "8192", "--batch", "8", "--out", str(tmp_path), "--json"]) == 0
+    cfg = json.loads(capsys.readouterr().out)["config"]
+    assert (cfg["cp"], cfg["cp_impl"], cfg["train_metrics"], cfg["flat_param_grads"]) == (2, "torch", 2, False)
+    assert cfg["moe_imbalance"] == 1.0 and cfg["moe_a2a_overlap"] is False
