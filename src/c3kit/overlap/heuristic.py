@@ -91,10 +91,12 @@ def _walk_idx(links: list[tuple[int, ...]], dur: list[float]) -> tuple[list[floa
 
 
 def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, params: ContentionParams,
-                  _alone: list[float] | None = None, _links: list | None = None) -> tuple[float, float]:
+                  _alone: list[float] | None = None, _links: list | None = None,
+                  _walk0: tuple | None = None) -> tuple[float, float]:
     """(estimated time, time of the same graph without contention) by PASSES critical-path walks.
 
-    _alone, _links: the tasks' alone times and walk graph when the caller has them already."""
+    _alone, _links, _walk0: the tasks' alone times, walk graph and walk at the alone times (_walk_idx) when the
+    caller has them already."""
     n = len(tasks)
     if n == 0:
         return 0.0, 0.0
@@ -103,7 +105,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     share = params.noprio_comm_sm_share
     links = _links if _links is not None else _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
     alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
-    start, end = _walk_idx(links, alone)
+    start, end = _walk0 if _walk0 is not None else _walk_idx(links, alone)
     free = max(end)
     every = (1 << res.links) - 1
     link_bw, n_links = res.link_bw, res.links
@@ -290,18 +292,18 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
             links = derived.get(lkey)
             if links is None:
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
-            _, end = _walk_idx(links, times)
-            hit = walked[bkey] = (max(end, default=0.0), times, links)
-        cands.append((hit[0], order, name, spec, hit[1], hit[2]))
+            walk = _walk_idx(links, times)
+            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk)
+        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, times, links in cands:
+    for free, order, name, spec, times, links, walk in cands:
         if best is not None and free > best[0]:
             break
         tasks, streams = build(spec, ctx, engine)
-        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links)
+        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)
