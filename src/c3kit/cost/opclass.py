@@ -167,6 +167,8 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
+    if all(getattr(c, "shape", None) == nbytes.shape for c in cols):  # the sweep's case: skip broadcasting
+        return np.stack(cols, axis=-1)
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
 
 
@@ -864,7 +866,7 @@ class ScaledCalibration:
         n = len(m.coefs)
         if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
             f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * memory_scaling(kind, self.bw_ratio, n))
+        return m.fixed_s + f @ _scaled_coefs(m.coefs, kind, self.bw_ratio, n)
 
     def parts_time(self, parts, itemsize: float = 2.0):
         """Seconds of a memory-bound op as the sum of its measured kernels ((kind, elements, width), ...; an
@@ -903,6 +905,14 @@ class ScaledCalibration:
             return None
         f = unfused_features(batch, heads, q_len, kv_len, head_dim, backward)
         return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.flops_ratio, 1.0 / self.bw_ratio]))
+
+
+@lru_cache(maxsize=1024)
+def _scaled_coefs(coefs: tuple, kind: str, bw_ratio: float, n: int) -> np.ndarray:
+    """A memory kind's coefficients with its bandwidth terms scaled to a GPU (memory_scaling); read-only, shared."""
+    out = np.asarray(coefs) * memory_scaling(kind, bw_ratio, n)
+    out.flags.writeable = False
+    return out
 
 
 @lru_cache(maxsize=256)

@@ -91,10 +91,12 @@ def _walk_idx(links: list[tuple[int, ...]], dur: list[float]) -> tuple[list[floa
 
 
 def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, params: ContentionParams,
-                  _alone: list[float] | None = None, _links: list | None = None) -> tuple[float, float]:
+                  _alone: list[float] | None = None, _links: list | None = None,
+                  _walk0: tuple | None = None) -> tuple[float, float]:
     """(estimated time, time of the same graph without contention) by PASSES critical-path walks.
 
-    _alone, _links: the tasks' alone times and walk graph when the caller has them already."""
+    _alone, _links, _walk0: the tasks' alone times, walk graph and walk at the alone times (_walk_idx) when the
+    caller has them already."""
     n = len(tasks)
     if n == 0:
         return 0.0, 0.0
@@ -103,46 +105,53 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     share = params.noprio_comm_sm_share
     links = _links if _links is not None else _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
     alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
-    work = [a - t.pre - t.post for a, t in zip(alone, tasks)]
-    start, end = _walk_idx(links, alone)
+    start, end = _walk0 if _walk0 is not None else _walk_idx(links, alone)
     free = max(end)
     every = (1 << res.links) - 1
-    hbm_use, rate, link_cap, fixed = [], [], [], []
-    for t, w in zip(tasks, work):
+    link_bw, n_links = res.link_bw, res.links
+    work, hbm_use, rate, link_cap, fixed = [], [], [], [], []
+    for t, a in zip(tasks, alone):
         # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent), and a transfer's B/s alone
-        r = t.work / w if w > 0 else 0.0
-        rate.append(r)
-        hbm_use.append((r * t.hbm if t.kind == "comm" else t.hbm) if w > 0 else 0.0)
-        link_cap.append(bin((t.links & every) or every).count("1") * res.link_bw / res.links)
-        fixed.append(t.pre + t.post)
+        # (the fields by position: Task is a NamedTuple, and its attribute lookups dominate this loop)
+        _, _, t_work, kind, _, _, pre, post, _, _, _, t_links, t_hbm = t[:13]
+        w = a - pre - post
+        work.append(w)
+        if w > 0:
+            r = t_work / w
+            rate.append(r)
+            hbm_use.append(r * t_hbm if kind == "comm" else t_hbm)
+        else:
+            rate.append(0.0)
+            hbm_use.append(0.0)
+        link_cap.append(((t_links & every) or every).bit_count() * link_bw / n_links)
+        fixed.append(pre + post)
     costs: list = [None] * (n * n)  # pair cost of (i beside j) at i * n + j, computed when first needed
     rng = range(n)
     for _ in range(PASSES - 1):
         order = sorted(rng, key=start.__getitem__)
+        # (index, start, end, work) in start order: one tuple unpacking per pair instead of three list lookups
+        spans = [(j, start[j], end[j], work[j]) for j in order]
         stretch = [0.0] * n
-        for a_pos, i in enumerate(order):
-            end_i = end[i]
-            work_i = work[i]
-            for j in order[a_pos + 1:]:
-                start_j = start[j]
+        for a_pos, (i, _, end_i, work_i) in enumerate(spans):
+            s_i = stretch[i]  # i gains nothing more from earlier tasks: sum its own terms locally, in the same order
+            row_i = i * n
+            for j, start_j, end_j, work_j in spans[a_pos + 1:]:
                 if start_j >= end_i:
                     break
-                end_j = end[j]
                 ov = (end_i if end_i < end_j else end_j) - start_j
                 if ov <= 0:
                     continue
                 # both directions: how much i slows beside j, and j beside i
                 if work_i > 0:
-                    c = costs[i * n + j]
+                    c = costs[row_i + j]
                     if c is None:
-                        c = costs[i * n + j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
+                        c = costs[row_i + j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
                                                           link_cap[i], rate[i], rate[j], res)
                     # slowed to 1/(1+c) over the overlap: if j leaves first, i only loses the work it did
                     # not do in the window (c/(1+c) of it); if i ends inside j, all of i stretches by c
                     if end_j <= end_i:
                         c = c / (1.0 + c)
-                    stretch[i] += ov / work_i * c
-                work_j = work[j]
+                    s_i += ov / work_i * c
                 if work_j > 0:
                     c = costs[j * n + i]
                     if c is None:
@@ -151,6 +160,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     if end_i <= end_j:
                         c = c / (1.0 + c)
                     stretch[j] += ov / work_j * c
+            stretch[i] = s_i
         start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
 
@@ -282,18 +292,18 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
             links = derived.get(lkey)
             if links is None:
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
-            _, end = _walk_idx(links, times)
-            hit = walked[bkey] = (max(end, default=0.0), times, links)
-        cands.append((hit[0], order, name, spec, hit[1], hit[2]))
+            walk = _walk_idx(links, times)
+            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk)
+        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, times, links in cands:
+    for free, order, name, spec, times, links, walk in cands:
         if best is not None and free > best[0]:
             break
         tasks, streams = build(spec, ctx, engine)
-        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links)
+        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)
