@@ -70,10 +70,11 @@ def clear_caches() -> int:
                 obj.cache_clear()
                 n += 1
     from c3kit.cost import collectives
-    from c3kit.overlap import costs
+    from c3kit.overlap import costs, heuristic
 
-    # costs._SHARED holds the engine's cost caches and, in each, the memos shared between pair shapes (derived)
-    for memo in (costs._SHARED, fast._SAVED, fast._TEMPLATES, collectives._TABLES):
+    # costs._SHARED holds the engine's cost caches and, in each, the memos shared between pair shapes (derived);
+    # heuristic._COMPUTE_PAIR the selector's prices of two compute tasks side by side
+    for memo in (costs._SHARED, fast._SAVED, fast._TEMPLATES, collectives._TABLES, heuristic._COMPUTE_PAIR):
         memo.clear()
         n += 1
     return n
