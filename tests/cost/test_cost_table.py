@@ -174,3 +174,16 @@ def test_store_names_the_published_folder_and_cites_shipped_files():
     assert shipped_name(transfers_path()) == "cost/data/transfers.toml"
     with pytest.raises(ValueError):
         shipped_name("/tmp/elsewhere.json")  # not a shipped file
+
+
+def test_op_rows_are_dicts_by_column_and_a_bad_file_is_one_error(tmp_path):
+    from c3kit.cost.calib_store import op_rows
+
+    f = tmp_path / "h200-sxm-ops-x.json"
+    f.write_text(json.dumps({"kind": "ops-x", "columns": ["a", "b"], "rows": [[1, "u"], [2, "v"]]}))
+    assert op_rows(f) == [{"a": 1, "b": "u"}, {"a": 2, "b": "v"}]
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(CostError, match="bad.json"):
+        op_rows(tmp_path / "bad.json")
+    with pytest.raises(CostError, match="none.json"):
+        op_rows(tmp_path / "none.json")

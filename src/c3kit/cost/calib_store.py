@@ -62,6 +62,16 @@ def op_calibration_path(gpu_name: str, family: str, root: str | Path | None = No
     return Path(root or calib_dir()) / f"{calib_stem(gpu_name)}-ops-{family}.json"
 
 
+def op_rows(path: str | Path) -> list[dict]:
+    """The rows of an op-level calibration file (kind 'ops-<family>') as dicts keyed by its columns."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        return [dict(zip(doc["columns"], r)) for r in doc["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CostError(f"{path.name}: not a readable op calibration file ({e})") from None
+
+
 def measured_run_path(gpu_name: str, what: str, root: str | Path) -> Path:
     """Where a GPU's measured whole-run checks (e.g. 'serve-loop', 'train-step') live under root; checks, not fits."""
     if not re.fullmatch(r"[a-z][a-z0-9-]*", what):

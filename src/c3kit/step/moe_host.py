@@ -20,7 +20,6 @@ these host times are lower bounds for code built on them. Nothing here is taken 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -71,14 +70,12 @@ def reduce_rows(rows: list[dict], origin: str = "") -> MoEHostCalibration:
 @lru_cache(maxsize=8)
 def moe_host_calibration(gpu_name: str) -> MoEHostCalibration:
     """The shipped moe_host calibration of a GPU's host, else the H200 host's; C3kitError when none is shipped."""
-    from c3kit.cost.calib_store import op_calibration_path
+    from c3kit.cost.calib_store import op_calibration_path, op_rows
 
     for name in dict.fromkeys((gpu_name, FALLBACK_GPU)):
         p = op_calibration_path(name, FAMILY)
         if p.is_file():
-            doc = json.loads(p.read_text())
-            cols = list(doc["columns"])
-            return reduce_rows([dict(zip(cols, r)) for r in doc["rows"]], p.name)
+            return reduce_rows(op_rows(p), p.name)
     raise C3kitError(f"no measured MoE host calibration (ops-{FAMILY}) is shipped")
 
 

@@ -98,17 +98,14 @@ class Contention:
 def contention_rows(gpu_name: str = CONTENTION_GPU) -> list[dict]:
     """The stand-in rows of the measured gemm_under_comm file (SM copy, no pause, CONTENTION_BLOCKS blocks, the copy
     busy over the whole GEMM window); C3kitError without them."""
-    import json
-
-    from c3kit.cost.calib_store import op_calibration_path
+    from c3kit.cost.calib_store import op_calibration_path, op_rows
     from c3kit.errors import C3kitError
 
     path = op_calibration_path(gpu_name, "gemm_under_comm")
     try:
-        doc = json.loads(path.read_text())
-        rows = [dict(zip(doc["columns"], r)) for r in doc["rows"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise C3kitError(f"no measured compute / comm contention for {gpu_name} ({path.name}: {e})") from None
+        rows = op_rows(path)
+    except C3kitError as e:
+        raise C3kitError(f"no measured compute / comm contention for {gpu_name} ({e})") from None
     keep = [r for r in rows if r.get("comm") == "sm_copy" and r.get("duty") == 1.0 and r.get("covered")
             and r.get("blocks") in CONTENTION_BLOCKS]
     if not keep:
