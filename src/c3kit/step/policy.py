@@ -151,7 +151,8 @@ def contended_policy() -> ContendedOverlap:
 
 # --- the overlap engine in the step ------------------------------------------------------------------
 FAMILIES = ("serial", "bulk", "ring", "ficco", "fused")
-BASE_MODES = ("none", "simple", "contended", "auto")
+RULE_MODES = ("none", "simple", "contended")  # modes priced by a rule, no engine (base_policy)
+BASE_MODES = (*RULE_MODES, "auto")
 # `analyze` and `validate` price under this mode unless told otherwise: the op-level measurement (device call 31) says
 # a collective beside a GEMM moves at about a fifth of its rate, so simple's full overlap of independent pairs is an
 # upper bound that no measurement supports (README, docs/overlap_default.md).
@@ -252,7 +253,7 @@ class EngineOverlap:
                  base=None):
         from c3kit.errors import C3kitError
 
-        if mode not in overlap_modes() or mode in ("none", "simple", "contended"):
+        if mode not in overlap_modes() or mode in RULE_MODES:
             raise C3kitError(f"unknown engine overlap mode {mode!r}: use auto, a family ({', '.join(FAMILIES)}) "
                              "or a schedule name (`c3kit overlap --help`)")
         self.name = mode if patterns is None else f"{mode}[{','.join(patterns)}]"
@@ -368,7 +369,7 @@ def policy_for(mode: str, power: str = "burst"):
     modes price the pairs the engine does not take with the default mode's rule (base_policy())."""
     from c3kit.errors import C3kitError
 
-    if mode in ("none", "simple", "contended"):
+    if mode in RULE_MODES:
         return base_policy(mode)
     if mode not in overlap_modes():
         import difflib

@@ -219,13 +219,13 @@ def compare_overlap(graph, hw: GPU, *, timer: Timer | None = None, cost_model=No
     """Step time, exposed communication and change against `simple` under none, simple, contended, auto and each
     schedule family (the op times are computed once; engine prices are cached by pair shape). The engine modes
     price the pairs the engine does not take with the default mode's rule (step.policy.policy_for)."""
-    from c3kit.step.policy import FAMILIES, policy_for
+    from c3kit.step.policy import BASE_MODES, FAMILIES, policy_for
 
     timer = timer or step_timer(cost_model)
     plan = make_plan(graph)
     t = node_times(graph, hw, timer)
     out = []
-    for mode in modes or ("none", "simple", "contended", "auto", *FAMILIES):
+    for mode in modes or (*BASE_MODES, *FAMILIES):
         pol = policy_for(mode, power)
         if hasattr(pol, "bind"):
             pol = pol.bind(graph, hw)

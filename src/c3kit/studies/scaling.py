@@ -33,13 +33,14 @@ import numpy as np
 import pandas as pd
 
 from c3kit.errors import StudyError
+from c3kit.step.policy import BASE_MODES
 
 HEAD_DIM = 128
 VOCAB = 51200
 # the modes every scenario is also priced under (issue 14: how much of the growing communication share overlap can
 # still hide): nothing overlapped, ideal dependency-only overlap, overlap at the measured contention (the default),
 # and the default plus the overlap engine's picks
-OVERLAP_MODES = ("none", "simple", "contended", "auto")
+OVERLAP_MODES = BASE_MODES
 
 
 @dataclass(frozen=True)
