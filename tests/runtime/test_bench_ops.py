@@ -312,3 +312,24 @@ def test_l2_reuse_family_times_each_consumer_after_each_producer(tmp_path):
                                                         for p in ("gemm", "copy", "evict")}
     assert all(r["time_s"] == pytest.approx(r["pair_s"] - r["producer_s"]) for r in rows)
 
+
+
+def test_steady_ops_family_times_every_case_burst_then_steady(tmp_path):
+    from c3kit.runtime.bench.ops_steady import STEADY_COLUMNS, steady_cases
+
+    cols, rows = _family_rows(tmp_path, "steady_ops")
+    assert cols == STEADY_COLUMNS
+    assert [r["mode"] for r in rows] == ["burst", "steady"] * len(steady_cases(True))
+    assert {r["op"] for r in rows} == {"attention", "gemm", "rmsnorm", "block"}
+    assert all(r["time_s"] > 0 for r in rows)
+    assert all(r["hold_s"] == (0.0 if r["mode"] == "burst" else 0.01) for r in rows)
+
+
+def test_steady_ops_full_case_list_pairs_each_attention_pass_and_keeps_the_reference_gemm():
+    from c3kit.runtime.bench.ops_steady import steady_cases
+
+    cases = steady_cases(False)
+    assert cases[0] == ("gemm", "", "fwd", 8192, 0, 0, 0, 0, 8192)
+    attn = [c for c in cases if c[0] == "attention"]
+    assert len(attn) == 14 and {c[2] for c in attn} == {"fwd", "bwd"}
+    assert all(c[3] >= c[4] for c in attn)  # at least one full sequence per case
