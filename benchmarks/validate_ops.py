@@ -196,7 +196,33 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
         if oc.is_bmm_row(r):  # none of these rows is in the GEMM calibration: all are out of sample
             t = op_time(Gemm(UNFUSED_GEMM, int(r["m"]), int(r["n"]), int(r["k"]), "bf16", int(r["groups"])), h200, burst)
             out.setdefault("bmm by the GEMM model (unfused attention)", []).append(t / r["time_s"] - 1)
+    for name, e in steady_attention_errors(directory).items():
+        out[name] = e
     return {k: np.array(v) for k, v in out.items()}
+
+
+STEADY_BACKENDS = {"flash": "flash2", "cudnn": "cudnn"}  # steady_ops' SDPA backend -> c3kit's attention class
+
+
+def steady_attention_errors(directory: Path | None = None) -> dict[str, list]:
+    """Attention timed in steady state (steady_ops rows: after 0.6 s back to back, at the power-capped clock; no fit
+    reads them) against the shipped attention classes, which were fitted on rows timed in short windows."""
+    from c3kit.cost.opclass import _rows, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    doc = _check_doc(directory, "steady_ops")
+    if doc is None:
+        return {}
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    out: dict[str, list] = {}
+    for r in _rows(doc):
+        if r["op"] != "attention" or r["mode"] != "steady" or r["backend"] not in STEADY_BACKENDS:
+            continue
+        b = max(1, int(r["tokens"]) // int(r["seq"]))
+        p = cal.attention_time(b, r["heads"], r["kv_heads"], r["seq"], r["seq"], r["head_dim"], True,
+                               r["pass"] == "bwd", backend=STEADY_BACKENDS[r["backend"]])
+        out.setdefault("attention at steady state (steady_ops rows, out of sample)", []).append(float(p) / r["time_s"] - 1)
+    return out
 
 
 def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
