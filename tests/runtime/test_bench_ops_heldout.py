@@ -47,15 +47,15 @@ def test_decode_small_cases_are_every_combination_and_a_short_prefix_covers_kv_a
 
 def test_cp_roles_are_the_ring_shapes_of_one_chunk():
     assert oh.cp_roles(8) == [("diag", 16, 16, 1), ("kv_half", 16, 8, 0), ("q_half", 8, 16, 0),
-                              ("chunk", 8, 8, 0), ("chunk_diag", 8, 8, 1)]
+                              ("full", 16, 16, 0), ("chunk", 8, 8, 0), ("chunk_diag", 8, 8, 1)]
 
 
 def test_cp_cases_name_each_sequence_and_degree_once_and_stay_in_chunk_bounds():
     cases = oh.cp_cases()
-    assert len(cases) == 5 * 5  # chunks 4k .. 64k, five roles each
-    runs = [r for _, _, _, _, rr in cases[::5] for r in rr.split()]
+    assert len(cases) == 5 * 6  # chunks 4k .. 64k, six roles each
+    runs = [r for _, _, _, _, rr in cases[::6] for r in rr.split()]
     assert sorted(runs) == sorted(f"{S // 1024}k/cp{cp}" for S in oh.CP_SEQS for cp in oh.CP_DEGREES)
-    assert cases[10][4] == "64k/cp2 128k/cp4 256k/cp8"  # chunk 16384 = S / (2 cp) for all three
+    assert cases[12][4] == "64k/cp2 128k/cp4 256k/cp8"  # chunk 16384 = S / (2 cp) for all three
     for role, q, kv, causal, rr in cases:
         for run in rr.split():
             S, cp = int(run.split("k/cp")[0]) * 1024, int(run.split("k/cp")[1])

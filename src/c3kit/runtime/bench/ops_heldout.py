@@ -4,7 +4,7 @@ caches, and long-sequence attention in the chunk shapes torch context parallelis
 
 Families of `python -m c3kit.runtime.bench.ops --only fp8_mm,norm_width,decode_attn_small,cp_attention`.
 Expected run time on one H200 (estimated from the rows of the fp8, memory_graph, norm_bwd, decode_attention and
-attn_graph families; not yet run): fp8_mm 12 s, norm_width 35 s, decode_attn_small 30 s, cp_attention 35 s, plus
+attn_graph families; not yet run): fp8_mm 12 s, norm_width 35 s, decode_attn_small 30 s, cp_attention 50 s, plus
 about 1 s of clock warm-up each (--budget-s cuts whole cases; each case list is ordered so a cut keeps coverage).
 The case lists are plain functions of no device, so tests check them on a CPU.
 """
@@ -220,12 +220,13 @@ CP_HEADS, CP_KV_HEADS, CP_HEAD_DIM = 32, 8, 128
 
 
 def cp_roles(chunk: int) -> list[tuple[str, int, int, int]]:
-    """(role, q_len, kv_len, causal) of the attention calls torch context parallelism's ring runs with its
-    load-balanced layout (two chunks of `chunk` tokens per rank): the causal diagonal over the rank's own 2 chunks,
-    the whole local q against an earlier rank's first chunk, the second local chunk against a later rank's
-    2 chunks, and one chunk against one chunk (non-causal and causal, as the same ring without load balancing)."""
+    """(role, q_len, kv_len, causal) of the attention calls of torch context parallelism's ring over a rank's shard
+    of two chunks of `chunk` tokens: with load balancing, the causal diagonal over the own shard, the whole shard's q
+    against an earlier rank's first chunk, the second chunk's q against a later rank's shard; without it, the shard
+    against an earlier rank's shard (non-causal); and one chunk against one chunk, non-causal and causal (the
+    per-chunk calls of head-tail CP implementations that split the shard)."""
     c, L = chunk, 2 * chunk
-    return [("diag", L, L, 1), ("kv_half", L, c, 0), ("q_half", c, L, 0), ("chunk", c, c, 0),
+    return [("diag", L, L, 1), ("kv_half", L, c, 0), ("q_half", c, L, 0), ("full", L, L, 0), ("chunk", c, c, 0),
             ("chunk_diag", c, c, 1)]
 
 
