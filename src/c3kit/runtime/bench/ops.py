@@ -21,6 +21,8 @@ from c3kit.runtime.bench.ops_decode import (bench_act_chunked, bench_after_strea
 from c3kit.runtime.bench.ops_graphed import (bench_attn_graph, bench_attn_graph_cudnn, bench_attn_graph_efficient,
                                              bench_fp8_cast_parts, bench_grouped_wgrad, bench_l2_reuse,
                                              bench_memory_graph, bench_norm_bwd)
+from c3kit.runtime.bench.ops_heldout import (bench_cp_attention, bench_decode_attn_small, bench_fp8_mm,
+                                             bench_norm_width)
 from c3kit.runtime.bench.ops_pairs import bench_gemm_pair
 from c3kit.runtime.bench.ops_undercomm import bench_gemm_under_comm
 from c3kit.runtime.bench.ops_steady import bench_steady_ops
@@ -40,7 +42,8 @@ FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "
             "moe_train", "act_chunked", "decode_cold", "optimizer_burst",
             "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad", "moe_host",
             "gemm_under_comm", "attn_graph", "norm_bwd", "grouped_wgrad", "fp8_cast_parts", "moe_fp8_host",
-            "attn_graph_cudnn", "attn_graph_efficient", "memory_graph", "l2_reuse", "steady_ops")
+            "attn_graph_cudnn", "attn_graph_efficient", "memory_graph", "l2_reuse", "steady_ops",
+            "fp8_mm", "norm_width", "decode_attn_small", "cp_attention")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -467,7 +470,9 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "grouped_wgrad": bench_grouped_wgrad,
            "fp8_cast_parts": bench_fp8_cast_parts, "moe_fp8_host": bench_moe_fp8_host,
            "memory_graph": bench_memory_graph, "l2_reuse": bench_l2_reuse,
-           "steady_ops": bench_steady_ops}
+           "steady_ops": bench_steady_ops,
+           "fp8_mm": bench_fp8_mm, "norm_width": bench_norm_width, "decode_attn_small": bench_decode_attn_small,
+           "cp_attention": bench_cp_attention}
 
 
 def main(argv: list[str] | None = None) -> int:
