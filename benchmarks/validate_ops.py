@@ -198,6 +198,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             out.setdefault("bmm by the GEMM model (unfused attention)", []).append(t / r["time_s"] - 1)
     for name, e in steady_attention_errors(directory).items():
         out[name] = e
+    for name, e in cp_chunk_errors(directory).items():
+        out[name] = e
     return {k: np.array(v) for k, v in out.items()}
 
 
@@ -222,6 +224,25 @@ def steady_attention_errors(directory: Path | None = None) -> dict[str, list]:
         p = cal.attention_time(b, r["heads"], r["kv_heads"], r["seq"], r["seq"], r["head_dim"], True,
                                r["pass"] == "bwd", backend=STEADY_BACKENDS[r["backend"]])
         out.setdefault("attention at steady state (steady_ops rows, out of sample)", []).append(float(p) / r["time_s"] - 1)
+    return out
+
+
+def cp_chunk_errors(directory: Path | None = None) -> dict[str, list]:
+    """The attention calls of torch's load-balanced ring attention (cp_attention rows: the causal diagonal, half-shard
+    and whole-shard chunks of S = 64k-256k at cp 2-8; no fit reads them) against the shipped flash class."""
+    from c3kit.cost.opclass import _rows, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    doc = _check_doc(directory, "cp_attention")
+    if doc is None:
+        return {}
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    out: dict[str, list] = {}
+    for r in _rows(doc):
+        p = cal.attention_time(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
+                               bool(r["causal"]), r["pass"] == "bwd", backend="flash2")
+        out.setdefault(f"attention flash2 {r['pass']} as context-parallel chunks (cp_attention rows, out of sample)",
+                       []).append(float(p) / r["time_s"] - 1)
     return out
 
 
