@@ -213,3 +213,27 @@ def test_scale_power_option(tmp_path, capsys):
     # the power cap slows compute, so communication's share of the step falls
     assert sus["headline"]["comm_share_median"] < burst["headline"]["comm_share_median"]
     assert main(args + ["--power", "turbo", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_published_steady_rows_of_another_file_set_its_factor(tmp_path, monkeypatch):
+    from c3kit.cost import published as pub
+    from c3kit.cost.default_curve import default_curve_for
+
+    (tmp_path / "b200.toml").write_text(
+        'gpu = "B200"\nretrieved = "2026-12-04"\n'
+        '[[sustained_gemm]]\ndtype = "bf16"\nrate_of = "bf16"\nm = 8192\nn = 8192\nk = 8192\ntflops = 1400.0\n'
+        'source = "s"\nrole = "fit"\n'
+        '[[sustained_gemm]]\ndtype = "bf16"\nrate_of = "bf16"\nm = 1024\nn = 1024\nk = 1024\ntflops = 10.0\n'
+        'source = "s"\nrole = "check"\n')
+    monkeypatch.setattr(pub, "published_dir", lambda: tmp_path)
+    pub.clear()
+    try:
+        gpu = get_gpu("B200")
+        burst = default_curve_for(gpu)[0].gemm_time(8192, 8192, 8192, "bf16", gpu)
+        c = sustained_for("B200")
+        # one fit row: its published time over the curve's burst time; the check row sets nothing
+        assert c == SustainedClock(2 * 8192**3 / 1400e12 / burst, 1.0, 0.0, 1, "published:b200.toml")
+    finally:
+        monkeypatch.undo()
+        pub.clear()
+    assert sustained_for("B200") == NO_THROTTLE

@@ -483,7 +483,10 @@ def comm_eff_rows(gpus, index, model):
 
 
 def clear() -> None:
-    """Forget the loaded published rows (tests that add files)."""
+    """Forget the loaded published rows and what was derived from them (tests that add files)."""
+    from c3kit.cost.power import sustained_for
+
     _all.cache_clear()
+    sustained_for.cache_clear()  # its fallback reads the published steady-state rows
     memory_fraction.cache_clear()
     scaleup_fraction.cache_clear()
