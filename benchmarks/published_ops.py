@@ -2,7 +2,8 @@
 
 Prints, per GPU with a published file, every row: the published achieved TFLOP/s, the model's, and the
 ratio, with the row's role: "fit" rows set the GEMM level or are the attention rates themselves (their
-agreement is by construction), "check" rows are out of sample. Then the source cross-check on the GPU
+agreement is by construction), "check" rows are out of sample. Steady-state GEMM rows ("gemm ... sustained")
+are compared with the model at sustained clocks (their fit rows set the GPU's sustained-clock factor). Then the source cross-check on the GPU
 both have: the same table's H100 / H200 figures against c3kit's own H200-measured curve (burst clocks), at
 the table's shapes. Nothing here reads a published step time.
 
@@ -55,6 +56,11 @@ def rows():
             t = cost.time(Gemm("g", p.m, p.n, p.k, p.dtype), gpu, m)
             out.append((ops.gpu, f"gemm {p.dtype}", f"{p.m}x{p.n}x{p.k}", p.role, p.tflops,
                         2 * p.m * p.n * p.k / t / 1e12))
+        sus = cost.CostModel(kind="efficiency", power="sustained")
+        for s in ops.sustained:  # priced at the dtype whose rate the row runs at (rate_of)
+            t = cost.time(Gemm("g", s.m, s.n, s.k, s.rate_of), gpu, sus)
+            out.append((ops.gpu, f"gemm {s.rate_of} sustained", f"{s.m}x{s.n}x{s.k}", s.role, s.tflops,
+                        2 * s.m * s.n * s.k / t / 1e12))
         for a in ops.attention:
             # the row's layout, else FlashAttention-2's benchmark: 16k tokens, hidden 2048
             heads = a.heads or 2048 // a.head_dim
@@ -116,6 +122,7 @@ def azure_h200_check():
 
 
 ROW_CLASS = {"gemm": lambda r: {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}[r.dtype],
+             "sustained": lambda r: "gemm (sustained clock)",
              "attention": lambda r: "attention", "memory": lambda r: "memory, fp8_cast",
              "collective": lambda r: "collective"}
 
@@ -128,7 +135,7 @@ def sources_block() -> str:
     rows = []
     for ops in pub.all_published():
         seen: dict = {}
-        for table in ("gemm", "attention", "memory", "collective"):
+        for table in ("gemm", "sustained", "attention", "memory", "collective"):
             for r in getattr(ops, table):
                 key = (ROW_CLASS[table](r), cite(r.source), r.retrieved or ops.retrieved)
                 roles = seen.setdefault(key, {"fit": 0, "check": 0})

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from c3kit.cost import CostModel, explain, time
-from c3kit.cost.power import NO_THROTTLE, SustainedClock, fit_sustained, steady_rows, sustained_for
+from c3kit.cost.power import NO_THROTTLE, SustainedClock, constant_clock, fit_sustained, published_sustained, \
+    steady_rows, sustained_for
 from c3kit.errors import CostError
 from c3kit.hw.catalog import get_gpu
 from c3kit.workload.ops import Gemm
@@ -83,8 +84,63 @@ def test_shipped_h200_fit_throttles_big_gemms_and_not_small_ones():
     assert sustained_for("H200-SXM+2g(historical)") == c  # projections use their base GPU's calibration
 
 
-def test_gpu_without_steady_calibration_is_not_throttled():
-    assert sustained_for("A100-SXM-80G") == NO_THROTTLE
+def test_gpu_without_steady_calibration_or_published_steady_rows_is_not_throttled():
+    assert sustained_for("B200") == NO_THROTTLE and published_sustained("B200") is None
+    assert published_sustained("H200-SXM") is None  # measured GPUs have no published steady rows
+
+
+def test_constant_clock_hand_checked_and_bad_input_refused():
+    c = constant_clock([1.0, 2.0, 4.0], [1.1, 2.4, 4.4])  # ratios 1.1, 1.2, 1.1
+    assert c == SustainedClock(1.1, 1.0, 0.0, 3, "<rows>")
+    assert c.factor(0.05) == c.factor(0.95) == pytest.approx(1.1)
+    assert constant_clock([2.0, 2.0], [2.0, 3.0]).scale == pytest.approx(1.25)  # even count: mean of the middle two
+    for b, s in (([], []), ([1.0], [1.0, 2.0]), ([0.0], [1.0]), ([1.0], [float("nan")])):
+        with pytest.raises(CostError):
+            constant_clock(b, s)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-6, 1.0), st.floats(0.5, 2.0)), min_size=1, max_size=12))
+def test_constant_clock_lies_within_the_rows_ratios(rows):
+    b = [x for x, _ in rows]
+    s = [x * r for x, r in rows]
+    c = constant_clock(b, s)
+    ratios = [r for _, r in rows]
+    assert min(ratios) - 1e-9 <= c.scale <= max(ratios) + 1e-9 and c.exponent == 0.0 and c.rows == len(rows)
+
+
+def test_a100_sustained_clock_from_published_steady_rows_hand_checked():
+    from c3kit.cost.default_curve import default_curve_for
+    from c3kit.cost.published import published_ops
+
+    c = sustained_for("A100-SXM-80G")
+    assert c == published_sustained("A100-SXM-80G")
+    assert c.origin == "published:a100-sxm-80g.toml" and c.rows == 4 and c.exponent == 0.0
+    a100 = get_gpu("A100-SXM-80G")
+    curve = default_curve_for(a100)[0]
+    fit = [r for r in published_ops("A100-SXM-80G").sustained if r.role == "fit"]
+    assert sorted((r.m, r.n, r.k, r.tflops) for r in fit) == [(4096, 4096, 4096, 228.0), (6144, 12288, 12288, 250.8),
+                                                              (8192, 8192, 8192, 253.7), (16384, 16384, 16384, 256.5)]
+    # Azure's steady TFLOP/s against the levelled (MAMF) curve's burst TFLOP/s, by hand: 261.0 / 228.0 = 1.145,
+    # 274.7 / 250.8 = 1.095, 279.3 / 253.7 = 1.101, 281.8 / 256.5 = 1.099; the median 1.0998
+    ratios = sorted(r.seconds / curve.gemm_time(r.m, r.n, r.k, "bf16", a100) for r in fit)
+    assert [round(x, 3) for x in ratios] == [1.095, 1.099, 1.101, 1.145]
+    assert c.scale == pytest.approx((ratios[1] + ratios[2]) / 2, rel=1e-12)
+    assert c.scale == pytest.approx(1.0998, abs=5e-4)
+    # the cost model at sustained clocks: burst x the constant, and the out-of-sample 8192^3 randn check (257)
+    op = Gemm("g", 8192, 8192, 8192)
+    burst = time(op, a100, CostModel(kind="efficiency"))
+    sus = time(op, a100, CostModel(kind="efficiency", power="sustained"))
+    assert sus == pytest.approx(burst * c.scale, rel=1e-12)
+    assert op.flops / sus / 1e12 == pytest.approx(257.0, rel=0.02)
+    est = explain(op, a100, CostModel(kind="efficiency", power="sustained"))
+    assert est.method == "efficiency-sustained" and est.detail["sustained_clock"]["origin"] == c.origin
+    assert sustained_for("A100-SXM-80G+2g(historical)") == c  # a projection keeps its base GPU's clock ratio
+
+
+def test_h100_500w_keeps_the_documented_transfer():
+    # no published op-level figure of the H100 at 500 W was found: it keeps the H200's (700 W) fitted factor
+    assert sustained_for("H100-SXM-96G-500W") == sustained_for("H200-SXM")
 
 
 def test_sustained_cost_model_is_burst_times_the_factor():
@@ -157,3 +213,27 @@ def test_scale_power_option(tmp_path, capsys):
     # the power cap slows compute, so communication's share of the step falls
     assert sus["headline"]["comm_share_median"] < burst["headline"]["comm_share_median"]
     assert main(args + ["--power", "turbo", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_published_steady_rows_of_another_file_set_its_factor(tmp_path, monkeypatch):
+    from c3kit.cost import published as pub
+    from c3kit.cost.default_curve import default_curve_for
+
+    (tmp_path / "b200.toml").write_text(
+        'gpu = "B200"\nretrieved = "2026-12-04"\n'
+        '[[sustained_gemm]]\ndtype = "bf16"\nrate_of = "bf16"\nm = 8192\nn = 8192\nk = 8192\ntflops = 1400.0\n'
+        'source = "s"\nrole = "fit"\n'
+        '[[sustained_gemm]]\ndtype = "bf16"\nrate_of = "bf16"\nm = 1024\nn = 1024\nk = 1024\ntflops = 10.0\n'
+        'source = "s"\nrole = "check"\n')
+    monkeypatch.setattr(pub, "published_dir", lambda: tmp_path)
+    pub.clear()
+    try:
+        gpu = get_gpu("B200")
+        burst = default_curve_for(gpu)[0].gemm_time(8192, 8192, 8192, "bf16", gpu)
+        c = sustained_for("B200")
+        # one fit row: its published time over the curve's burst time; the check row sets nothing
+        assert c == SustainedClock(2 * 8192**3 / 1400e12 / burst, 1.0, 0.0, 1, "published:b200.toml")
+    finally:
+        monkeypatch.undo()
+        pub.clear()
+    assert sustained_for("B200") == NO_THROTTLE

@@ -38,6 +38,9 @@ def test_every_gpu_file_parses_and_every_row_names_its_source():
             # below the link bandwidth; NVLS (in-switch reduction, H100's rows) below 2 (n-1)/n of it
             bound = 2 * (c.ranks - 1) / c.ranks if g == "H100-SXM" else 1.0
             assert "@" in c.source and c.busbw_gbps * 1e9 < bound * gpu.scaleup.bw
+        for s in ops.sustained:
+            assert ("@" in s.source and len(s.source.split("@")[1].split()[0]) >= 7) or "https://" in s.source
+            assert s.tflops * 1e12 < gpu.peak_flops(s.rate_of)
         assert ops.retrieved >= "2026-12-03"
 
 
@@ -265,3 +268,35 @@ def test_h100_flash_attention_rows_check_the_transfer_and_set_nothing():
         b = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, backward=True, **kw)
         rate = (f.flops + b.flops) / (cost.time(f, h100, EFF) + cost.time(b, h100, EFF)) / 1e12
         assert 0.7 < rate / a.tflops < 1.0, (a.seq, a.head_dim, a.causal)
+
+
+def test_a100_steady_state_rows_hand_checked():
+    ops = pub.published_ops("A100-SXM-80G")
+    rows = {(s.m, s.n, s.k, s.source.split()[0]): s for s in ops.sustained}
+    azure = "Azure/AI-benchmarking-guide"
+    assert rows[(8192, 8192, 8192, azure)].tflops == 253.7 and rows[(8192, 8192, 8192, azure)].role == "fit"
+    assert rows[(1024, 1024, 1024, azure)].tflops == 119.4 and rows[(1024, 1024, 1024, azure)].role == "check"
+    he = rows[(8192, 8192, 8192, "https://www.thonking.ai/p/strangely-matrix-multiplications")]
+    assert he.tflops == 257.0 and he.role == "check" and he.retrieved == "2026-12-04"
+    # the rule the file states: fit rows are the shapes whose every dimension is at least 4096
+    assert all((min(s.m, s.n, s.k) >= 4096) == (s.role == "fit") for s in ops.sustained if s.source.startswith(azure))
+    assert all(s.rate_of == "bf16" for s in ops.sustained)  # FP16 priced at the equal BF16 rate (datasheet)
+    assert ops.sources(pub.SUSTAINED) == (
+        "Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md @ 3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2, "
+        "retrieved 2026-12-03",)
+    assert not any(s.source.startswith(azure) for s in ops.gemm)  # steady-state rows are no burst-curve checks
+    assert "gemm_sustained" not in ops.classes()  # a clock factor, not a priced op class
+
+
+@pytest.mark.parametrize("patch, msg", [
+    ({"rate_of": "fp4"}, "rate_of must be one of"),
+    ({"rate_of": None}, "lacks rate_of"),
+    ({"role": "tuned"}, "role 'tuned'"),
+    ({"tflops": 0.0}, "positive"),
+])
+def test_bad_sustained_rows_are_refused(patch, msg):
+    row = {"dtype": "fp16", "rate_of": "bf16", "m": 8192, "n": 8192, "k": 8192, "tflops": 250.0, "source": "s",
+           "role": "fit", **patch}
+    row = {k: v for k, v in row.items() if v is not None}
+    with pytest.raises(CostError, match=msg):
+        pub.parse({"gpu": "X", "retrieved": "2026-12-04", "sustained_gemm": [row]}, "x.toml")

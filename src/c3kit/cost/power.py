@@ -13,6 +13,13 @@ GEMM's burst efficiency e (FLOP/s over the catalog peak of its dtype), which sta
 
 fitted (least absolute log error, grid over e0 and gamma, a the median) to the steady-state rows of
 `c3kit bench gemm --steady` of the fit set ("random"), against the calibrated table's prediction.
+
+A GPU without steady-state measurements of its own (or a transfer of them) whose published rows include
+steady-state GEMM figures (cost/published.py, [[sustained_gemm]] rows of role "fit") takes a constant factor: the
+published time over the burst curve's time at the same shape, the median over those rows (exponent 0). Those
+rows are large compute-bound GEMMs, whose time scales as 1 / SM clock, so the factor is the burst-to-sustained
+clock ratio the power cap imposes; it is applied to every GEMM because a training step keeps the GPU near its
+power limit and the controller's time scale (about 100 ms, measured on the H200) spans many GEMMs.
 """
 
 from __future__ import annotations
@@ -112,9 +119,36 @@ def burst_predictions(rows, table, gpu, curve=None) -> tuple[np.ndarray, np.ndar
     return np.array(pred), np.array(meas), np.array(eff)
 
 
+def constant_clock(burst_s: Sequence[float], steady_s: Sequence[float], origin: str = "<rows>") -> SustainedClock:
+    """A constant SustainedClock: the median of steady over burst seconds (published steady-state rows)."""
+    b, s = (np.asarray(x, dtype=float) for x in (burst_s, steady_s))
+    if len(b) != len(s) or len(b) == 0:
+        raise CostError(f"{origin}: needs as many burst as steady times, and at least one")
+    if not (np.all(b > 0) and np.all(s > 0) and np.all(np.isfinite(b)) and np.all(np.isfinite(s))):
+        raise CostError(f"{origin}: burst and steady times must be positive and finite")
+    return SustainedClock(float(np.median(s / b)), 1.0, 0.0, len(b), origin)
+
+
+def published_sustained(gpu_name: str) -> SustainedClock | None:
+    """The constant SustainedClock the GPU's published steady-state GEMM rows of role fit imply (None without)."""
+    from c3kit.cost.default_curve import default_curve_for
+    from c3kit.cost.published import published_ops
+    from c3kit.hw.catalog import get_gpu
+
+    ops = published_ops(gpu_name)
+    rows = [r for r in ops.sustained if r.role == "fit"] if ops is not None else []
+    if not rows:
+        return None
+    gpu = get_gpu(ops.gpu)  # a projection keeps its base GPU's clock ratio
+    curve = default_curve_for(gpu)[0]
+    burst = [curve.gemm_time(r.m, r.n, r.k, r.rate_of, gpu) for r in rows]
+    return constant_clock(burst, [r.seconds for r in rows], origin=f"published:{ops.origin}")
+
+
 @functools.lru_cache(maxsize=16)
 def sustained_for(gpu_name: str) -> SustainedClock:
-    """The SustainedClock fitted to the GPU's shipped steady-state rows and gemm table (NO_THROTTLE if none)."""
+    """The SustainedClock fitted to the GPU's shipped steady-state rows and gemm table, else the one its published
+    steady-state GEMM rows imply, else NO_THROTTLE."""
     from c3kit.cost.calib_store import calibration_path, read_calibration
     from c3kit.cost.default_curve import default_curve_for
     from c3kit.cost.table import cached_gemm_table
@@ -127,7 +161,7 @@ def sustained_for(gpu_name: str) -> SustainedClock:
     table = cached_gemm_table(base)
     path = calibration_path(base, "gemm", variant="steady")
     if table is None or not path.is_file():
-        return NO_THROTTLE
+        return published_sustained(gpu_name) or NO_THROTTLE
     gpu = get_gpu(base)
     rows = steady_rows(read_calibration(path), FIT_SETS)
     b, s, e = burst_predictions(rows, table, gpu, default_curve_for(gpu)[0])

@@ -20,6 +20,11 @@ with published rows of role "fit" is priced from them; the rest stay on the data
   median over fit rows). It replaces the cost model's assumed comm_eff on the scale-up fabric only (NICs keep
   comm_eff); the other sizes are checks. Used by cost.time and the vectorized step model alike (comm_eff_rows).
 
+- sustained_gemm: steady-state GEMM figures (run back to back long enough for the power controller to settle).
+  Rows of role "fit" set the GPU's sustained-clock factor (cost/power.py, published_sustained): the published time
+  over the levelled curve's burst time, the median over rows, for every GEMM (the factor cost/power.py documents).
+  Each row names the dtype whose rate prices it (rate_of), where the measured dtype runs at another's peak.
+
 Every file names the date its rows were retrieved (`retrieved`, YYYY-MM-DD); its path comes from
 cost/calib_store.py. Rows of role "check" set nothing: tests and benchmarks/published_ops.py compare the model against them.
 Published end-to-end step times are never read here.
@@ -40,6 +45,8 @@ PUBLISHED = "published microbenchmark"
 SHAPE_FROM = "H200-SXM"
 ROLES = ("fit", "check")
 GEMM_DTYPE_CLASS = {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}
+# the name sources() gives the steady-state GEMM rows that set the sustained-clock factor (not a priced op class)
+SUSTAINED = "gemm_sustained"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,26 @@ class GemmPoint:
     """One published GEMM figure: achieved dense TFLOP/s of an m x n x k GEMM."""
 
     dtype: str
+    m: int
+    n: int
+    k: int
+    tflops: float
+    source: str
+    role: str
+    retrieved: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """The time the figure implies for one GEMM."""
+        return 2.0 * self.m * self.n * self.k / (self.tflops * 1e12)
+
+
+@dataclass(frozen=True)
+class SteadyGemmPoint:
+    """One published steady-state GEMM figure: achieved dense TFLOP/s under sustained load, priced at rate_of."""
+
+    dtype: str
+    rate_of: str
     m: int
     n: int
     k: int
@@ -116,6 +143,7 @@ class PublishedOps:
     memory: tuple[MemoryPoint, ...] = ()
     collective: tuple[CollectivePoint, ...] = ()
     retrieved: str = ""
+    sustained: tuple[SteadyGemmPoint, ...] = ()
 
     def fit_gemm(self, dtype: str | None = None) -> tuple[GemmPoint, ...]:
         """GEMM rows of role fit (of one dtype)."""
@@ -140,7 +168,8 @@ class PublishedOps:
                 "attention": [a for a in self.attention if a.role == "fit"],
                 "memory": [m for m in self.memory if m.role == "fit"],
                 "fp8_cast": [m for m in self.memory if m.role == "fit"],
-                "collective": [c for c in self.collective if c.role == "fit"]}.get(op_class, [])
+                "collective": [c for c in self.collective if c.role == "fit"],
+                SUSTAINED: [s for s in self.sustained if s.role == "fit"]}.get(op_class, [])
         return tuple(dict.fromkeys(f"{cite(r.source)}, retrieved {r.retrieved or self.retrieved}" for r in rows))
 
 
@@ -214,8 +243,17 @@ def parse(doc: dict, origin: str) -> PublishedOps:
             raise CostError(f"{origin} collective row {i + 1}: only all_reduce rows set the scale-up efficiency")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
                                     str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} collective row {i + 1}")))
+    steady = []
+    for i, r in enumerate(doc.get("sustained_gemm", [])):
+        where = f"{origin} sustained_gemm row {i + 1}"
+        _need(r, ("dtype", "rate_of", "m", "n", "k", "tflops", "source", "role"), where)
+        if r["rate_of"] not in GEMM_DTYPE_CLASS:
+            raise CostError(f"{where}: rate_of must be one of {', '.join(GEMM_DTYPE_CLASS)}, got {r['rate_of']!r}")
+        steady.append(SteadyGemmPoint(str(r["dtype"]), str(r["rate_of"]), int(r["m"]), int(r["n"]), int(r["k"]),
+                                      float(r["tflops"]), str(r["source"]), str(r["role"]), _row_date(r, doc, where)))
     retrieved = _date(doc.get("retrieved"), origin)
-    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved)
+    return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved,
+                        tuple(steady))
 
 
 @lru_cache(maxsize=1)
@@ -445,7 +483,10 @@ def comm_eff_rows(gpus, index, model):
 
 
 def clear() -> None:
-    """Forget the loaded published rows (tests that add files)."""
+    """Forget the loaded published rows and what was derived from them (tests that add files)."""
+    from c3kit.cost.power import sustained_for
+
     _all.cache_clear()
+    sustained_for.cache_clear()  # its fallback reads the published steady-state rows
     memory_fraction.cache_clear()
     scaleup_fraction.cache_clear()

@@ -663,7 +663,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
-             "and on A100 STREAM bandwidth and nccl-tests all-reduce bandwidth from published op-level microbenchmarks "
+             "and on A100 STREAM bandwidth, nccl-tests all-reduce bandwidth and the sustained-clock (power) factor "
+             "(steady-state cuBLASLt GEMMs) from published op-level microbenchmarks "
              "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
              "and the rest from the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, "
              "B200 collectives at an assumed 80% of link bandwidth, no measured per-kernel cost, no sustained-clock "
