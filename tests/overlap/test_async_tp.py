@@ -44,8 +44,8 @@ def _check_gemm(ctx, t, stream, rows, deps=()):
 def test_all_gather_matmul_task_list_on_4_gpus():
     # 512 gathered rows on 4 GPUs: 128 rows per rank, shard = 128 x 128 x 2 B = 32768 B
     ctx, tasks = _tasks("ag_gemm")
-    assert [t.name for t in tasks] == ["barrier-0", "mv", "barrier-1", "gemm-local", "ag-1", "gemm-1", "ag-2",
-                                       "gemm-2", "ag-3", "gemm-3", "ag-out", "barrier-end"]
+    assert [t.name for t in tasks] == ["host-issue", "barrier-0", "mv", "barrier-1", "gemm-local", "ag-1", "gemm-1",
+                                       "ag-2", "gemm-2", "ag-3", "gemm-3", "ag-out", "barrier-end"]
     t = {x.name: x for x in tasks}
     _check_barrier(t["barrier-0"], CUR)
     _check_barrier(t["barrier-1"], CUR)
@@ -61,8 +61,8 @@ def test_all_gather_matmul_task_list_on_4_gpus():
     for j, st in ((1, BACK), (2, CUR), (3, BACK)):
         _check_gemm(ctx, t[f"gemm-{j}"], st, 128)
     # group_size 4 is even: the copy into the all-gather output goes on the current stream; the last barrier
-    # waits for both streams
-    _check_barrier(t["barrier-end"], CUR, ("ag-out", "gemm-3"))
+    # waits for both streams and, issued last, for the host
+    _check_barrier(t["barrier-end"], CUR, ("ag-out", "gemm-3", "host-issue"))
 
 
 def test_matmul_reduce_scatter_task_list_on_4_gpus():
@@ -70,7 +70,7 @@ def test_matmul_reduce_scatter_task_list_on_4_gpus():
     # (512 x 256 x 2 B) and writes one chunk
     ctx, tasks = _tasks("gemm_rs")
     assert [t.name for t in tasks] == [
-        "barrier-0",
+        "host-issue", "barrier-0",
         "gemm-1", "barrier-1a", "rs-1", "barrier-1b",
         "gemm-2", "barrier-2a", "rs-2", "barrier-2b",
         "gemm-3", "barrier-3a", "rs-3", "barrier-3b",
@@ -85,7 +85,7 @@ def test_matmul_reduce_scatter_task_list_on_4_gpus():
     _check_gemm(ctx, t["gemm-local"], CUR, 128)
     _check_barrier(t["barrier-end"], CUR, ("gemm-local", "barrier-3b"))
     red = t["rs-sum"]
-    assert (red.kind, red.stream, red.deps) == ("compute", CUR, ("barrier-end",))
+    assert (red.kind, red.stream, red.deps) == ("compute", CUR, ("barrier-end", "host-issue"))
     assert red.work == ctx.cache.mem(512 * 256 * 2 + 65536)
     assert red.hbm * red.work == pytest.approx(512 * 256 * 2 + 65536)
 
@@ -109,4 +109,4 @@ def test_streams_alternate_and_the_output_copy_follows_the_group_size_parity(gpu
         assert t[f"ag-{j}"].stream == t[f"gemm-{j}"].stream == want
     assert t["ag-out"].stream == (CUR if gpus % 2 == 0 else BACK)
     # the last barrier waits for the last task of each stream: the output copy and the last step's GEMM
-    assert set(t["barrier-end"].deps) == {"ag-out", f"gemm-{gpus - 1}"}
+    assert set(t["barrier-end"].deps) == {"ag-out", f"gemm-{gpus - 1}", "host-issue"}
