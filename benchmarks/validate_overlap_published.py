@@ -55,17 +55,20 @@ def main() -> None:
               "streams, copy-engine P2P copies one at a time, symmetric-memory barriers). Sub-GEMM: one step's GEMM alone "
               "(the c3kit GEMM curve; on H100 transferred from H200 measurements); excess per step: measured / steps - "
               "sub-GEMM, i.e. what each step costs beyond its GEMM as measured; weight read: one read of B at peak HBM, "
-              "which every step re-reads; H200 chunks: the case's eight per-step GEMMs alternating over two streams "
+              "which every step re-reads; host issue: the host launching the loop's operations one by one from Python "
+              "(schedules.host_ops operations x the eager launch measured on the H200 machine's host, cost.launch), "
+              "which no step can run ahead of in steady state (the engine's ring-dma includes it); H200 chunks: the case's eight per-step GEMMs alternating over two streams "
               "without communication, measured on one H200 (device call 27), the GEMM part of a step on the other die.", "",
               "| split | case | measured us | predicted us | error | steps x sub-GEMM us | copies alone us | "
-              "excess per step us | weight read us | excess / weight read | H200 chunks, two streams us |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "excess per step us | weight read us | excess / weight read | host issue us | H200 chunks, two streams us |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     h200 = chunks_two_streams()
     print("async TP per row: measured, predicted, steps x sub-GEMM alone, excess per step (us)")
     for b in async_tp_breakdown():
         row = (f"| {b.split} | {b.case} | {b.measured * 1e6:.1f} | {b.predicted * 1e6:.1f} | "
                f"{100 * (b.predicted / b.measured - 1):+.1f}% | {b.steps} x {b.sub_gemm * 1e6:.1f} | {b.copies * 1e6:.1f} | "
                f"{b.excess_per_step * 1e6:.1f} | {b.weight_read * 1e6:.1f} | {b.excess_per_step / b.weight_read:.2f} | "
+               f"{b.host_issue * 1e6:.1f} | "
                + (f"{h200[b.case] * 1e6:.1f} |" if b.case in h200 else "- |"))
         lines.append(row)
         print(row)

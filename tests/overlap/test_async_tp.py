@@ -44,8 +44,8 @@ def _check_gemm(ctx, t, stream, rows, deps=()):
 def test_all_gather_matmul_task_list_on_4_gpus():
     # 512 gathered rows on 4 GPUs: 128 rows per rank, shard = 128 x 128 x 2 B = 32768 B
     ctx, tasks = _tasks("ag_gemm")
-    assert [t.name for t in tasks] == ["barrier-0", "mv", "barrier-1", "gemm-local", "ag-1", "gemm-1", "ag-2",
-                                       "gemm-2", "ag-3", "gemm-3", "ag-out", "barrier-end"]
+    assert [t.name for t in tasks] == ["host-issue", "barrier-0", "mv", "barrier-1", "gemm-local", "ag-1", "gemm-1",
+                                       "ag-2", "gemm-2", "ag-3", "gemm-3", "ag-out", "barrier-end"]
     t = {x.name: x for x in tasks}
     _check_barrier(t["barrier-0"], CUR)
     _check_barrier(t["barrier-1"], CUR)
@@ -61,8 +61,8 @@ def test_all_gather_matmul_task_list_on_4_gpus():
     for j, st in ((1, BACK), (2, CUR), (3, BACK)):
         _check_gemm(ctx, t[f"gemm-{j}"], st, 128)
     # group_size 4 is even: the copy into the all-gather output goes on the current stream; the last barrier
-    # waits for both streams
-    _check_barrier(t["barrier-end"], CUR, ("ag-out", "gemm-3"))
+    # waits for both streams and, issued last, for the host
+    _check_barrier(t["barrier-end"], CUR, ("ag-out", "gemm-3", "host-issue"))
 
 
 def test_matmul_reduce_scatter_task_list_on_4_gpus():
@@ -70,7 +70,7 @@ def test_matmul_reduce_scatter_task_list_on_4_gpus():
     # (512 x 256 x 2 B) and writes one chunk
     ctx, tasks = _tasks("gemm_rs")
     assert [t.name for t in tasks] == [
-        "barrier-0",
+        "host-issue", "barrier-0",
         "gemm-1", "barrier-1a", "rs-1", "barrier-1b",
         "gemm-2", "barrier-2a", "rs-2", "barrier-2b",
         "gemm-3", "barrier-3a", "rs-3", "barrier-3b",
@@ -85,7 +85,7 @@ def test_matmul_reduce_scatter_task_list_on_4_gpus():
     _check_gemm(ctx, t["gemm-local"], CUR, 128)
     _check_barrier(t["barrier-end"], CUR, ("gemm-local", "barrier-3b"))
     red = t["rs-sum"]
-    assert (red.kind, red.stream, red.deps) == ("compute", CUR, ("barrier-end",))
+    assert (red.kind, red.stream, red.deps) == ("compute", CUR, ("barrier-end", "host-issue"))
     assert red.work == ctx.cache.mem(512 * 256 * 2 + 65536)
     assert red.hbm * red.work == pytest.approx(512 * 256 * 2 + 65536)
 
@@ -109,4 +109,78 @@ def test_streams_alternate_and_the_output_copy_follows_the_group_size_parity(gpu
         assert t[f"ag-{j}"].stream == t[f"gemm-{j}"].stream == want
     assert t["ag-out"].stream == (CUR if gpus % 2 == 0 else BACK)
     # the last barrier waits for the last task of each stream: the output copy and the last step's GEMM
-    assert set(t["barrier-end"].deps) == {"ag-out", f"gemm-{gpus - 1}"}
+    assert set(t["barrier-end"].deps) == {"ag-out", f"gemm-{gpus - 1}", "host-issue"}
+
+
+# --- the host that issues the loop ------------------------------------------------------------------------------
+# Host-issued operations of one call, counted by hand from the two loops for group size 8 (7 remote steps):
+#   all-gather matmul: barrier(0), wait_stream (record + wait), mv copy_, barrier(1), wait_stream (2), local mm.out;
+#     per step copy_ + mm.out (2 x 7 = 14); ag-out copy_, wait_stream (2), barrier(0)      -> 1+2+1+1+2+1+14+1+2+1 = 26
+#   matmul reduce-scatter: barrier(0), wait_stream (2); per step mm.out, barrier, copy_, barrier (4 x 7 = 28);
+#     _sleep(100) at step 2; local mm.out, wait_stream (2), barrier(0), the sum              -> 1+2+28+1+1+2+1+1 = 37
+HOST_OPS_8 = {"ag_gemm": 26, "gemm_rs": 37}
+PER_STEP = {"ag_gemm": 2, "gemm_rs": 4}
+
+
+def _host_task(pattern, gpus, params):
+    ctx = Ctx(OverlapProblem(pattern, 64 * gpus, 256, 128, "bf16", gpus), H100, params,
+              CostCache(H100, params.tile_m, params.tile_n, 1.0))
+    tasks, _ = build(SCHEDULES["ring-dma"], ctx, "sm")
+    return ctx, tasks, next(t for t in tasks if t.name == "host-issue")
+
+
+@pytest.mark.parametrize("pattern", ["ag_gemm", "gemm_rs"])
+def test_host_issued_operations_per_call_and_per_step_on_8_gpus(pattern):
+    e = 1e-6
+    _, tasks, host = _host_task(pattern, 8, P.with_(eager_launch=e))
+    assert host.pre == pytest.approx(HOST_OPS_8[pattern] * e)
+    assert (host.stream, host.work, host.post, host.deps, host.engines, host.sms) == ("host", 0.0, 0.0, (), 0, 0.0)
+    # one more GPU adds one step: PER_STEP more operations
+    _, _, host7 = _host_task(pattern, 7, P.with_(eager_launch=e))
+    assert host.pre - host7.pre == pytest.approx(PER_STEP[pattern] * e)
+    # the last-issued task waits for the host
+    assert tasks[-1].deps[-1] == "host-issue"
+
+
+@pytest.mark.parametrize("pattern", ["ag_gemm", "gemm_rs"])
+def test_host_issue_time_is_the_measured_eager_launch_by_default_and_nothing_in_a_cuda_graph(pattern):
+    from c3kit.cost.launch import eager_launch_s
+
+    _, _, host = _host_task(pattern, 8, P)  # eager_launch None: the GPU's measured eager launch
+    assert host.pre == pytest.approx(HOST_OPS_8[pattern] * eager_launch_s(H100))
+    assert 5e-6 < eager_launch_s(H100) < 10e-6  # the H200 host's 7.11 us per eager kernel (ops-floor calibration)
+    _, _, graphed = _host_task(pattern, 8, P.with_(eager_launch=0.0))
+    assert graphed.pre == 0.0
+
+
+def test_the_host_bound_applies_only_in_eager_mode():
+    from c3kit.overlap.evaluate import evaluate
+
+    # a tiny all-gather matmul whose GPU work is a few microseconds: in eager mode the host sets the time
+    prob = OverlapProblem("ag_gemm", 512, 256, 128, "bf16", 8)
+    graph = ContentionParams.ideal()  # no latencies, eager_launch 0: the loop in a CUDA graph
+    eager = graph.with_(eager_launch=1e-3)
+    (g,) = evaluate(prob, H100, ["ring-dma"], graph)
+    (e,) = evaluate(prob, H100, ["ring-dma"], eager)
+    assert g.time < 1e-3
+    # exact: the last barrier is issued after 26 operations of 1 ms, then takes its fabric latency (ideal: no
+    # kernel launch or sync)
+    assert e.time == pytest.approx(26e-3 + H100.scaleup.latency)
+    # where the GPU is the bound, eager at the measured launch (26 x 7.1 us) and graph agree
+    big = OverlapProblem("ag_gemm", 8192, 8192, 8192, "bf16", 8)
+    (gb,) = evaluate(big, H100, ["ring-dma"], graph)
+    (eb,) = evaluate(big, H100, ["ring-dma"], graph.with_(eager_launch=None))
+    assert gb.time > 1e-3 and eb.time == gb.time
+
+
+def test_reduce_scatter_host_bound_exact_on_a_small_case():
+    from c3kit.overlap.evaluate import evaluate
+    from c3kit.sim.engine import alone_time
+
+    prob = OverlapProblem("gemm_rs", 512, 256, 128, "bf16", 8)
+    params = ContentionParams.ideal().with_(eager_launch=1e-3)
+    ctx = Ctx(prob, H100, params, CostCache(H100, params.tile_m, params.tile_n, params.gemm_hbm_traffic))
+    tasks, _ = build(SCHEDULES["ring-dma"], ctx, "sm")
+    (r,) = evaluate(prob, H100, ["ring-dma"], params)
+    # the sum is issued after 37 operations of 1 ms and then runs alone (every other task is done by then)
+    assert r.time == pytest.approx(37e-3 + alone_time(tasks[-1], ctx.res))

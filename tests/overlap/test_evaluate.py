@@ -252,7 +252,7 @@ def test_ring_dma_reduce_scatter_has_two_barriers_per_step_and_a_sum():
     tasks = _ring_dma_tasks("gemm_rs")
     barriers = [t for t in tasks if t.name.startswith("barrier")]
     assert len(barriers) == 2 * 7 + 2
-    assert tasks[-1].name == "rs-sum" and tasks[-1].deps == ("barrier-end",)
+    assert tasks[-1].name == "rs-sum" and tasks[-1].deps == ("barrier-end", "host-issue")
     assert sum(1 for t in tasks if t.name.startswith("rs-") and t.kind == "comm") == 7
 
 

@@ -92,4 +92,10 @@ def test_async_tp_breakdown_reads_the_engines_own_tasks(tmp_path):
     assert row.weight_read == pytest.approx(2048 * 1024 * 2 / 4.8e12)
     assert 0 < row.sub_gemm < row.predicted and row.copies > 0
     assert row.excess_per_step == pytest.approx(row.measured / 8 - row.sub_gemm)
+    # an all-gather matmul on 8 GPUs: 26 host-issued operations at the measured eager launch
+    from c3kit.cost.launch import eager_launch_s
+    from c3kit.hw import get_gpu
+
+    assert row.host_issue == pytest.approx(26 * eager_launch_s(get_gpu("H200-SXM")))
+    assert row.to_dict()["host_issue"] == row.host_issue
     assert len(async_tp_breakdown()) == sum(load()["schedule"] == "ring-dma")

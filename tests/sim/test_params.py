@@ -77,3 +77,11 @@ def test_partition_speed_h200_calibration_follows_green_context_measurements():
     p = ContentionParams.from_calibration("H200-SXM")
     for sms, slow in ((128, 0.265), (120, 0.299), (112, 0.354), (96, 0.514), (64, 1.12), (32, 2.71)):
         assert 1 / p.partition_speed(1.0, sms, 132) == pytest.approx(1 + slow, rel=0.025)
+
+
+def test_eager_launch_defaults_to_measured_is_zero_when_ideal_and_rejects_negatives():
+    assert ContentionParams().eager_launch is None  # the GPU's measured eager launch (cost.launch)
+    assert ContentionParams.ideal().eager_launch == 0.0  # no host issue time, as in a CUDA graph
+    assert ContentionParams(eager_launch=5e-6).eager_launch == 5e-6
+    with pytest.raises(SimError):
+        ContentionParams(eager_launch=-1e-6)

@@ -134,6 +134,15 @@ class Ctx:
         self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
         self._fields = cache.derived.setdefault(("task-fields", params), {})
         self.alone: dict[int, float] = {}  # alone time of the tasks built here, by id (they live in _tasks)
+        self._eager: float | None = params.eager_launch
+
+    def eager_launch(self) -> float:
+        """s of host time per operation a Python loop issues (params.eager_launch, else the measured eager launch)."""
+        if self._eager is None:
+            from c3kit.cost.launch import eager_launch_s
+
+            self._eager = eager_launch_s(self.gpu)
+        return self._eager
 
     # --- building blocks ------------------------------------------------------------------------
     def link_mask(self, width: int, first: int = 0) -> int:
@@ -454,7 +463,16 @@ def _ag(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:
 # order they are issued: PyTorch's own notes on both loops state that "cp" from different streams cannot
 # overlap (torch/distributed/_symmetric_memory/__init__.py, _pipelined_multi_all_gather_and_consume and
 # _pipelined_produce_and_all2all), so each copy also waits for the one issued before it.
+#
+# The loops are Python: the host issues every operation one by one, so none can start before the host has issued
+# it (ContentionParams.eager_launch: the measured eager launch per operation, 0 under a CUDA graph). Each task
+# below is one host-issued operation (a barrier kernel, a copy_, an mm.out, the sum); the host also issues
+# operations that are no task here: each stream join (wait_stream) records an event on one stream and makes the
+# other wait for it (two), and the reduce-scatter's torch.cuda._sleep(100) (one). The task `host-issue` (on its
+# own stream, no resources) lasts the issue time of the whole loop and the last-issued task depends on it.
 SYMM_STREAMS = ("compute", "comm")
+HOST_STREAM = "host"
+JOIN_OPS = 2  # host-issued operations per stream join: cudaEventRecord on one stream, cudaStreamWaitEvent on the other
 
 
 def _barrier(ctx: Ctx, name: str, stream: str, deps: tuple[str, ...] = ()) -> Task:
@@ -462,6 +480,20 @@ def _barrier(ctx: Ctx, name: str, stream: str, deps: tuple[str, ...] = ()) -> Ta
     pr = ctx.params
     return Task(name, stream, 0.0, kind="comm", category="comm", deps=deps, pre=pr.sm_launch + ctx.lat,
                 post=pr.sm_sync)
+
+
+def host_ops(tasks: list[Task], joins: int, extra: int = 0) -> int:
+    """Operations the host issues for a symm_mem loop: one per task, JOIN_OPS per stream join, and `extra` more."""
+    return sum(1 for t in tasks if t.stream != HOST_STREAM) + joins * JOIN_OPS + extra
+
+
+def _issued(ctx: Ctx, tasks: list[Task], joins: int, extra: int = 0) -> list[Task]:
+    """The loop's tasks (in issue order) behind the host that issues them: `host-issue` lasts host_ops x the eager
+    launch (0 s in a CUDA graph), and the last task, issued last, waits for it."""
+    host = Task("host-issue", HOST_STREAM, 0.0, kind="comm", category="comm",
+                pre=host_ops(tasks, joins, extra) * ctx.eager_launch())
+    last = tasks[-1]
+    return [host, *tasks[:-1], last._replace(deps=(*last.deps, host.name))]
 
 
 def _local_copy(ctx: Ctx, name: str, stream: str, nbytes: float, deps: tuple[str, ...] = ()) -> Task:
@@ -497,7 +529,9 @@ def _symm_mem_ag(ctx: Ctx, cap: float) -> list[Task]:
     out.append(_local_copy(ctx, "ag-out", st, shard))
     last[st] = "ag-out"
     out.append(_barrier(ctx, "barrier-end", cur, deps=tuple(x for x in last.values() if x)))
-    return out
+    # three stream joins: the backend stream waits for the current one after each of the first two barriers,
+    # the current one for the backend stream before the last barrier
+    return _issued(ctx, out, joins=3)
 
 
 def _symm_mem_rs(ctx: Ctx, cap: float) -> list[Task]:
@@ -526,7 +560,9 @@ def _symm_mem_rs(ctx: Ctx, cap: float) -> list[Task]:
     red = ctx.cache.mem(m * nn * b + chunk)
     out.append(Task("rs-sum", cur, red, kind="compute", category="comm", deps=("barrier-end",),
                     hbm=(m * nn * b + chunk) / red, phi=0.0))
-    return out
+    # two stream joins (the backend stream waits for the current one after the first barrier, the current one for
+    # the backend stream before the last) and the one torch.cuda._sleep(100) (issued at step 2, or after the loop)
+    return _issued(ctx, out, joins=2, extra=1)
 
 
 def _rs_ar(spec: ScheduleSpec, ctx: Ctx, cap: float) -> list[Task]:

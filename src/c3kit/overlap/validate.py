@@ -188,6 +188,7 @@ class AsyncTpParts:
     sub_gemm: float  # one per-step GEMM alone on the whole GPU
     copies: float  # the P2P copies alone, summed
     weight_read: float  # one read of the GEMM's weight B at peak HBM bandwidth (what each step re-reads)
+    host_issue: float  # the host issuing the loop's operations eagerly (measured eager launch each; schedules.host_ops)
 
     @property
     def excess_per_step(self) -> float:
@@ -205,7 +206,7 @@ def async_tp_breakdown(path: str | Path | None = None, params=None, power: str =
     from c3kit.hw.catalog import get_gpu
     from c3kit.overlap.costs import CostCache
     from c3kit.overlap.evaluate import default_params, evaluate
-    from c3kit.overlap.schedules import SCHEDULES, Ctx, build
+    from c3kit.overlap.schedules import HOST_STREAM, SCHEDULES, Ctx, build
     from c3kit.sim.engine import alone_time
 
     df = load(path)
@@ -218,8 +219,9 @@ def async_tp_breakdown(path: str | Path | None = None, params=None, power: str =
         tasks, _ = build(SCHEDULES[ASYNC_TP], ctx, "sm")
         gemm = next(t for t in tasks if t.name == "gemm-local")
         copies = sum(alone_time(t, ctx.res) for t in tasks if t.kind == "comm" and t.engines)
+        host = next(t for t in tasks if t.stream == HOST_STREAM)
         (res,) = evaluate(prob, gpu, [ASYNC_TP], params, power=power)
         out.append(AsyncTpParts(str(r["case"]), str(r["split"]), prob.label(), float(r["time_us"]) * 1e-6, res.time,
                                 prob.gpus, alone_time(gemm, ctx.res), copies,
-                                prob.k * prob.n * prob.elem_bytes / gpu.hbm_bw))
+                                prob.k * prob.n * prob.elem_bytes / gpu.hbm_bw, host.pre))
     return out

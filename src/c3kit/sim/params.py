@@ -91,6 +91,10 @@ class ContentionParams:
     """s to signal and observe one DMA completion; None: the catalog's dma.sync."""
     trigger_latency: float = 0.5e-6
     """s from an output stage finishing to its pre-programmed transfer starting (fused schedules)."""
+    eager_launch: float | None = None
+    """s of host time per GPU operation that a framework's Python loop issues (PyTorch async TP, ring-dma):
+    no operation starts before the host has issued it. None: the GPU's measured eager launch
+    (cost.launch.eager_launch_s); 0: the loop is captured in a CUDA graph (no host issue time)."""
     # --- GEMM shape --------------------------------------------------------------------------------
     tile_m: int = 128
     """GEMM output tile rows: one tile runs on one SM; waves = ceil(tiles / SMs) (wave quantization)."""
@@ -152,11 +156,12 @@ class ContentionParams:
 
     @classmethod
     def ideal(cls) -> "ContentionParams":
-        """No contention at all: comm takes no SMs or HBM share, no interference, no step latency."""
+        """No contention at all: comm takes no SMs or HBM share, no interference, no step latency, no host issue time."""
         return cls(comm_sms=0, partition_sms=0, sm_comm_bw=1e30, noprio_comm_sm_share=1.0, hbm_efficiency=1.0,
                    link_efficiency=1.0, gemm_hbm_traffic=0.0, copy_hbm_factor=0.0, reduce_hbm_factor=0.0,
                    gemm_interference=0.0, gemm_mem_interference=0.0, comm_interference=0.0, sm_launch=0.0,
-                   sm_sync=0.0, dma_launch=0.0, dma_sync=0.0, trigger_latency=0.0, fused_gemm_efficiency=1.0,
+                   sm_sync=0.0, dma_launch=0.0, dma_sync=0.0, trigger_latency=0.0, eager_launch=0.0,
+                   fused_gemm_efficiency=1.0,
                    partition_overhead=0.0, partition_mem_overhead=0.0)
 
     def to_dict(self) -> dict[str, Any]:

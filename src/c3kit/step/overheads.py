@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from c3kit.cost.launch import eager_launch_s  # noqa: F401 - the measured eager launch, used below and by serve
 from c3kit.errors import C3kitError
 
 SOURCES = {
@@ -191,21 +192,6 @@ def pipeline_factor(graph) -> float:
     m = max(int(graph.micro_batches), 1)
     pp, vpp = int(getattr(graph.par, "pp", 1)), max(int(getattr(graph.par, "vpp", 1)), 1)
     return (m + (pp - 1) / vpp) / m
-
-
-def eager_launch_s(hw) -> float:
-    """Seconds the host takes to launch one eager kernel: the ops-floor calibration of hw's floor basis, else the
-    H200 host's measured figure (cost/basis.py); C3kitError when no calibration is shipped."""
-    import math
-
-    from c3kit.cost.basis import source_gpu
-    from c3kit.cost.opclass import op_calibration
-
-    for name in (source_gpu(hw.name, "floor"), "H200-SXM"):
-        cal = op_calibration(name) if name else None
-        if cal is not None and math.isfinite(cal.floor_eager_s) and cal.floor_eager_s > 0:
-            return float(cal.floor_eager_s)
-    raise C3kitError("no measured eager kernel launch (ops-floor calibration) is shipped")
 
 
 def fp8_cast_elements(nd) -> tuple[float, float]:
