@@ -124,7 +124,7 @@ def azure_h200_check():
 ROW_CLASS = {"gemm": lambda r: {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}[r.dtype],
              "sustained": lambda r: "gemm (sustained clock)",
              "attention": lambda r: "attention", "memory": lambda r: "memory, fp8_cast",
-             "collective": lambda r: "collective"}
+             "collective": lambda r: "collective_a2a" if r.kind == "all_to_all" else "collective"}
 
 
 def sources_block() -> str:

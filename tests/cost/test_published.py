@@ -217,7 +217,7 @@ def test_collective_fit_rows_set_the_scaleup_efficiency_hand_checked():
     assert len(mi) == 4 and 0.6 < pub.scaleup_fraction("MI300X") < 0.75
     assert pub.scaleup_fraction("B200") is None and pub.scaleup_fraction("H100-SXM") is None
     row = {"kind": "all_gather", "ranks": 8, "bytes": 1 << 30, "busbw_gbps": 230.0, "source": "s", "role": "fit"}
-    with pytest.raises(CostError, match="only all_reduce rows"):
+    with pytest.raises(CostError, match="only all_reduce and all_to_all rows set a scale-up efficiency"):
         pub.parse({"gpu": "X", "collective": [row]}, "x.toml")
     with pytest.raises(CostError, match="gbps must be positive"):
         pub.parse({"gpu": "X", "memory": [{"kernel": "Copy", "gbps": 0, "source": "s", "role": "fit"}]}, "x.toml")
@@ -227,10 +227,60 @@ def test_h100_nvls_rows_are_checks_and_would_not_fit_the_model():
     # NVLS reduces in the switch: 478.87 GB/s bus bandwidth at 8 GiB, above what ring / tree / direct reach on
     # 450 GB/s links, so the rows set nothing and H100 collectives stay on the datasheet basis
     ops = pub.published_ops("H100-SXM")
-    assert ops.collective and all(c.role == "check" for c in ops.collective) and ops.classes() == frozenset()
-    top = max(ops.collective, key=lambda c: c.nbytes)
+    ar = [c for c in ops.collective if c.kind == "all_reduce"]
+    assert len(ar) == 14 and all(c.role == "check" for c in ar) and ops.classes() == frozenset({"collective_a2a"})
+    top = max(ar, key=lambda c: c.nbytes)
     assert top.busbw_gbps * 1e9 > get_gpu("H100-SXM").scaleup.bw
     assert basis("H100-SXM")["collective"] == "datasheet" and basis("H100-SXM")["gemm"] == "transferred from H200-SXM"
+
+
+def _a2a_by_hand(rows, bw):
+    """The median of (model at efficiency 1 / published) over 8-rank all-to-all rows on a switch of bw B/s:
+    direct, 6.6 us launch + 0.6 us + 7/8 S / bw, against 7/8 S / busbw."""
+    r = sorted((6.6e-6 + 0.6e-6 + 0.875 * s / bw) / (0.875 * s / (b * 1e9)) for s, b in rows)
+    mid = len(r) // 2
+    return r[mid] if len(r) % 2 else 0.5 * (r[mid - 1] + r[mid])
+
+
+def test_h100_all_to_all_rows_set_the_all_to_all_efficiency_hand_checked():
+    # XLA's sm_90 table: one NCCL all-to-all of 8 H100s, F32[2^22..2^29]; busbw = algbw x 7/8
+    ops = pub.published_ops("H100-SXM")
+    a2a = [(c.nbytes, c.busbw_gbps, c.role) for c in ops.collective if c.kind == "all_to_all"]
+    assert [r[0] for r in a2a] == [1 << k for k in range(24, 32)]
+    assert a2a[-1] == (1 << 31, 339.63, "fit") and a2a[-2] == (1 << 30, 335.96, "fit")
+    assert all(role == "check" for s, _, role in a2a if s < 1 << 30)
+    assert a2a[3][1] == pytest.approx(325265917022 * 7 / 8 / 1e9, abs=0.005)  # 128 MiB, from the table's throughput
+    fit = [(s, b) for s, b, role in a2a if role == "fit"]
+    frac = pub.scaleup_fraction("H100-SXM", "all_to_all")
+    assert frac == pytest.approx(_a2a_by_hand(fit, 450e9), rel=1e-9) and frac == pytest.approx(0.7526, abs=1e-4)
+    # the other kinds have no fit rows of their own nor all-reduce fit rows (NVLS checks): the datasheet's
+    assert pub.scaleup_fraction("H100-SXM") is None and pub.scaleup_fraction("H100-SXM", "all_gather") is None
+    assert basis("H100-SXM")["collective_a2a"] == "published microbenchmark"
+    assert "XLA" not in pub.published_ops("H100-SXM").sources("collective") and \
+        pub.published_ops("H100-SXM").sources("collective_a2a")[0].startswith("openxla/xla")
+
+
+def test_all_to_all_prices_at_its_own_level_else_the_all_reduce_level():
+    from c3kit.workload.ops import Collective
+
+    h100, a100, b200 = get_gpu("H100-SXM"), get_gpu("A100-SXM-80G"), get_gpu("B200")
+    s = float(1 << 27)
+    a2a = Collective("d", "all_to_all", s, 8, span="intra")
+    ag = Collective("g", "all_gather", s, 8, span="intra")
+    frac = pub.scaleup_fraction("H100-SXM", "all_to_all")
+    # direct on the NVSwitch: launch 6.6 us + 0.6 us + 7/8 S / (450 GB/s x frac); the all-gather keeps comm_eff
+    assert cost.time(a2a, h100, EFF) == pytest.approx(7.2e-6 + 0.875 * s / (450e9 * frac), rel=1e-12)
+    assert cost.time(ag, h100, EFF) == pytest.approx(7.2e-6 + 0.875 * s / (450e9 * EFF.comm_eff), rel=1e-12)
+    assert cost.explain(a2a, h100, EFF).detail["scaleup_eff"] == frac
+    assert pub.comm_eff(h100, EFF, "all_to_all") == frac and pub.comm_eff(h100, EFF) == EFF.comm_eff
+    assert cost.time(a2a, h100, "roofline") == pytest.approx(7.2e-6 + 0.875 * s / 450e9, rel=1e-12)
+    # A100: no all-to-all rows, its all-reduce rows' level prices every kind, all-to-all included
+    assert pub.scaleup_fraction("A100-SXM-80G", "all_to_all") == pub.scaleup_fraction("A100-SXM-80G")
+    assert pub.comm_eff(b200, EFF, "all_to_all") == EFF.comm_eff
+    # the vectorized step model takes the same level per kind
+    rows = pub.comm_eff_rows([h100, b200], [0, 1, 0], EFF, "all_to_all")
+    assert list(rows) == [frac, EFF.comm_eff, frac]
+    assert list(pub.comm_eff_rows([h100], [0], EFF)) == [EFF.comm_eff]
 
 
 def test_published_scaleup_efficiency_prices_intra_node_collectives_only_off_roofline():

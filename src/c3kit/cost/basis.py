@@ -14,7 +14,8 @@ from functools import lru_cache
 # GEMM classes of the ops-gemm file (cost/gemmclass.py) and the kind of row each is fitted to
 GEMM_CLASSES = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_scaled_mm",
                 "fp8_cast": "fp8_cast"}
-OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective", *GEMM_CLASSES)
+# collective_a2a: all-to-alls, whose published level may differ from the other collectives' (cost/published.py)
+OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective", *GEMM_CLASSES, "collective_a2a")
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def _measured(gpu_name: str, op_class: str) -> bool:
 
     if op_class in GEMM_CLASSES:
         return GEMM_CLASSES[op_class] in _ops_gemm_kinds(gpu_name)
-    if op_class in ("gemm", "collective"):
+    if op_class in ("gemm", "collective", "collective_a2a"):
         path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
     else:
         path = op_calibration_path(gpu_name, op_class)
@@ -127,7 +128,7 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
         if src is not None:
             if c in GEMM_CLASSES or c == "gemm":
                 path = op_calibration_path(src, "gemm") if c in GEMM_CLASSES else calibration_path(src, "gemm")
-            elif c == "collective":
+            elif c in ("collective", "collective_a2a"):
                 path = calibration_path(src, "comm")
             else:
                 path = op_calibration_path(src, c)
