@@ -19,9 +19,10 @@ with published rows of role "fit" is priced from them; the rest stay on the data
   the catalog's scale-up bandwidth that makes cost/collectives.py's model reproduce the published time (the
   median over fit rows). It replaces the cost model's assumed comm_eff on the scale-up fabric only (NICs keep
   comm_eff); the other sizes are checks. Used by cost.time and the vectorized step model alike (comm_eff_rows).
-  All-to-all fit rows (op class collective_a2a) set the all-to-all's own efficiency the same way: an all-to-all
-  moves every byte point to point with no reduction, so its level is not the all-reduce's (where a GPU has
-  both); without them an all-to-all takes the all-reduce rows' level, and without either the datasheet's.
+  All-to-all, all-gather and reduce-scatter fit rows (op classes collective_a2a, collective_ag, collective_rs) set
+  their own kind's efficiency the same way: NCCL runs each kind with its own algorithms (an all-reduce may reduce
+  in the switch, an all-to-all moves every byte point to point), so one kind's level is not another's; a kind
+  without rows of its own takes the all-reduce rows' level, and without either the datasheet's.
 
 - sustained_gemm: steady-state GEMM figures (run back to back long enough for the power controller to settle).
   Rows of role "fit" set the GPU's sustained-clock factor (cost/power.py, published_sustained): the published time
@@ -47,9 +48,10 @@ PUBLISHED = "published microbenchmark"
 # the measured GPU whose GEMM curve shape the published levels are set on (cost/data/calib)
 SHAPE_FROM = "H200-SXM"
 ROLES = ("fit", "check")
-# collective kinds whose fit rows set a scale-up efficiency: all_reduce, the level of every kind without rows of
-# its own, and all_to_all, its own (cost/basis.py op class collective_a2a)
-FIT_KINDS = {"all_reduce": "collective", "all_to_all": "collective_a2a"}
+# collective kinds whose fit rows set a scale-up efficiency, with the cost/basis.py op class each prices: all_reduce
+# (also the level of every kind without rows of its own) and the others, their own
+FIT_KINDS = {"all_reduce": "collective", "all_to_all": "collective_a2a", "all_gather": "collective_ag",
+             "reduce_scatter": "collective_rs"}
 GEMM_DTYPE_CLASS = {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}
 # the name sources() gives the steady-state GEMM rows that set the sustained-clock factor (not a priced op class)
 SUSTAINED = "gemm_sustained"
@@ -168,10 +170,9 @@ class PublishedOps:
         if any(m.role == "fit" for m in self.memory):
             out.update(("memory", "fp8_cast"))
         fit = {c.kind for c in self.collective if c.role == "fit"}
-        if "all_reduce" in fit:
-            out.update(("collective", "collective_a2a"))  # an all-to-all without rows of its own takes this level
-        if "all_to_all" in fit:
-            out.add("collective_a2a")
+        if "all_reduce" in fit:  # a kind without rows of its own takes the all-reduce rows' level
+            out.update(FIT_KINDS.values())
+        out.update(FIT_KINDS[k] for k in fit)
         return frozenset(out)
 
     def sources(self, op_class: str) -> tuple[str, ...]:
@@ -182,8 +183,7 @@ class PublishedOps:
                 "attention": [a for a in self.attention if a.role == "fit"],
                 "memory": [m for m in self.memory if m.role == "fit"],
                 "fp8_cast": [m for m in self.memory if m.role == "fit"],
-                "collective": [c for c in self.collective if c.role == "fit" and c.kind == "all_reduce"],
-                "collective_a2a": self.fit_collective("all_to_all"),
+                **{cls: self.fit_collective(kind) for kind, cls in FIT_KINDS.items()},
                 SUSTAINED: [s for s in self.sustained if s.role == "fit"]}.get(op_class, [])
         return tuple(dict.fromkeys(f"{cite(r.source)}, retrieved {r.retrieved or self.retrieved}" for r in rows))
 
@@ -255,7 +255,7 @@ def parse(doc: dict, origin: str) -> PublishedOps:
         _need(r, ("kind", "ranks", "bytes", "busbw_gbps", "source", "role"), f"{origin} collective row {i + 1}",
               "busbw_gbps")
         if r["role"] == "fit" and r["kind"] not in FIT_KINDS:
-            raise CostError(f"{origin} collective row {i + 1}: only {' and '.join(FIT_KINDS)} rows set a scale-up "
+            raise CostError(f"{origin} collective row {i + 1}: only {', '.join(FIT_KINDS)} rows set a scale-up "
                             f"efficiency, got a fit row of {r['kind']!r}")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
                                     str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} collective row {i + 1}")))
