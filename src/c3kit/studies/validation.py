@@ -668,7 +668,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
              "and the rest from the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, "
              "B200 collectives at an assumed 80% of link bandwidth, no measured per-kernel cost, no sustained-clock "
-             "(power) factor. On H100, where "
+             "(power) factor. H100 all-to-alls, all-gathers and reduce-scatters run at the levels of XLA's published "
+             "NCCL table (sm_90; classes collective_a2a, _ag, _rs), its all-reduces at the assumed 80%. On H100, where "
              "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
              "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)
