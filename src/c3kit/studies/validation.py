@@ -181,7 +181,11 @@ BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
-MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "source", "reason")
+MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "dispatcher", "cuda_graph_scope", "source", "reason")
+# Megatron-Core moe_token_dispatcher_type values, and the Transformer Engine CUDA-graph scopes of Megatron-Core
+# (cuda_graph_scope; "none": no CUDA graphs) that moe_options.csv may name
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+CUDA_GRAPH_SCOPES = ("none", "full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess")
 MOE_EXPERT_COLUMNS = ("runs", "framework", "experts", "source", "reason")
 
 
@@ -320,9 +324,22 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
 
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
-    Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
-    the published one."""
-    return _run_table("moe_options.csv", MOE_OPTION_COLUMNS, _check_flag, path)
+    Megatron-Core overlap_moe_expert_parallel_comm, dispatcher (MOE_DISPATCHERS), cuda_graph_scope (CUDA_GRAPH_SCOPES,
+    space-separated), source, reason), decided from the recipe whose layout matches the published one."""
+    df = _run_table("moe_options.csv", MOE_OPTION_COLUMNS, _check_flag, path)
+    for d, scope in zip(df["dispatcher"].astype(str), df["cuda_graph_scope"].astype(str)):
+        if d not in MOE_DISPATCHERS:
+            raise StudyError(f"moe options: unknown dispatcher {d!r}: use one of {', '.join(MOE_DISPATCHERS)}")
+        bad = [x for x in scope.split() if x not in CUDA_GRAPH_SCOPES] or ([] if scope.split() else [scope])
+        if bad:
+            raise StudyError(f"moe options: unknown cuda_graph_scope {' '.join(bad)!r}: use 'none' or scopes of "
+                             f"{', '.join(CUDA_GRAPH_SCOPES[1:])}")
+    return df
+
+
+def moe_dispatcher_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The token dispatcher a MoE run's recipe ran (first matching row; Megatron-Core's default alltoall when none)."""
+    return _first_match(run, moe_options() if table is None else table, "dispatcher", "alltoall")
 
 
 def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
