@@ -716,9 +716,10 @@ class _Builder(_Ops):
     def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> tuple[str, ...]:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
         K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank. torch's context parallelism
-        (cp_torch) all-gathers the GQA-expanded K, V once per call instead and, in backward, passes fp32 dK, dV
-        after every step: the first cp - 1 of those hidden under the next step's attention here, the last one
-        waited for after the loop (cp_dkv_last)."""
+        (cp_torch) all-gathers the GQA-expanded K, V once per call instead (a ring all-gather moves the same
+        cp - 1 chunks through each rank's link) and, in backward, passes fp32 dK, dV after every step: the first
+        cp - 1 of those hidden under the next step's attention here, the last one waited for after the loop
+        (cp_dkv_last)."""
         if not self.s.cp:
             return ()
         d = self.d
@@ -726,16 +727,11 @@ class _Builder(_Ops):
             from c3kit.workload.cp_torch import dkv_bytes, kv_bytes
 
             out = d.micro_batch * self.qn * self.seq_local * d.head_dim
-            ag = self.add(name + ".cp_kv", CollShape("all_gather", d.cp * kv_bytes(out), d.cp, "cp", self.cp_blk),
-                          (dep,), ph, _L, "cp", self.mb, "cp_kv")
-            if tensors == 1:
-                return (ag,)
-            ring = self.add(name + ".cp_dkv", CollShape("send_recv", (d.cp - 1) * dkv_bytes(out), 2, "cp",
-                                                        self.cp_blk), (dep,), ph, _L, "cp", self.mb, "cp_kv")
-            return ag, ring
-        chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
-        return (self.add(name + ".cp_kv", CollShape("send_recv", tensors * (d.cp - 1) * chunk, 2, "cp", self.cp_blk),
-                         (dep,), ph, _L, "cp", self.mb, "cp_kv"),)
+            size = (d.cp - 1) * (kv_bytes(out) + (tensors - 1) * dkv_bytes(out))
+        else:
+            size = tensors * (d.cp - 1) * 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+        return (self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk), (dep,), ph, _L, "cp",
+                         self.mb, "cp_kv"),)
 
     def cp_dkv_last(self, name: str, dep: str) -> str | None:
         """torch context parallelism's last fp32 dK, dV pass of a backward attention call, which the call waits
