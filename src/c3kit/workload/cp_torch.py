@@ -4,7 +4,8 @@ The one list of what torch.distributed.tensor.experimental's context_parallel ru
 from TORCH_CP_CODE (ring attention over SDPA flash, load-balanced head-tail sharding, all-gather rotation of K, V;
 dK, dV passed around the ring). Sizes are in elements of the local attention output: E = micro-batch x query heads
 x local tokens x head_dim (K and V reach the attention after torchtitan's repeat_kv, so they are E each), and
-R = E / head_dim logsumexp rows (fp32). Each kernel is (name, measured memory kind, bytes moved).
+R = E / head_dim logsumexp rows (fp32). Each kernel is (name, measured memory kind, bytes moved): "residual_add"
+(two tensors streamed in, one out) for the subtractions and accumulations, "copy" (one in, one out) for the rest.
 
 Forward on cp rank r (of n), one attention call: K and V made contiguous; step 0 runs SDPA on the local q, k, v
 causally and casts its output to fp32; every step i < n - 1 concatenates K, V (torch.cat of the flattened pair) for
@@ -51,7 +52,7 @@ def _merge(n, rows):
     """The fp32 merge of one step's block output (n elements, rows lse rows) into the running one."""
     return (_copy("out_b.float", (BF16 + FP32) * n),
             _binary("lse_b-lse", 3 * FP32 * rows), _copy("sigmoid", 2 * FP32 * rows),
-            _binary("out-out_b", 3 * FP32 * n), _binary("sigmoid*diff", 2 * FP32 * n + FP32 * rows),
+            _binary("out-out_b", 3 * FP32 * n), _copy("sigmoid*diff", 2 * FP32 * n + FP32 * rows),  # one factor a row
             _binary("out-that", 3 * FP32 * n),
             _binary("lse-lse_b", 3 * FP32 * rows), _copy("logsigmoid", 2 * FP32 * rows),
             _binary("lse-that", 3 * FP32 * rows))

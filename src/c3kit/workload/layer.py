@@ -762,7 +762,8 @@ class _Builder(_Ops):
         cp = int(d.cp)
         ks = kernels(cp, busiest_rank(cp, backward), out, out / d.head_dim, backward)
         parts = tuple((kind, nbytes / (MEMOP_KINDS[kind][0] * 2), 1) for _, kind, nbytes in ks)
-        flops = sum(nbytes for _, kind, nbytes in ks if kind == "residual_add") / 12  # one FLOP per fp32 output
+        # one FLOP per element of the fp32 adds and subtractions (12 bytes each)
+        flops = sum(nbytes for _, kind, nbytes in ks if kind == "residual_add") / 12
         return self.compute(name, MemShape(sum(k[2] for k in ks), flops, parts), deps, ph, role)
 
     def expert_rows(self, rows, experts):
