@@ -713,34 +713,58 @@ class _Builder(_Ops):
         return self.compute(name, MemShape(traffic * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph,
                             role)
 
-    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
+    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> tuple[str, ...]:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
-        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank."""
+        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank. torch's context parallelism
+        (cp_torch) all-gathers the GQA-expanded K, V once per call instead (a ring all-gather moves the same
+        cp - 1 chunks through each rank's link) and, in backward, passes fp32 dK, dV after every step: the first
+        cp - 1 of those hidden under the next step's attention here, the last one waited for after the loop
+        (cp_dkv_last)."""
         if not self.s.cp:
-            return None
+            return ()
         d = self.d
-        if self.s.cp_torch:  # all-gathered GQA-expanded K, V; in backward again, with fp32 dK, dV over cp steps
-            chunk = 2 * d.micro_batch * self.qn * self.seq_local * d.head_dim * d.b
-            size = (d.cp - 1) * chunk + (tensors - 1) * d.cp * 2 * chunk
-        else:
-            chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
-            size = tensors * (d.cp - 1) * chunk
-        return self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk),
-                        (dep,), ph, _L, "cp", self.mb, "cp_kv")
+        if self.s.cp_torch:
+            from c3kit.workload.cp_torch import dkv_bytes, kv_bytes
 
-    def cp_merge(self, name: str, dep: str, ph: str, role: str, backward: bool) -> str | None:
-        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
-        (parallel.cp_merge_units), as memory-bound copies of the same bytes (the measured plain-copy kind, width 1:
-        elementwise passes over whole tensors); None unless cp_impl is "torch"."""
+            out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+            size = (d.cp - 1) * (kv_bytes(out) + (tensors - 1) * dkv_bytes(out))
+        else:
+            size = tensors * (d.cp - 1) * 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+        return (self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk), (dep,), ph, _L, "cp",
+                         self.mb, "cp_kv"),)
+
+    def cp_dkv_last(self, name: str, dep: str) -> str | None:
+        """torch context parallelism's last fp32 dK, dV pass of a backward attention call, which the call waits
+        for right after its last step (cp_torch.TORCH_CP_CODE: dkv_rotater.next_buffer() after the loop); None
+        unless cp_impl is "torch"."""
         if not self.s.cp_torch:
             return None
-        from c3kit.workload.parallel import cp_merge_units
+        from c3kit.workload.cp_torch import dkv_bytes
 
         d = self.d
         out = d.micro_batch * self.qn * self.seq_local * d.head_dim
-        units = cp_merge_units(d.cp, backward)
-        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, 1),)),
-                            (dep,), ph, role)
+        return self.add(name + ".cp_dkv_last", CollShape("send_recv", dkv_bytes(out), 2, "cp", self.cp_blk), (dep,),
+                        "bwd", _L, "cp", self.mb, "cp_kv")
+
+    def cp_merge(self, name: str, deps, ph: str, role: str, backward: bool) -> str | None:
+        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
+        on its busiest cp rank (workload.cp_torch: every kernel, priced one by one as the measured plain-copy
+        kind, or the measured binary kind for the adds and subtractions, of the same bytes; width 1: elementwise
+        passes over whole tensors); None unless cp_impl is "torch"."""
+        if not self.s.cp_torch:
+            return None
+        from c3kit.workload.cp_torch import busiest_rank, kernels
+        from c3kit.workload.memops import MEMOP_KINDS
+
+        d = self.d
+        deps = (deps,) if isinstance(deps, str) else tuple(deps)
+        out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+        cp = int(d.cp)
+        ks = kernels(cp, busiest_rank(cp, backward), out, out / d.head_dim, backward)
+        parts = tuple((kind, nbytes / (MEMOP_KINDS[kind][0] * 2), 1) for _, kind, nbytes in ks)
+        # one FLOP per element of the fp32 adds and subtractions (12 bytes each)
+        flops = sum(nbytes for _, kind, nbytes in ks if kind == "residual_add") / 12
+        return self.compute(name, MemShape(sum(k[2] for k in ks), flops, parts), deps, ph, role)
 
     def expert_rows(self, rows, experts):
         """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
@@ -807,7 +831,7 @@ class _Builder(_Ops):
                                                   s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
         at = self.cp_merge(pre + "attn.cp_merge", at, ph, r + "cp_merge", False) or at
-        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
+        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, *ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
         n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
         if not s.moe:
@@ -997,14 +1021,14 @@ class _Builder(_Ops):
         if s.recompute == "selective":
             re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
             re_at = self.cp_merge("re.attn.cp_merge", re_at, "bwd", "re_cp_merge", False) or re_at
-            att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
+            att_dep = (re_at, *self.cp_ring("re.attn", dg, "bwd", 1))
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
-        ab = self.cp_merge("attn.bwd.cp_merge", ab, "bwd", "cp_merge", True) or ab
+        ab = self.cp_merge("attn.bwd.cp_merge", (ab, self.cp_dkv_last("attn.bwd", ab)), "bwd", "cp_merge", True) or ab
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         ab = self.split_cat("qkv.cat", ab, self.n_qkv) or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
-        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
+        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, *ring), "qkv")
         wgrads.append(wg)
         sm = self.input_grad_sum("qkv.dx_add", dg, 2)
         c = self.tp_after("qkv.dgrad", (sm, dg) if sm else dg, "bwd")

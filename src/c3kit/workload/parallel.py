@@ -82,16 +82,12 @@ CP_IMPL_SOURCES = {
             "default; Megatron-Core / Transformer Engine's p2p ring).",
     "torch": "torch.distributed.tensor.experimental context_parallel as torchtitan runs it (torch 1963fc8 with "
              "torchtitan 9dec370, Dec 2024): K and V reach the attention after torchtitan's repeat_kv (models/llama/"
-             "model.py: full query heads, GQA expanded), are all-gathered once per attention (torchtitan "
-             "--experimental.context_parallel_rotate_method default 'allgather'; _AllGatherRotater) and in backward "
-             "all-gathered again while dK, dV travel the ring in fp32 (_templated_ring_attention_backward: "
-             "dkv_rotater ALL_TO_ALL, accum_dtype float32). Each ring step's partial output is merged in fp32 "
-             "(_ContextParallelOptions.convert_to_f32 True; _SDPAMerger.step casts the block output up, "
-             "out - sigmoid(lse_b - lse) * (out - out_b)); the backward accumulates dQ, dK, dV in fp32 "
-             "(_partial_update's add and torch.cat, grad_query +=) and casts them down at the end; every step copies "
-             "K, V (torch.cat of the flattened pair) before its exchange. Priced as memory-bound copies "
-             "(cp_merge_units) on the busiest rank, the last cp rank, whose every step merges its whole local "
-             "output (load balancing evens the attention FLOPs, not the merges).",
+             "model.py: full query heads, GQA expanded), are all-gathered once per attention call (rotate method "
+             "'allgather', torch's default then) and in backward all-gathered again while dK, dV travel the ring in "
+             "fp32 after every step, the last pass waited for after the loop; each ring step's partial output is "
+             "merged in fp32 and the backward accumulates dQ, dK, dV in fp32 (every kernel: workload.cp_torch, "
+             "from its TORCH_CP_CODE), priced on the busiest cp rank, the last, whose every step merges its whole "
+             "local output (load balancing evens the attention FLOPs, not the merges).",
 }
 
 
@@ -100,22 +96,6 @@ def check_cp_impl(name: str) -> str:
     if name not in CP_IMPLS:
         raise WorkloadError(f"parallelism: cp_impl {name!r}: use one of {', '.join(CP_IMPLS)}")
     return name
-
-
-def cp_merge_units(cp, backward: bool):
-    """Memory traffic of torch context parallelism's merges, casts and copies in one attention call on the busiest
-    rank, in units of the local attention output's elements x its 2-byte element size (cp: int or array).
-
-    Forward (CP_IMPL_SOURCES["torch"]): K, V made contiguous (2 + 2), the first block's output cast to fp32 (1 + 2)
-    and the merged output cast back (2 + 1) = 10; each of the cp - 1 further steps: cast (3), out - out_b (6),
-    sigmoid(.) * diff (4), out - that (6) = 19, and the K, V torch.cat before an exchange (4) = 23.
-    Backward: three fp32 zero buffers (6), K, V contiguous (4), dK, dV of the first step added in fp32 (10), the final
-    casts of dQ, dK, dV (3 + 6) = 29; each of the cp - 1 further steps: K, V cat (4), dK, dV added into their first
-    half and re-concatenated in fp32 (13) = 17; every one of the cp steps: the fp32 dK, dV cat before the exchange (8)
-    and dQ += in fp32 (5) = 13."""
-    if backward:
-        return 29 + 17 * (cp - 1) + 13 * cp
-    return 10 + 23 * (cp - 1)
 
 
 # How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
