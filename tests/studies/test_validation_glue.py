@@ -101,3 +101,22 @@ def test_flat_param_grads_by_framework():
     assert not flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", False)
     assert not flat_param_grads_of("torchtitan (FSDP2)", True)
     assert not flat_param_grads_of("Megatron-Bridge (Megatron-Core, Transformer Engine)", True)
+
+
+def test_loss_kernel_by_framework():
+    from c3kit.studies.validation import loss_kernel_of
+
+    # ComposerMPTCausalLM / ComposerMosaicGPT: loss_fn 'fused_crossentropy' by default (flash-attn xentropy)
+    assert loss_kernel_of("llm-foundry (Composer, PyTorch FSDP)") == "xentropy"
+    assert loss_kernel_of("torchtitan (FSDP2)") == "eager"
+    assert loss_kernel_of("Megatron-LM") == "eager"
+
+
+def test_llm_foundry_loss_is_priced_as_xentropy(monkeypatch):
+    from c3kit.studies import validation as v
+
+    runs = v.load_runs()
+    row = runs[runs["run"] == "mpt-760m-h100-bf16-s2048-g8"].iloc[0]
+    fused = v.predict(row)["predicted_s"]
+    monkeypatch.setattr(v, "loss_kernel_of", lambda framework: "eager")
+    assert fused < v.predict(row)["predicted_s"]

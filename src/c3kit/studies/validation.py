@@ -491,6 +491,16 @@ def flat_param_grads_of(framework: str, fsdp: bool) -> bool:
     return bool(fsdp) and "llm-foundry" in str(framework).lower()
 
 
+def loss_kernel_of(framework: str) -> str:
+    """Which cross-entropy kernels a run's training loss runs (workload.layer.LOSS_KERNELS), from its framework's code:
+    llm-foundry "xentropy" (ComposerMPTCausalLM's loss_fn defaults to 'fused_crossentropy', flash-attn's
+    CrossEntropyLoss on xentropy_cuda_lib, which the [gpu] extra installs: llmfoundry/models/mpt/modeling_mpt.py at
+    v0.3.0 54cbb8bd, the code submit_benchmarks.py runs, and the May 2023 MosaicGPT of the A100 70B rows,
+    llmfoundry/models/mosaic_gpt/mosaic_gpt.py at 300cc5c5; the benchmark yamls set no loss_fn); every other
+    framework "eager", the kernels c3kit measured as kind cross_entropy."""
+    return "xentropy" if "llm-foundry" in str(framework).lower() else "eager"
+
+
 def cp_impl_of(framework: str) -> str:
     """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
     "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
@@ -537,7 +547,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
                    glue=glue_of(row["framework"], code),
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
                    train_metrics=train_metrics_of(row["framework"]),
-                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp))
+                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp),
+                   loss_kernel=loss_kernel_of(row["framework"]))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
