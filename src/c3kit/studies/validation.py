@@ -318,6 +318,31 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
     return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
 
 
+FSDP_PRECISION_COLUMNS = ("runs", "framework", "reduce_dtype", "source", "reason")
+REDUCE_DTYPES = ("fp32", "bf16")
+
+
+def _check_reduce_dtype(v: str) -> str:
+    if v not in REDUCE_DTYPES:
+        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {v!r}")
+    return v
+
+
+def fsdp_precision(path=None) -> pd.DataFrame:
+    """The dtype each FSDP run reduce-scatters its gradients in (studies/data/fsdp_precision.csv: run glob, framework,
+    reduce_dtype fp32 / bf16, source, reason), decided from the framework's mixed-precision code and the launch
+    script or table that states the run's mode (Composer's FSDP mixed_precision DEFAULT: fp32, PURE: bf16)."""
+    return _run_table("fsdp_precision.csv", FSDP_PRECISION_COLUMNS, _check_reduce_dtype, path)
+
+
+def grad_reduce_dtype_of(run: str, fsdp: bool = True, table: pd.DataFrame | None = None) -> str:
+    """The dtype a run's gradients are reduced in (workload.graph.build_step grad_dtype): for an FSDP run the first
+    matching row of the table; fp32 otherwise or when none matches (the layer description's default)."""
+    if not fsdp:
+        return "fp32"
+    return _first_match(run, fsdp_precision() if table is None else table, "reduce_dtype", "fp32")
+
+
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
     Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
@@ -543,6 +568,7 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     cm = default_cost_model() if cost_model is None else cost_model
     code = norm_rope_of(str(row["run"]))
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
+                   grad_dtype=grad_reduce_dtype_of(str(row["run"]), p.fsdp),
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
