@@ -120,3 +120,11 @@ def test_llm_foundry_loss_is_priced_as_xentropy(monkeypatch):
     fused = v.predict(row)["predicted_s"]
     monkeypatch.setattr(v, "loss_kernel_of", lambda framework: "eager")
     assert fused < v.predict(row)["predicted_s"]
+
+
+def test_bias_grads_by_framework_and_dtype():
+    from c3kit.studies.validation import bias_grads_of
+
+    assert bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "bf16")
+    assert not bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "fp8")  # TE Linear fuses bgrad into its cast
+    assert not bias_grads_of("Megatron-LM", "bf16")  # its bias code is not described here

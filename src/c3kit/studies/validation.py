@@ -526,6 +526,15 @@ def loss_kernel_of(framework: str) -> str:
     return "xentropy" if "llm-foundry" in str(framework).lower() else "eager"
 
 
+def bias_grads_of(framework: str, dtype: str) -> bool:
+    """Whether a run's biased linears reduce their bias gradients in kernels of their own (workload.layer.BIAS_GRADS),
+    from its framework's code: llm-foundry's MPT blocks in bf16 (torch.nn.Linear with bias, no_bias False: addmm
+    forward, autograd's sum over the tokens backward); not its FP8 runs, whose fc_type 'te' Linear fuses the bias
+    gradient into the output gradient's FP8 cast (Transformer Engine fp8_cast_transpose_bgrad_fused); not the other
+    frameworks, whose bias code (Megatron's fused bias-GeLU and bias-dropout-add) is not described here."""
+    return "llm-foundry" in str(framework).lower() and str(dtype) != "fp8"
+
+
 def cp_impl_of(framework: str) -> str:
     """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
     "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
@@ -574,7 +583,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
                    train_metrics=train_metrics_of(row["framework"]),
                    flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp),
-                   loss_kernel=loss_kernel_of(row["framework"]))
+                   loss_kernel=loss_kernel_of(row["framework"]),
+                   bias_grads=bias_grads_of(row["framework"], str(row["dtype"])))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))

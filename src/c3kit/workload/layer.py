@@ -237,15 +237,18 @@ class Structure:
     train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
     flat_param_grads: bool = False  # FSDP1 FlatParameter views: autograd concatenates each unit's gradients
     loss_kernel: str = "eager"  # which cross-entropy kernels score the logits (LOSS_KERNELS)
+    bias_grads: bool = False  # each biased dense linear's backward sums its output gradient over tokens (BIAS_GRADS)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
            norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
-           train_metrics: int = 0, flat_param_grads: bool = False, loss_kernel: str = "eager") -> "Structure":
+           train_metrics: int = 0, flat_param_grads: bool = False, loss_kernel: str = "eager",
+           bias_grads: bool = False) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
         norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
         train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS;
-        loss_kernel: the training loss's cross-entropy kernels, LOSS_KERNELS)."""
+        loss_kernel: the training loss's cross-entropy kernels, LOSS_KERNELS; bias_grads: the bias gradients' own
+        reductions, BIAS_GRADS, where the model has biases)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
@@ -273,7 +276,8 @@ class Structure:
                          glue=glue, grad_acc=grad_acc if phase == "train" else "none",
                          train_metrics=train_metrics if phase == "train" else 0,
                          flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train",
-                         loss_kernel=loss_kernel)
+                         loss_kernel=loss_kernel,
+                         bias_grads=bool(bias_grads) and bool(model.bias) and phase == "train")
 
     @property
     def norm_kind(self) -> str:
@@ -383,6 +387,18 @@ LOSS_KERNELS = {"eager": "https://github.com/pytorch/pytorch/blob/v2.1.0/torch/n
                          "autocast casts cross_entropy's input to fp32: aten/src/ATen/autocast_mode.cpp)",
                 "xentropy": "https://github.com/Dao-AILab/flash-attention/blob/v1.0.9/flash_attn/losses/cross_entropy.py "
                             "(SoftmaxCrossEntropyLossFn: xentropy_cuda_lib.forward / .backward, csrc/xentropy)"}
+
+
+# A torch.nn.Linear with a bias on a 3-D contiguous input runs one addmm (its bias in the GEMM's epilogue), and
+# autograd reduces the broadcast bias's gradient, the output gradient, over the tokens with its own sum kernel (the
+# engine's validate_outputs: sum_to of the T x N gradient): a read of T x N bf16 per biased linear per micro-batch,
+# priced at its HBM bytes on the measured copy class (a copy's bytes of half the elements; the reduction kernel
+# itself is not measured). Frameworks whose bias gradient is fused elsewhere (Transformer Engine's FP8 Linear:
+# fp8_cast_transpose_bgrad_fused) or whose bias code was not read keep them off.
+BIAS_GRADS = ("https://github.com/pytorch/pytorch/blob/v2.1.0/aten/src/ATen/native/Linear.cpp (_flatten_3d_linear: "
+              "addmm with the bias); torch/csrc/autograd/engine.cpp validate_outputs (sum_to of a broadcast input's "
+              "gradient)")
+BIAS_GRAD_ROLES = ("qkv", "proj", "fc1", "fc2")  # the dense block's linears (experts and router: none here)
 
 
 def check_loss_kernel(name) -> str:
@@ -529,12 +545,13 @@ def activation_dtype(dtype: str, phase: str) -> str:
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
              norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0,
-             flat_param_grads: bool = False, loss_kernel: str = "eager") -> Layer:
+             flat_param_grads: bool = False, loss_kernel: str = "eager", bias_grads: bool = False) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
     memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
     train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics; flat_param_grads:
-    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS; loss_kernel: the loss's kernels, LOSS_KERNELS)."""
+    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS; loss_kernel: the loss's kernels, LOSS_KERNELS;
+    bias_grads: the biased linears' bias-gradient reductions, BIAS_GRADS)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -553,7 +570,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
     s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads,
-                     loss_kernel)
+                     loss_kernel, bias_grads)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -794,6 +811,9 @@ class _Builder(_Ops):
         """dgrad (M x K from M x N and N x K) and wgrad (K x N over M tokens) of a forward GEMM."""
         dg = self.compute(name + ".dgrad", GemmShape(fwd_m, fwd_k, fwd_n, batch), deps, "bwd", role, grad="dgrad")
         wg = self.compute(name + ".wgrad", GemmShape(fwd_k, fwd_n, fwd_m, batch), deps, "bwd", role, grad="wgrad")
+        if self.s.bias_grads and role in BIAS_GRAD_ROLES:  # the bias gradient's sum over the tokens (BIAS_GRADS)
+            el = fwd_m * fwd_n * batch
+            self.compute(name + ".bgrad", MemShape(el * self.d.b, el, (("copy", el / 2, 1),)), deps, "bwd", "bias_grad")
         return dg, wg
 
     # ---- forward ----
