@@ -128,3 +128,11 @@ def test_bias_grads_by_framework_and_dtype():
     assert bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "bf16")
     assert not bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "fp8")  # TE Linear fuses bgrad into its cast
     assert not bias_grads_of("Megatron-LM", "bf16")  # its bias code is not described here
+
+
+def test_metrics_fp32_by_framework_and_dtype():
+    from c3kit.studies.validation import metrics_fp32_of
+
+    assert metrics_fp32_of("llm-foundry (Composer, PyTorch FSDP)", "bf16")  # torch.autocast(bfloat16) upcasts
+    assert not metrics_fp32_of("llm-foundry (Composer, PyTorch FSDP)", "fp8")  # te.fp8_autocast only
+    assert metrics_fp32_of("torchtitan (FSDP2)", "fp8")

@@ -535,6 +535,14 @@ def bias_grads_of(framework: str, dtype: str) -> bool:
     return "llm-foundry" in str(framework).lower() and str(dtype) != "fp8"
 
 
+def metrics_fp32_of(framework: str, dtype: str) -> bool:
+    """Whether a run's training metrics score fp32 logits (workload.layer.METRICS_BF16), from its framework's code:
+    llm-foundry's Composer evaluates them inside its precision context, torch.autocast(bfloat16) under amp_bf16 (which
+    casts cross_entropy's input to fp32) but only te.fp8_autocast under amp_fp8 (the logits stay bf16); frameworks
+    without training metrics: True, unused."""
+    return not ("llm-foundry" in str(framework).lower() and str(dtype) == "fp8")
+
+
 def cp_impl_of(framework: str) -> str:
     """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
     "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
@@ -584,7 +592,8 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
                    train_metrics=train_metrics_of(row["framework"]),
                    flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp),
                    loss_kernel=loss_kernel_of(row["framework"]),
-                   bias_grads=bias_grads_of(row["framework"], str(row["dtype"])))
+                   bias_grads=bias_grads_of(row["framework"], str(row["dtype"])),
+                   metrics_fp32=metrics_fp32_of(row["framework"], str(row["dtype"])))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))

@@ -238,17 +238,18 @@ class Structure:
     flat_param_grads: bool = False  # FSDP1 FlatParameter views: autograd concatenates each unit's gradients
     loss_kernel: str = "eager"  # which cross-entropy kernels score the logits (LOSS_KERNELS)
     bias_grads: bool = False  # each biased dense linear's backward sums its output gradient over tokens (BIAS_GRADS)
+    metrics_fp32: bool = True  # the training metrics' cross-entropy runs on fp32 logits (autocast), else bf16 (METRICS_BF16)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
            norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
            train_metrics: int = 0, flat_param_grads: bool = False, loss_kernel: str = "eager",
-           bias_grads: bool = False) -> "Structure":
+           bias_grads: bool = False, metrics_fp32: bool = True) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
         norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
         train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS;
         loss_kernel: the training loss's cross-entropy kernels, LOSS_KERNELS; bias_grads: the bias gradients' own
-        reductions, BIAS_GRADS, where the model has biases)."""
+        reductions, BIAS_GRADS, where the model has biases; metrics_fp32 False: METRICS_BF16)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
@@ -277,7 +278,8 @@ class Structure:
                          train_metrics=train_metrics if phase == "train" else 0,
                          flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train",
                          loss_kernel=loss_kernel,
-                         bias_grads=bool(bias_grads) and bool(model.bias) and phase == "train")
+                         bias_grads=bool(bias_grads) and bool(model.bias) and phase == "train",
+                         metrics_fp32=bool(metrics_fp32))
 
     @property
     def norm_kind(self) -> str:
@@ -406,6 +408,15 @@ def check_loss_kernel(name) -> str:
     if name not in LOSS_KERNELS:
         raise WorkloadError(f"unknown loss kernel {name!r}: use one of {', '.join(LOSS_KERNELS)}")
     return name
+
+
+# Training metrics evaluated outside torch.autocast (Composer's AMP_FP8 precision context is te.fp8_autocast alone:
+# composer/core/precision.py get_precision_context at v0.16.4) score the bf16 logits as they are: log_softmax reads
+# and writes T x V bf16 (nll_loss reads one element per row), priced at its HBM bytes on the measured copy class (the
+# kernel itself is not measured, nor the re-reads of each row from L2), in place of the autocast pass that casts the
+# logits up to fp32 first (the measured kind cross_entropy).
+METRICS_BF16 = ("https://github.com/mosaicml/composer/blob/v0.16.4/composer/core/precision.py (AMP_FP8: "
+                "te.fp8_autocast only); composer/metrics/nlp.py LanguageCrossEntropy (torch.nn.CrossEntropyLoss)")
 
 
 def check_train_metrics(passes) -> int:
@@ -545,13 +556,15 @@ def activation_dtype(dtype: str, phase: str) -> str:
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
              norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0,
-             flat_param_grads: bool = False, loss_kernel: str = "eager", bias_grads: bool = False) -> Layer:
+             flat_param_grads: bool = False, loss_kernel: str = "eager", bias_grads: bool = False,
+             metrics_fp32: bool = True) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
     memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
     train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics; flat_param_grads:
     FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS; loss_kernel: the loss's kernels, LOSS_KERNELS;
-    bias_grads: the biased linears' bias-gradient reductions, BIAS_GRADS)."""
+    bias_grads: the biased linears' bias-gradient reductions, BIAS_GRADS; metrics_fp32 False: the metrics'
+    cross-entropy on bf16 logits, METRICS_BF16)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -570,7 +583,7 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
     s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads,
-                     loss_kernel, bias_grads)
+                     loss_kernel, bias_grads, metrics_fp32)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -1011,9 +1024,11 @@ class _Builder(_Ops):
         lb = self.compute("loss.bwd", bwd, (loss,), "bwd", "loss", "micro")
         if self.s.train_metrics:  # metric passes after the micro-batch's backward (check_train_metrics)
             n = self.s.train_metrics
-            parts = (("cross_entropy", n * T * Vl, Vl),)
-            self.compute("train_metrics", MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, parts), (lb,), "bwd",
-                         "train_metrics", "micro")
+            if self.s.metrics_fp32:
+                shape = MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, (("cross_entropy", n * T * Vl, Vl),))
+            else:  # log_softmax over the bf16 logits: a read and a write of T x V (METRICS_BF16)
+                shape = MemShape(n * 2 * T * Vl * b, n * 5 * T * Vl, (("copy", n * T * Vl, 1),))
+            self.compute("train_metrics", shape, (lb,), "bwd", "train_metrics", "micro")
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
