@@ -76,7 +76,8 @@ def analyze(
     fp8_scaling: str = typer.Option(_D["fp8_scaling"], "--fp8-scaling",
                                     help="FP8 recipe of the cast kernels feeding the FP8 GEMMs: delayed (Transformer "
                                          "Engine DelayedScaling), current (TE Float8CurrentScaling), dynamic (torchao "
-                                         "Float8Linear), eager (unfused PyTorch) or mxfp8 (TE MXFP8BlockScaling)."),
+                                         "Float8Linear), eager (unfused PyTorch), mxfp8 (TE MXFP8BlockScaling) or "
+                                         "delayed_uncached (delayed, weights re-cast every micro-batch)."),
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",

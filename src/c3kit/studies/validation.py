@@ -318,6 +318,31 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
     return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
 
 
+FSDP_PRECISION_COLUMNS = ("runs", "framework", "reduce_dtype", "source", "reason")
+REDUCE_DTYPES = ("fp32", "bf16")
+
+
+def _check_reduce_dtype(v: str) -> str:
+    if v not in REDUCE_DTYPES:
+        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {v!r}")
+    return v
+
+
+def fsdp_precision(path=None) -> pd.DataFrame:
+    """The dtype each FSDP run reduce-scatters its gradients in (studies/data/fsdp_precision.csv: run glob, framework,
+    reduce_dtype fp32 / bf16, source, reason), decided from the framework's mixed-precision code and the launch
+    script or table that states the run's mode (Composer's FSDP mixed_precision DEFAULT: fp32, PURE: bf16)."""
+    return _run_table("fsdp_precision.csv", FSDP_PRECISION_COLUMNS, _check_reduce_dtype, path)
+
+
+def grad_reduce_dtype_of(run: str, fsdp: bool = True, table: pd.DataFrame | None = None) -> str:
+    """The dtype a run's gradients are reduced in (workload.graph.build_step grad_dtype): for an FSDP run the first
+    matching row of the table; fp32 otherwise or when none matches (the layer description's default)."""
+    if not fsdp:
+        return "fp32"
+    return _first_match(run, fsdp_precision() if table is None else table, "reduce_dtype", "fp32")
+
+
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
     Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
@@ -491,6 +516,33 @@ def flat_param_grads_of(framework: str, fsdp: bool) -> bool:
     return bool(fsdp) and "llm-foundry" in str(framework).lower()
 
 
+def loss_kernel_of(framework: str) -> str:
+    """Which cross-entropy kernels a run's training loss runs (workload.layer.LOSS_KERNELS), from its framework's code:
+    llm-foundry "xentropy" (ComposerMPTCausalLM's loss_fn defaults to 'fused_crossentropy', flash-attn's
+    CrossEntropyLoss on xentropy_cuda_lib, which the [gpu] extra installs: llmfoundry/models/mpt/modeling_mpt.py at
+    v0.3.0 54cbb8bd, the code submit_benchmarks.py runs, and the May 2023 MosaicGPT of the A100 70B rows,
+    llmfoundry/models/mosaic_gpt/mosaic_gpt.py at 300cc5c5; the benchmark yamls set no loss_fn); every other
+    framework "eager", the kernels c3kit measured as kind cross_entropy."""
+    return "xentropy" if "llm-foundry" in str(framework).lower() else "eager"
+
+
+def bias_grads_of(framework: str, dtype: str) -> bool:
+    """Whether a run's biased linears reduce their bias gradients in kernels of their own (workload.layer.BIAS_GRADS),
+    from its framework's code: llm-foundry's MPT blocks in bf16 (torch.nn.Linear with bias, no_bias False: addmm
+    forward, autograd's sum over the tokens backward); not its FP8 runs, whose fc_type 'te' Linear fuses the bias
+    gradient into the output gradient's FP8 cast (Transformer Engine fp8_cast_transpose_bgrad_fused); not the other
+    frameworks, whose bias code (Megatron's fused bias-GeLU and bias-dropout-add) is not described here."""
+    return "llm-foundry" in str(framework).lower() and str(dtype) != "fp8"
+
+
+def metrics_fp32_of(framework: str, dtype: str) -> bool:
+    """Whether a run's training metrics score fp32 logits (workload.layer.METRICS_BF16), from its framework's code:
+    llm-foundry's Composer evaluates them inside its precision context, torch.autocast(bfloat16) under amp_bf16 (which
+    casts cross_entropy's input to fp32) but only te.fp8_autocast under amp_fp8 (the logits stay bf16); frameworks
+    without training metrics: True, unused."""
+    return not ("llm-foundry" in str(framework).lower() and str(dtype) == "fp8")
+
+
 def cp_impl_of(framework: str) -> str:
     """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
     "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
@@ -533,11 +585,15 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     cm = default_cost_model() if cost_model is None else cost_model
     code = norm_rope_of(str(row["run"]))
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
+                   grad_dtype=grad_reduce_dtype_of(str(row["run"]), p.fsdp),
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
                    train_metrics=train_metrics_of(row["framework"]),
-                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp))
+                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp),
+                   loss_kernel=loss_kernel_of(row["framework"]),
+                   bias_grads=bias_grads_of(row["framework"], str(row["dtype"])),
+                   metrics_fp32=metrics_fp32_of(row["framework"], str(row["dtype"])))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
