@@ -11,6 +11,7 @@ from c3kit.cost import gemmclass as gc
 from c3kit.cost.basis import basis, basis_sources
 from c3kit.cost.default_curve import bf16_curve_for, default_curve_for, fp8_fraction
 from c3kit.cost.efficiency import DEFAULT_PEAK_FRAC
+from c3kit.cost.fp8gemm import fp8_class_for, fp8_classes, fp8_over_bf16
 from c3kit.hw import get_gpu
 from c3kit.workload.ops import Gemm
 
@@ -122,11 +123,11 @@ def test_cost_time_uses_the_classes():
     curve = default_curve_for(H200)[0]
     f8 = Gemm("e8", 512, 1536, 2048, "fp8", 16)
     t16 = curve.gemm_time(512 * 16, 1536, 2048, "bf16", H200)
-    ratio = cls.fp8(512 * 16, 1536, t16) / t16
+    ratio = fp8_class_for(H200)(512 * 16, 1536, t16) / t16
     assert cost.time(f8, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16, routed=True) * ratio,
                                                               rel=1e-12)
     # below the FP8 class's rows (K = 64 < 512) the curve's FP8 : BF16 ratio applies instead
-    assert cls.fp8_over_bf16(512 * 16, 1536, 64, 1.0) is None
+    assert fp8_over_bf16(H200, 512 * 16, 1536, 64, 1.0) is None
     # no class on the B200: the curve prices it; roofline never uses the classes
     b = Gemm("e", 512, 1536, 2048, "bf16", 16)
     assert cost.time(b, B200, "efficiency") == pytest.approx(
@@ -278,12 +279,14 @@ def test_fp8_gemm_hand_checked():
 
 
 def test_shipped_fp8_class_prices_fp8_gemms():
-    cal = gc.gemm_calibration("H200-SXM")
+    classes = fp8_classes("H200-SXM")
     # 31 shapes of the fp8_mm rows, 10 held out; the math part near the FP8 : BF16 peak ratio (1979 / 989 TFLOP/s)
-    for c in (cal.fp8, cal.fp8_rowwise):
+    assert set(classes) == set(gc.FP8_KINDS)
+    for c in classes.values():
         assert c.n_rows == 21 and c.min_mnk == 1024 and 0.45 < c.ratio < 0.6 and c.fixed_s > 0 and c.per_wave_s > 0
     # 8192^3 on the H200: 64 x 64 = 4096 tiles over 132 SMs = 32 waves, the BF16 twin by the calibrated curve
-    f = cal.fp8
+    f = classes["fp8_tensorwise"]
+    assert fp8_class_for(H200) == f and fp8_classes("B200") == {}
     t16 = bf16_curve_for(H200)[0].gemm_time(8192, 8192, 8192, "bf16", H200)
     want = f.fixed_s + f.ratio * t16 + 32 * f.per_wave_s
     op = Gemm("x", 8192, 8192, 8192, "fp8")
@@ -291,7 +294,7 @@ def test_shipped_fp8_class_prices_fp8_gemms():
     est = cost.explain(op, H200, "efficiency")
     assert est.method == "gemm_fp8" and est.detail["basis"] == "measured"
     # the H100 (same GH100 die) takes the class unchanged, labelled as transferred; the B200 keeps its published curve
-    assert gc.gemm_classes_for(H100).fp8 == f
+    assert fp8_class_for(H100) == f and fp8_class_for(B200) is None
     assert cost.explain(op, H100, "efficiency").detail["basis"] == "transferred from H200-SXM"
     assert cost.explain(op, B200, "efficiency").method == "efficiency"
 
@@ -317,7 +320,7 @@ def test_fp8_held_out_rule_is_a_fixed_hash_of_the_shape():
     assert gc.is_held_out_fp8({"m": 1024, "n": 1024, "k": 1024}) and not gc.is_held_out_fp8({"m": 1536, "n": 1536,
                                                                                               "k": 1536})
     curve = bf16_curve_for(H200)[0]
-    a, b = gc.fit_fp8_gemm(list(reversed(rows)), curve, H200), gc.gemm_calibration("H200-SXM").fp8
+    a, b = gc.fit_fp8_gemm(list(reversed(rows)), curve, H200), fp8_classes("H200-SXM")["fp8_tensorwise"]
     assert (a.fixed_s, a.ratio, a.per_wave_s) == pytest.approx((b.fixed_s, b.ratio, b.per_wave_s), rel=1e-9)
     assert gc.fit_fp8_gemm(rows, curve, H200, hold_out=False).n_rows == 31
 

@@ -72,26 +72,32 @@ def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
     if wgrad is not None and wgrad.covers(op.n, op.m):  # a K x N output per group, reduced over M = op.k rows
         t = wgrad(op.m, op.n, op.k, op.batch)
         if op.dtype == "fp8":
-            t *= _fp8_ratio(cls, curve, hw, op.m, op.n, op.k * op.batch)
+            t *= _fp8_ratio(curve, hw, op.m, op.n, op.k * op.batch)
         return t, "gemm_grouped"
     if grouped and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
         # the experts' rows come from a router: group sizes spread about the mean M (gemmclass.expected_row_tiles)
         t = cls.grouped(op.m, op.n, op.k, op.batch, routed=True)
         if op.dtype == "fp8":
-            t *= _fp8_ratio(cls, curve, hw, op.m * op.batch, op.n, op.k)
+            t *= _fp8_ratio(curve, hw, op.m * op.batch, op.n, op.k)
         return t, "gemm_grouped"
-    if op.dtype == "fp8" and op.batch == 1 and cls.fp8 is not None and cls.fp8.covers(op.m, op.n, op.k):
-        return cls.fp8(op.m, op.n, curve.gemm_time(op.m, op.n, op.k, "bf16", hw)), "gemm_fp8"
+    if op.dtype == "fp8" and op.batch == 1:
+        from c3kit.cost.fp8gemm import fp8_class_for
+
+        f8 = fp8_class_for(hw)
+        if f8 is not None and f8.covers(op.m, op.n, op.k):
+            return f8(op.m, op.n, curve.gemm_time(op.m, op.n, op.k, "bf16", hw)), "gemm_fp8"
     if (op.batch == 1 and op.m <= SMALL_M_MAX and op.dtype != "fp8" and cls.small_m is not None
             and cls.small_m.covers(op.n, op.k)):
         return cls.small_m(op.m, op.n, op.k), "gemm_small_m"
     return None
 
 
-def _fp8_ratio(cls, curve, hw: GPU, m: int, n: int, k: int) -> float:
+def _fp8_ratio(curve, hw: GPU, m: int, n: int, k: int) -> float:
     """FP8 over BF16 time of one M x N x K GEMM: the FP8 class's where it covers the shape, else the curve's."""
+    from c3kit.cost.fp8gemm import fp8_over_bf16
+
     t_bf16 = curve.gemm_time(m, n, k, "bf16", hw)
-    r = cls.fp8_over_bf16(m, n, k, t_bf16)
+    r = fp8_over_bf16(hw, m, n, k, t_bf16)
     return r if r is not None else curve.gemm_time(m, n, k, "fp8", hw) / t_bf16
 
 

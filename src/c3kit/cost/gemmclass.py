@@ -479,8 +479,6 @@ class GemmCalibration:
     cast: FeatureCost | None
     origin: str
     grouped_wgrad: WaveGemm | None = None
-    fp8: Fp8Gemm | None = None  # per-tensor scales (the step model's FP8 GEMMs)
-    fp8_rowwise: Fp8Gemm | None = None
 
 
 def gemm_rows(gpu_name: str, families: tuple[str, ...] = ("gemm", "gemm_cold")) -> list[dict] | None:
@@ -520,25 +518,8 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     grouped = fit_grouped(rows + [f for f, _ in pairs], sms=sms)
     graph = graph_wgrad_rows(moe_grad_parts(gemm_rows(gpu_name, ("moe_grad",)) or []))
     wrows = graph if graph else (wgrad_rows(pairs, grouped) if grouped is not None else [])
-    fp8 = fp8_classes(gpu_name)
     return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
-                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms),
-                           fp8.get("fp8_tensorwise"), fp8.get("fp8_rowwise"))
-
-
-def fp8_classes(gpu_name: str) -> dict[str, Fp8Gemm]:
-    """FP8_KINDS kind -> its FP8 GEMM class fitted to a catalog GPU's shipped fp8_mm rows against its calibrated
-    BF16 curve (empty without such rows)."""
-    from c3kit.cost.default_curve import bf16_curve_for
-    from c3kit.hw.catalog import get_gpu
-
-    rows = gemm_rows(gpu_name, ("fp8_mm",)) or []
-    if not rows:
-        return {}
-    gpu = get_gpu(gpu_name)
-    curve = bf16_curve_for(gpu)[0]
-    fits = {kind: fit_fp8_gemm(rows, curve, gpu, kind) for kind in FP8_KINDS}
-    return {kind: c for kind, c in fits.items() if c is not None}
+                           op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms))
 
 
 @dataclass(frozen=True)
@@ -550,14 +531,6 @@ class ScaledGemmClasses:
     cast_fixed_s: float | None
     cast_s_per_element: float | None
     grouped_wgrad: WaveGemm | None = None
-    fp8: Fp8Gemm | None = None  # per-tensor scaled FP8 GEMMs
-
-    def fp8_over_bf16(self, m, n, k, t_bf16, batch=1) -> float | None:
-        """FP8 over BF16 time of an M x N x K (x batch) GEMM whose BF16 price is t_bf16, by the FP8 class; None
-        where there is none or it does not cover the shape."""
-        if self.fp8 is None or not bool(np.all(self.fp8.covers(m, n, k))):
-            return None
-        return float(self.fp8(m, n, t_bf16, batch)) / float(t_bf16)
 
     def cast_time(self, elements):
         """Seconds of one measured amax + scale + cast of a BF16 tensor of `elements` elements, or None."""
@@ -587,14 +560,8 @@ def gemm_classes_for(gpu) -> ScaledGemmClasses:
     wgrad = gr.grouped_wgrad.scaled(fr, br) if gr is not None and gr.grouped_wgrad is not None else None
     ca, _, br = part("fp8_cast")
     cast = ca.cast if ca is not None else None
-    f8 = part("gemm_fp8")[0]
-    fp8 = None
-    if f8 is not None and f8.fp8 is not None:
-        ref = get_gpu(f8.gpu)
-        fp8 = f8.fp8.scaled(gpu.peak_flops("fp8") / ref.peak_flops("fp8"),
-                            gpu.peak_flops("fp8") / gpu.peak_flops("bf16") / (ref.peak_flops("fp8") / ref.peak_flops("bf16")))
     return ScaledGemmClasses(small, grouped, cast.fixed_s if cast is not None else None,
-                             cast.coefs[0] / br if cast is not None else None, wgrad, fp8)
+                             cast.coefs[0] / br if cast is not None else None, wgrad)
 
 
 def load_rows_file(path) -> list[dict]:
