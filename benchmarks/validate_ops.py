@@ -6,7 +6,7 @@ shapes: every row is out of sample), and the kernel floor.
 The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
 5120, and the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens; attention: every third shape by a fixed hash, opclass.is_held_out_attention, for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
-without it); this script
+without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
