@@ -6,7 +6,7 @@ shapes: every row is out of sample), and the kernel floor.
 The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
 5120, and the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens; attention: every third shape by a fixed hash, opclass.is_held_out_attention, for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
-without it); this script
+without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
@@ -45,8 +45,11 @@ NOT_YET_MODELLED = {
                           "held-out 12; fitted on them alone the class priced all 72 moe_grad wgrads at 5.2 / 14.0%, "
                           "bias -4.7% (the wgrad inside autograd's backward runs longer than the lone _grouped_mm of "
                           "its shape): not adopted",
-    "gemm fp8": "4 held-out rows; the miss is the smallest shapes (1024^3: FP8 / BF16 = 0.88 measured, 0.50-0.53 "
-                "for the large ones)",
+    "gemm fp8 rowwise": "per-row scales at the small cubes do not follow size (which kernel ran was not profiled): FP8 / BF16 = 0.87 "
+                        "(1024^3), 1.07 (1536^3), 0.63 (2048^3) against 0.73 / 0.70 / 0.61 per-tensor; 1536^3 is a fit "
+                        "row and sets the fixed cost (7.3 us against 2.3 per-tensor), so the held-out 1024^3 and 2048^3 "
+                        "are priced +94% / +35% (the large shapes within -14 to +2%); the curve's fp8 fraction "
+                        "fitted on the same rows gave 3.6 / 9.1%, seen only after this split's result: not adopted",
     "fp8 cast": "1024 x 1024 (21.5 us eager) is the parts' own fixed costs, not a launch floor (fp8_cast_parts in "
                 "CUDA graphs: amax 9.7 + scale 3.8 + cast 6.8 = 20.3 us); at 64M-256M elements the graph parts run "
                 "5.8-6.1 ps an element against 6.4-7.0 eager (the eager composite divides where the parts multiply; "
@@ -320,16 +323,8 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
             one = full_small(m, n, k) if m <= gc.SMALL_M_MAX else curve.gemm_time(m, n, k, "bf16", gpu)
             out.setdefault("gemm expert loop wgrad (grouped_wgrad mm_loop rows, out of sample)", []).append(
                 r["experts"] * one / r["time_s"] - 1)
-    frac = gc.fit_fp8_frac(rows, curve, gpu)
-    pairs = gc.fp8_pairs(rows)
-    fitted = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": frac})
-    for (f, b), held in zip(pairs, gc.held_out_every_third(pairs)):
-        if held:
-            target = gc.fp8_target(f, b, curve, gpu)
-            out.setdefault("gemm fp8 (_scaled_mm)", []).append(
-                fitted.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) / target - 1)
-            out.setdefault("gemm fp8 [before: assumed fraction]", []).append(
-                curve.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) / target - 1)
+    for name, e in fp8_gemm_errors(directory, rows, curve, gpu).items():
+        out[name] = e
     cast = gc.fit_cast(rows)
     cr = gc.cast_rows(rows)
     for r, held in zip(cr, gc.held_out_every_third(cr)):
@@ -348,6 +343,54 @@ def gemm_held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]
             out.setdefault("fp8 cast (fp8_cast_parts amax+scale+cast, out of sample)", []).append(
                 cast([el]) / (ps["amax"] + ps["scale"] + ps["cast"]) - 1)
     return {k: np.array(v, dtype=float) for k, v in out.items()}
+
+
+def fp8_gemm_errors(directory: Path | None, gemm_rows: list[dict], curve, gpu) -> dict[str, list]:
+    """The FP8 GEMM classes (gemmclass.Fp8Gemm, fitted on the fp8_mm rows) on their held-out shapes, against the
+    normalised targets the class is fitted to (FP8 time x the BF16 curve / the measured BF16 time), and on the ops-gemm
+    file's per-tensor _scaled_mm rows of an earlier run (no fit reads them): its 4 shapes held out before and all 12."""
+    from c3kit.cost import gemmclass as gc
+    from c3kit.cost.opclass import _rows
+
+    doc = _doc(directory, "fp8_mm", missing_ok=True)
+    if doc is None:
+        return {}
+    rows = _rows(doc)
+    out: dict[str, list] = {}
+
+    def add(name, cls, f, b):
+        pred = cls(f["m"], f["n"], curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu))
+        out.setdefault(name, []).append(pred / gc.fp8_target(f, b, curve, gpu) - 1)
+
+    for kind in gc.FP8_KINDS:
+        cls = gc.fit_fp8_gemm(rows, curve, gpu, kind)
+        if cls is None:
+            continue
+        label = kind.removeprefix("fp8_")
+        for f, b in gc.fp8_pairs(rows, kind):
+            if gc.is_held_out_fp8(f):
+                add(f"gemm fp8 {label} (_scaled_mm)", cls, f, b)
+                if kind == "fp8_tensorwise":  # the measured time itself: the BF16 curve's own error included
+                    p = cls(f["m"], f["n"], curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu))
+                    out.setdefault("gemm fp8 tensorwise vs measured time [BF16 curve error included]", []).append(
+                        p / f["time_s"] - 1)
+        if kind == "fp8_tensorwise":
+            old = gc.fp8_pairs(gemm_rows, "fp8_scaled_mm")  # per-tensor scales, timed in an earlier run
+            before = gc.fit_fp8_frac(gemm_rows, curve, gpu, hold_out=False, kind="fp8_scaled_mm")
+            frac = curve.with_(peak_frac={**dict(curve.peak_frac), "fp8": before})
+            for i, (f, b) in enumerate(old):
+                add("gemm fp8 tensorwise on the ops-gemm rows (out of sample)", cls, f, b)
+                if i % 3 == 2:  # the rows the previous class held out
+                    add("gemm fp8 tensorwise on the ops-gemm rows held out before (out of sample)", cls, f, b)
+            for f, b in gc.fp8_pairs(rows, kind):
+                if gc.is_held_out_fp8(f):
+                    out.setdefault("gemm fp8 [before: curve fp8 fraction on the ops-gemm rows]", []).append(
+                        frac.gemm_time(f["m"], f["n"], f["k"], "fp8", gpu) / gc.fp8_target(f, b, curve, gpu) - 1)
+    bf = [b for _, b in gc.fp8_pairs(rows, "fp8_tensorwise")]
+    for b in bf:  # no BF16 curve fit reads the fp8_mm rows
+        out.setdefault("gemm bf16 curve on the fp8_mm BF16 rows [reference: not an FP8 class]", []).append(
+            curve.gemm_time(b["m"], b["n"], b["k"], "bf16", gpu) / b["time_s"] - 1)
+    return out
 
 
 def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
@@ -415,19 +458,21 @@ def main(argv: list[str] | None = None) -> int:
         ok &= good
         print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
         _note(name, good)
-    print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them):")
+    print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them; "
+          "other '[...]' rows: references, not checks of a class):")
     for name, e in gemm_held_out_errors(a.dir).items():
         bias = float(np.mean(e)) * 100
         e = np.abs(e) * 100
         med, p90 = float(np.median(e)), float(np.percentile(e, 90))
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
-        if "[before" not in name and "(in-sample)" not in name:
+        check = "[" not in name and "(in-sample)" not in name
+        if check:
             ok &= good
-        verdict = ("PASS" if good else "FAIL") if "[before" not in name else "(reference)"
+        verdict = ("PASS" if good else "FAIL") if "[" not in name else "(reference)"
         if "(in-sample)" in name:
             verdict = "(composition of fitted classes, not a held-out check)"
         print(f"{name:44s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  bias {bias:+5.1f}%  -> {verdict}")
-        if "[before" not in name and "(in-sample)" not in name:
+        if check:
             _note(name, good)
     print("MoE ops of the ops-moe file, none used by a fit, priced as the layer description prices them:")
     for name, e in moe_out_of_sample_errors(a.dir).items():
