@@ -3,7 +3,7 @@ priced by the overlap engine's schedule of the method TE runs it with (Paralleli
 
 TE names a layer's GEMMs qkv, proj, fc1 and fc2 (the layer description's roles) and overlaps, per GEMM name
 (workload.parallel.TP_COMM_OVERLAP_METHODS):
-  <g>_fprop   forward all-gather -> qkv / fc1, forward proj / fc2 -> reduce-scatter
+  <g>_fprop   forward all-gather -> qkv / fc1, forward proj / fc2 -> reduce-scatter (recomputed forwards too)
   <g>_dgrad   backward all-gather of the output gradient -> proj / fc2 input-gradient GEMM (ring_exchange), or
               the re-gather of a qkv / fc1 input beside that layer's input-gradient GEMM (bulk)
   <g>_wgrad   the reduce-scatter of a qkv / fc1 input gradient beside that layer's weight-gradient GEMM (bulk)
@@ -40,8 +40,8 @@ def te_gemm_name(graph, pair) -> str:
     """The TE GEMM name of a tensor-parallel pair (qkv_fprop, fc2_dgrad, fc1_wgrad, ...)."""
     nodes = graph.nodes
     comm, gemm = nodes[pair.comm], nodes[pair.gemm]
-    if comm.phase == "fwd":
-        return f"{gemm.role}_fprop"
+    if not gemm.grad:  # a forward GEMM, or one recomputed in the backward (role re_<name>): the module's forward
+        return f"{gemm.role.removeprefix('re_')}_fprop"
     return f"{gemm.role}_{'wgrad' if comm.role == 'tp_rs' else 'dgrad'}"
 
 
