@@ -133,3 +133,19 @@ def test_tp_overlap_is_never_slower_than_no_overlap(overlap, tp, heads, head_dim
     for row in with_te.rows:
         assert row.exposed_s <= row.comm_s * (1 + 1e-12) + 1e-15
     assert np.isfinite(with_te.totals.step_time)
+
+
+def test_the_ring_exchange_schedule_is_the_plain_copy_engine_ring():
+    # TE's ring_exchange has no symmetric-memory barriers or second compute stream (PyTorch async TP's ring-dma)
+    from c3kit.overlap.evaluate import default_params
+    from c3kit.overlap.schedules import SCHEDULES, build
+
+    p = default_params(H100.name)
+    for pattern in ("ag_gemm", "gemm_rs"):
+        prob = OverlapProblem(pattern, 4096, 1024, 1024, "bf16", 4)
+        ctx = Ctx(prob, H100, p, CostCache.shared(H100, p.tile_m, p.tile_n, p.gemm_hbm_traffic))
+        tasks, _ = build(SCHEDULES[SCHEDULE_OF[("ring_exchange", False)]], ctx, "sm")
+        assert not any("barrier" in t.name for t in tasks)
+        assert {t.stream for t in tasks if t.kind == "compute" and t.category == "comp"} == {"compute"}
+        assert all(t.engines > 0 and t.sms == 0 for t in tasks if t.kind == "comm")
+        assert sum(t.kind == "comm" for t in tasks) == 3  # tp - 1 point-to-point steps
