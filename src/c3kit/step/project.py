@@ -149,7 +149,8 @@ def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer
     timer = timer or step_timer(cost_model)
     plan = plan or make_plan(graph)
     t = node_times(graph, hw, timer)
-    policy = bind_policy(policy, graph, hw)  # with the layout's TE userbuffers overlap (step/tpcomm.py)
+    # with the layout's TE userbuffers overlap (step/tpcomm.py), its engine prices at the cost model's GEMM clocks
+    policy = bind_policy(policy, graph, hw, getattr(cost_model, "power", None))
     tl = evaluate(plan, t, policy)
     step = float(tl.step_time[0])
     sched, speed = _pair_columns(graph, plan, tl, policy)
@@ -226,7 +227,7 @@ def compare_overlap(graph, hw: GPU, *, timer: Timer | None = None, cost_model=No
     t = node_times(graph, hw, timer)
     out = []
     for mode in modes or (*BASE_MODES, *FAMILIES):
-        pol = bind_policy(policy_for(mode, power), graph, hw)
+        pol = bind_policy(policy_for(mode, power), graph, hw, power)
         tl = evaluate(plan, t, pol)
         out.append({"mode": mode, "step_time": float(tl.step_time[0]), "exposed": float(tl.exposed[:, 0].sum())})
     base = next((r["step_time"] for r in out if r["mode"] == "simple"), None)

@@ -165,15 +165,16 @@ class BoundTPCommOverlap:
         return self.te.schedule_of(node, scenario)
 
 
-def with_tp_comm_overlap(policy, graph):
-    """The policy of a graph: wrapped in TPCommOverlap when its layout runs TE's userbuffers overlap."""
+def with_tp_comm_overlap(policy, graph, power: str | None = None):
+    """The policy of a graph: wrapped in TPCommOverlap when its layout runs TE's userbuffers overlap (GEMM clocks:
+    `power`, else the policy's, else burst, as the engine modes)."""
     overlap = getattr(graph.par, "tp_comm_overlap", "none")
     if overlap == "none":
         return policy
-    return TPCommOverlap(policy, overlap, getattr(policy, "power", "burst"))
+    return TPCommOverlap(policy, overlap, power or getattr(policy, "power", None) or "burst")
 
 
-def bind_policy(policy, graph, hw):
+def bind_policy(policy, graph, hw, power: str | None = None):
     """The policy bound to a graph on a GPU (with_tp_comm_overlap, then its bind where it has one)."""
-    policy = with_tp_comm_overlap(policy, graph)
+    policy = with_tp_comm_overlap(policy, graph, power)
     return policy.bind(graph, hw) if hasattr(policy, "bind") else policy
