@@ -639,7 +639,8 @@ def _family(framework: str) -> str:
 
 
 def _layout(row) -> str:
-    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}",
+    ub = tp_comm_overlap_of(str(row["run"])) if int(row["tp"]) > 1 else "none"  # TE userbuffers (tp_overlap.csv)
+    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}{'' if ub == 'none' else '+ub:' + ub}",
              f"pp{row['pp']}{'x' + str(row['vpp']) if int(row['vpp']) > 1 else ''}"]
     if int(row["cp"]) > 1:
         parts.append(f"cp{row['cp']}")
