@@ -77,3 +77,13 @@ def test_bad_table_is_refused(tmp_path):
     p.write_text("runs,tp_comm_overlap\nx,none\n")
     with pytest.raises(StudyError, match="lack column"):
         tp_overlaps(p)
+
+
+def test_validate_notes_name_the_fact_and_layouts_show_it():
+    from c3kit.studies.validation import validate
+
+    runs = load_runs()
+    res = validate(runs=runs[runs["run"] == "mbridge2511-h100-llama3-70b"])
+    assert any("studies/data/tp_overlap.csv" in n for n in res.notes)
+    row = res.table.iloc[0]
+    assert "+ub:ring_exchange" in row["layout"] and row["status"] == "scored"
