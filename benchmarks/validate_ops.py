@@ -109,31 +109,36 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     sms = gpu.sms
     l2 = gpu.l2_bytes
     edge = oc.fit_l2_edge(mem_rows, l2_bytes=l2, sms=sms)
-    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms, edge=edge)
+    mem_rows += oc.norm_width_rows(_family_rows(directory, "norm_width"))
+    row_edge = oc.fit_row_edge(mem_rows, l2_bytes=l2, sms=sms, edge=edge)
+    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms, edge=edge, row_edge=row_edge)
     for r in oc.gpu_time_memory_rows(mem_rows):  # eager rows of width 5120, CUDA-graph rows of the held-out tokens
         kind = oc._memory_kind(r)
-        graph = oc.is_held_out_memory_graph(r)
-        if kind not in fit or not (graph or r.get("mode") != "graph" and int(r["width"]) == oc.HELD_OUT_WIDTH):
+        widths = oc.is_held_out_norm_width(r)
+        graph = oc.is_held_out_memory_graph(r) and not widths
+        if kind not in fit or not (widths or graph or r.get("mode") != "graph" and int(r["width"]) == oc.HELD_OUT_WIDTH):
             continue
         elements = float(r["tokens"]) * float(r["width"])
-        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms, edge=edge))
-        out.setdefault("memory " + kind + (" (CUDA-graph rows)" if graph else ""), []).append(p / r["time_s"] - 1)
+        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms, edge=edge, row_edge=row_edge))
+        label = " (norm_width CUDA-graph rows)" if widths else " (CUDA-graph rows)" if graph else ""
+        out.setdefault("memory " + kind + label, []).append(p / r["time_s"] - 1)
     norm = _check_doc(directory, "norm_bwd")
     for r in oc._rows(norm) if norm else []:  # CUDA-graph norm backwards: no fit reads them (out of sample)
         kind = r["norm"] + ".bwd"
         if r["part"] == "bwd" and r["mode"] == "graph" and kind in fit:
             el = float(r["rows"]) * float(r["hidden"])
-            p = fit[kind](oc.memory_features(kind, el, r["hidden"], l2, sms=sms, edge=edge))
+            p = fit[kind](oc.memory_features(kind, el, r["hidden"], l2, sms=sms, edge=edge, row_edge=row_edge))
             out.setdefault(f"memory {kind} (norm_bwd CUDA-graph rows, out of sample)", []).append(p / r["time_s"] - 1)
     dec_rows = oc.decode_kernel_rows(_family_rows(directory, "decode_kernels"))
     for r in dec_rows:  # the decode kernels: each row against a fit of its kind without it (leave-one-out)
         kind = r["op"]
         fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, sms=sms, held_out_width=None,
-                            edge=edge)
+                            edge=edge, row_edge=row_edge)
         m = fit.get(kind)
         if m is not None:
             elements = float(r["tokens"]) * float(r["width"])
-            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"), edge=edge)
+            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"), edge=edge,
+                                   row_edge=row_edge)
             out.setdefault(f"memory {kind} (decode kernels, leave-one-out)", []).append(m(f) / r["time_s"] - 1)
     # kernels right after a weight stream: each row's cold time against its own warm time plus the extra fitted
     # without it (leave-one-out), over the rows the extra is priced for (up to AFTER_STREAM_MAX_ROWS rows)

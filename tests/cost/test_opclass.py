@@ -276,8 +276,9 @@ def test_norm_backward_weight_gradient_waves_by_hand():
     assert float(dgamma_wave_rows(2 ** 17, 2048, 132)) == 0.0
     assert float(dgamma_wave_rows(2 ** 17, 4096, 132)) == 2.0 ** 17  # 128 blocks >= 66: not split
     f = memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf, sms=132)
-    assert f.shape == (4,) and float(f[3]) == 2048.0
-    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf).shape == (3,)  # not adopted there
+    # then the norms' rows (1024) and re-read bytes past L1 (0: no row edge given)
+    assert f.shape == (6,) and list(map(float, f[3:])) == [2048.0, 1024.0, 0.0]
+    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf).shape == (5,)  # no waves: not adopted there
     with pytest.raises(CostError):
         memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf)
 
@@ -298,7 +299,7 @@ def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_wav
 
     cal = calibration_for(get_gpu("H200-SXM"), "memory")
     m = cal.cal.memory["layernorm.bwd"]
-    assert len(m.coefs) == 4 and m.coefs[3] > 0
+    assert len(m.coefs) == 6 and m.coefs[3] > 0  # bytes, width, HBM bytes, waves, rows, re-read bytes
     # same bytes per row, one more wave: 5120 costs more per element than 4096 at equal rows
     t4, t5 = (float(cal.kind_time("layernorm.bwd", 16384 * w, w)) for w in (4096, 5120))
     assert t5 / 5120 > t4 / 4096

@@ -8,7 +8,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   latency inside normalisation kernels), and the bytes served from HBM instead of L2 (beyond the L2; for the
   elementwise kinds of L2_EDGE_KINDS a smooth edge fitted on CUDA-graph rows, fit_l2_edge); kinds whose
   kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
-  argmax, and the norm backward's weight-gradient waves).
+  argmax, and the norm backward's weight-gradient waves); the norms add their rows (one CTA each) and the bytes
+  their second pass over a row reads past L1 (NORM_REREAD_TENSORS, an edge in the row's bytes, fit_row_edge).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
@@ -145,11 +146,13 @@ def l2_column(kind: str, nbytes, l2_bytes: float, edge: L2Edge | None = None):
 
 
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
-                    cache_bytes=None, edge: L2Edge | None = None):
+                    cache_bytes=None, edge: L2Edge | None = None, row_edge=None):
     """[bytes, width, bytes from HBM (l2_column)] of a memory-bound kind, then the launch-shape columns of the kinds
-    whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last
-    axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache
-    an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge)."""
+    whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES), then the norms' re-read bytes past L1
+    (NORM_REREAD_TENSORS); arrays or scalars, stacked on the last axis. sms: the GPU's SM count (the argmax
+    reduction's blocks per SM); cache_bytes: the byte span of the KV cache an index_copy writes into (kv_cache_span;
+    None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge); row_edge: the norms' fitted RowEdge
+    (fit_row_edge; None: no re-read priced, REREAD_ALL: every re-read byte, the fit's raw column)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
@@ -167,6 +170,8 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
+    if kind in NORM_REREAD_TENSORS:
+        cols += [np.asarray(elements, float) / np.maximum(w, 1.0), norm_reread_bytes(kind, elements, w, itemsize, row_edge)]
     if all(getattr(c, "shape", None) == nbytes.shape for c in cols):  # the sweep's case: skip broadcasting
         return np.stack(cols, axis=-1)
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
@@ -237,6 +242,52 @@ def dgamma_wave_rows(rows, width, sms: int):
     return np.where(split, 0.0, np.ceil(blocks / sms) * rows)
 
 
+# The norm kernels read each row twice (layer_norm_kernel.cu of the torch the rows were timed with, which runs
+# rms_norm through the same kernels): the forward (vectorized_layer_norm_kernel) runs one CTA of 128 threads per row,
+# a first pass over the row for its statistics and a second over the same row to normalise it; the backward's dX
+# kernel (layer_norm_grad_input_kernel_vectorized, one CTA of 128 threads per row) sums over X and dY, then reads both
+# again to write dX. The second pass finds the row in the SM's L1 while the rows of the CTAs resident on the SM fit
+# there, and goes to L2 once they do not: the norm_width rows (device call 37, CUDA graphs) show a bandwidth that
+# falls with the row width at any token count (RMSNorm forward 3.3-3.5 TB/s up to width 5120, 2.7 at 8192, 2.5 at
+# 12288-16384; the backwards 1.8-1.9 TB/s at 3072-4096, 1.5-1.6 from 5120). What a CTA keeps for its second pass
+# is its row of each tensor it re-reads (the forward: X; the backward: X and dY), so the backward, re-reading two
+# tensors, outgrows L1 at half the forward's width. The column is the re-read bytes past L1: elements x itemsize x
+# tensors re-read x a logistic in ln(row bytes / center) (RowEdge; row bytes = tensors x width x itemsize), one edge
+# for the forwards and backwards together, fitted on the fit split (fit_row_edge). Priced as measured on another GPU
+# (memory_scaling): an on-chip cost, not an HBM one.
+NORM_REREAD_TENSORS = {"rmsnorm": 1, "layernorm": 1, "rmsnorm.bwd": 2, "layernorm.bwd": 2}
+REREAD_ALL = "all"  # row_edge value that prices every re-read byte (the fit's raw column, scaled by the edge later)
+ROW_EDGE_CENTERS = tuple(float(x) for x in np.round(np.geomspace(4096, 65536, 33)))  # row bytes a CTA re-reads, tried
+ROW_EDGE_SCALES = (0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.7)  # ln-bytes scales tried
+
+
+@dataclass(frozen=True)
+class RowEdge:
+    """Share of a norm kernel's second pass served past L1: 1 / (1 + exp(-ln(row bytes / center) / scale)), row bytes
+    = tensors re-read x width x itemsize."""
+
+    center: float
+    scale: float
+
+    def past_l1(self, row_bytes):
+        """Fraction of the re-read bytes that miss L1 for CTAs re-reading row_bytes each (0 small, 1 large)."""
+        z = np.log(np.maximum(np.asarray(row_bytes, dtype=float), 1.0) / self.center) / self.scale
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + np.exp(-z))
+
+
+def norm_reread_bytes(kind: str, elements, width, itemsize: float = 2.0, row_edge=None):
+    """Bytes of a norm kernel's second pass over its rows served past L1 (NORM_REREAD_TENSORS; row_edge: the fitted
+    RowEdge, REREAD_ALL for every re-read byte, None for none)."""
+    tensors = NORM_REREAD_TENSORS[kind]
+    full = np.asarray(elements, dtype=float) * itemsize * tensors
+    if isinstance(row_edge, str):
+        if row_edge != REREAD_ALL:
+            raise CostError(f"row_edge is a RowEdge, None or {REREAD_ALL!r}, not {row_edge!r}")
+        return full
+    return full * row_edge.past_l1(tensors * np.asarray(width, float) * itemsize) if row_edge is not None else full * 0.0
+
+
 def _last_pow2(n):
     return np.exp2(np.floor(np.log2(np.maximum(n, 1.0))))
 
@@ -267,8 +318,9 @@ def argmax_shape(rows, vocab, sms: int) -> list:
 
 def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np.ndarray:
     """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
-    the width and launch-shape terms as measured (n_coefs: the model's column count, when it is another kind's)."""
-    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ())) if n_coefs is None else n_coefs - 3
+    the width, launch-shape and on-chip re-read terms as measured (n_coefs: the model's column count, when it is
+    another kind's)."""
+    extra = (len(KERNEL_SHAPE_FEATURES.get(kind, ())) + 2 * (kind in NORM_REREAD_TENSORS)) if n_coefs is None else n_coefs - 3
     return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
 
 
@@ -370,6 +422,7 @@ class OpCalibration:
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
     after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
     l2_edge: L2Edge | None = None  # the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)
+    row_edge: RowEdge | None = None  # the norms' L1 re-read edge (fit_row_edge; None: no re-read term)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
@@ -389,12 +442,32 @@ class OpCalibration:
 
 
 def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
-               held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None) -> dict:
-    """kind -> FeatureCost from ops-memory rows (rows of held_out_width and memory_graph rows of
-    MEMORY_GRAPH_HELD_OUT_TOKENS are left out of the fit); l2_bytes and sms: the measured GPU's; edge: the L2 edge
-    of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)."""
+               held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None,
+               row_edge: RowEdge | None = None) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width, memory_graph rows of
+    MEMORY_GRAPH_HELD_OUT_TOKENS and norm_width rows of is_held_out_norm_width are left out of the fit); l2_bytes and
+    sms: the measured GPU's; edge: the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes);
+    row_edge: the norms' RowEdge (fit_row_edge; None: no re-read term)."""
     pts = _memory_points(rows, sms, held_out_width)
-    return {k: v[0] for k, v in _fit_memory_kinds(pts, l2_bytes, edge).items()}
+    return {k: v[0] for k, v in _fit_memory_kinds(pts, l2_bytes, edge, row_edge).items()}
+
+
+def fit_row_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
+                 held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None) -> RowEdge | None:
+    """The RowEdge (center, scale from ROW_EDGE_CENTERS x ROW_EDGE_SCALES) whose fits of the NORM_REREAD_TENSORS
+    kinds leave the least summed squared relative residual over the fit split, the L2 edge fixed; None when their
+    rows span fewer than NORM_EDGE_MIN_WIDTHS widths (nothing to place an edge between)."""
+    pts = {k: v for k, v in _memory_points(rows, sms, held_out_width).items() if k in NORM_REREAD_TENSORS}
+    if not pts or max(len(np.unique(X[:, 1])) for X, _ in pts.values()) < NORM_EDGE_MIN_WIDTHS:
+        return None
+    best = None
+    for center in ROW_EDGE_CENTERS:
+        for scale in ROW_EDGE_SCALES:
+            e = RowEdge(center, scale)
+            ssr = sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes, edge, e).values())
+            if best is None or ssr < best[0]:
+                best = (ssr, e)
+    return best[1]
 
 
 def fit_l2_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
@@ -413,6 +486,26 @@ def fit_l2_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
             if best is None or ssr < best[0]:
                 best = (ssr, edge)
     return best[1]
+
+
+# norm_width rows (device call 37) held out of every fit (benchmarks/validate_ops.py checks them): whole widths, one
+# inside the re-read edge and one past it, besides the memory rows' held-out width, and the memory_graph rows'
+# held-out token count
+NORM_WIDTH_HELD_OUT_WIDTHS = (HELD_OUT_WIDTH, 6144, 12288)
+NORM_WIDTH_HELD_OUT_TOKENS = (16384,)
+NORM_EDGE_MIN_WIDTHS = 4  # fewest distinct widths a row edge is fitted on (centre and scale need both sides)
+
+
+def norm_width_rows(rows: list[dict]) -> list[dict]:
+    """The norm_width family's CUDA-graph rows as memory rows (tagged family 'norm_width'); its eager rows time the
+    host at 4k tokens (RMSNorm 4096 x 2048: 15.3 us eager, 9.4 us in a graph) and are left out."""
+    return [{**r, "family": "norm_width"} for r in rows if r.get("mode") == "graph"]
+
+
+def is_held_out_norm_width(r: dict) -> bool:
+    """norm_width rows held out of the fits (NORM_WIDTH_HELD_OUT_WIDTHS, NORM_WIDTH_HELD_OUT_TOKENS)."""
+    return r.get("family") == "norm_width" and (int(r["width"]) in NORM_WIDTH_HELD_OUT_WIDTHS
+                                                or int(r["tokens"]) in NORM_WIDTH_HELD_OUT_TOKENS)
 
 
 def is_held_out_memory_graph(r: dict) -> bool:
@@ -438,9 +531,13 @@ def gpu_time_memory_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+ROW_ITEMSIZE = 2.0  # the memory rows' element size (bf16): what _memory_points prices them at
+
+
 def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
-    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes
-    from HBM) is filled in by _fit_memory_kinds."""
+    """kind -> (features with an L2 of infinite capacity and every norm re-read byte past L1, times) of the rows a fit
+    uses: the third column (bytes from HBM) and the norms' last (re-read bytes past L1) are filled in by
+    _fit_memory_kinds."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
@@ -450,10 +547,13 @@ def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None
             continue
         if held_out_width is not None and int(r["width"]) == held_out_width or is_held_out_memory_graph(r):
             continue
+        if is_held_out_norm_width(r):
+            continue
         if r.get("mode") == "graph" and kind not in L2_EDGE_KINDS:
             continue
         elements = float(r["tokens"]) * float(r["width"])
-        f = memory_features(kind, elements, r["width"], np.inf, sms=sms, cache_bytes=r.get("cache_bytes"))
+        f = memory_features(kind, elements, r["width"], np.inf, ROW_ITEMSIZE, sms=sms, cache_bytes=r.get("cache_bytes"),
+                            row_edge=REREAD_ALL)
         groups.setdefault(kind, []).append((f, float(r["time_s"])))
     return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
 
@@ -468,13 +568,17 @@ def constant_columns(X: np.ndarray) -> np.ndarray:
     return const
 
 
-def _fit_memory_kinds(points: dict, l2_bytes: float, edge: L2Edge | None = None) -> dict:
-    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity and edge."""
+def _fit_memory_kinds(points: dict, l2_bytes: float, edge: L2Edge | None = None, row_edge: RowEdge | None = None) -> dict:
+    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity and edge and
+    the norms' row edge (None: their re-read column 0, i.e. no such term)."""
     out = {}
     for kind, (X, t) in points.items():
         if len(t) >= max(4, X.shape[1] + 1):
             X = X.copy()
             X[:, 2] = l2_column(kind, X[:, 0], l2_bytes, edge)
+            if kind in NORM_REREAD_TENSORS:
+                rb = NORM_REREAD_TENSORS[kind] * X[:, 1] * ROW_ITEMSIZE  # row bytes re-read (column 1: the width)
+                X[:, -1] = X[:, -1] * row_edge.past_l1(rb) if row_edge is not None else 0.0
             c = fit_nonneg(np.where(constant_columns(X), 0.0, X), t)
             out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
@@ -788,12 +892,12 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
 # the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops, act_chunked and
-# memory_graph files, copies
+# memory_graph files, the norms' widths from the norm_width file's CUDA-graph rows (norm_width_rows), copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
 ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "memory_graph", "optimizer", "optimizer_mix", "floor", "decode_kernels",
-                   "decode_cold", "decode_fresh", "after_stream_large")
+                   "decode_cold", "decode_fresh", "after_stream_large", "norm_width")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -820,12 +924,14 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
     edge = fit_l2_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else None
-    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else {}
+    mem_rows += norm_width_rows(docs.get("norm_width", []))  # the norms' widths: after the L2 edge, which keeps its rows
+    row_edge = fit_row_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else None
+    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge, row_edge=row_edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after, edge)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after, edge, row_edge)
 
 
 @dataclass(frozen=True)
@@ -861,11 +967,13 @@ class ScaledCalibration:
 
     def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float, cache_bytes=None):
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
-        f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
-                            sms=self.sms or self.cal.sms, cache_bytes=cache_bytes, edge=self.cal.l2_edge)
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize, sms=self.sms or self.cal.sms,
+                            cache_bytes=cache_bytes, edge=self.cal.l2_edge, row_edge=self.cal.row_edge)
         n = len(m.coefs)
         if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
             f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
+        elif f.shape[-1] > n:  # a model given without the later columns (by hand, or older) prices none of them
+            f = f[..., :n]
         return m.fixed_s + f @ _scaled_coefs(m.coefs, kind, self.bw_ratio, n)
 
     def parts_time(self, parts, itemsize: float = 2.0):
