@@ -153,16 +153,19 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
                 (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
     att_rows = oc.gpu_time_rows(_family_rows(directory, *oc.ATTENTION_FAMILIES))
     att, dec = oc.fit_attention(att_rows, sms=sms)
-    dec_hd = oc.fit_decode_by_head_dim(att_rows)
+    shape = oc.fit_decode_shape(att_rows, l2_bytes=l2)
+    dec_hd = oc.fit_decode_by_head_dim(att_rows, shape=shape, l2_bytes=l2)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
         backend = oc.attention_row_backend(r)
         if backend is None or r["time_s"] is None:
             continue
+        f = None  # the row's features (decode rows: with the fitted decode shape)
         if r["pass"] == "decode":
             if backend != "cudnn" or not oc.is_held_out_attention(r):
                 continue
             name, m = "attention decode", dec_hd[oc.nearest(dec_hd, r["head_dim"])] if dec_hd else dec
+            f = oc._row_features(r, sms, shape, l2) if dec_hd else oc._row_features(r, sms)
         elif backend in hashed:
             if not oc.is_held_out_attention(r):
                 continue
@@ -173,7 +176,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             name = f"attention {backend} {r['pass']} d{r['head_dim']} (leave-one-out)"
             m = loo.get((backend, r["pass"], int(r["head_dim"])))
         if m is not None:
-            out.setdefault(name, []).append(m(oc._row_features(r, sms)) / r["time_s"] - 1)
+            f = f if f is not None else oc._row_features(r, sms)
+            out.setdefault(name, []).append(m(f) / r["time_s"] - 1)
             if r.get("mode") == "graph":  # the same class on its held-out CUDA-graph rows alone (attn_graph)
                 out.setdefault(name + " (CUDA graph rows)", []).append(out[name][-1])
     from c3kit.cost import time as op_time

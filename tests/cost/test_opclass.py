@@ -40,7 +40,39 @@ def test_attention_flops_hand_checked():
     assert attention_flops(2, 8, 1024, 1024, 128, True, True) == pytest.approx(4294967296 * 2.5)
     f = attention_features(2, 8, 2, 1024, 1024, 128, True, False)
     assert list(f) == [4294967296, 2 * 8 * 1024 * 128, 2 * 2 * 1024 * 128]
-    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32]
+    # [KV bytes, query heads, bytes from HBM (no shape: 0), split (1000 > 512 KV rows), KV rows x head_dim]
+    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32, 0.0, 1.0, 1000 * 128]
+
+
+def test_decode_features_with_a_shape_by_hand():
+    from c3kit.cost.opclass import DecodeShape, L2Edge
+
+    shape = DecodeShape(512.0, L2Edge(0.5, 0.1))
+    # 1 sequence x 8 KV heads x 256 KV rows, d128: 1 MiB of KV, unsplit; the chain 256 x 128 x 512 B = 16 MiB is larger
+    f = decode_features(1, 32, 8, 256, 128, shape=shape, l2_bytes=60e6)
+    kv = 2 * 8 * 256 * 128 * 2
+    assert f[0] == 256 * 128 * 512 and f[1] == 32 and f[3] == 0.0 and f[4] == 256 * 128
+    assert f[2] == pytest.approx(kv / (1 + (30e6 / kv) ** (1 / 0.1)), rel=1e-9)  # far below the edge: ~0
+    # 64 sequences x 8 x 1024 KV rows: split (no chain), 268 MB of KV, nearly all from HBM past a 30 MB edge
+    g = decode_features(64, 32, 8, 1024, 128, shape=shape, l2_bytes=60e6)
+    big = 2 * 64 * 8 * 1024 * 128 * 2
+    assert g[0] == big and g[3] == 1.0 and g[2] == pytest.approx(big, rel=1e-6)
+    with pytest.raises(CostError):
+        decode_features(1, 32, 8, 256, 128, shape=shape)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 8), st.integers(1, 1 << 17), st.integers(1, 1 << 17))
+def test_shipped_decode_attention_grows_with_the_batch_and_past_the_split(b, hk, kv1, kv2):
+    from c3kit.cost.opclass import DECODE_UNSPLIT_MAX_KV, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    t = lambda bb, kv: float(cal.attention_time(bb, 4 * hk, hk, 1, kv, 128, False, False))  # noqa: E731
+    assert t(b + 1, kv1) >= t(b, kv1)
+    lo, hi = sorted((kv1, kv2))
+    if lo > DECODE_UNSPLIT_MAX_KV or hi <= DECODE_UNSPLIT_MAX_KV:  # on one side of the split: monotone in the KV
+        assert t(b, hi) >= t(b, lo)
 
 
 def test_attention_flops_match_the_op():

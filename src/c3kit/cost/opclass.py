@@ -18,8 +18,9 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   graphs too (attn_graph: flash) has those rows in its fit in place of its host-bound eager rows (gpu_time_rows).
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
-- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch, per head_dim
-  where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
+- decode attention (q_len 1): the larger of the KV-cache bytes and an unsplit CTA's serial walk, the query heads
+  in the batch, the KV bytes from HBM past a fitted L2 edge, the split's combine and walk (decode_features,
+  fit_decode_shape), per head_dim where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
 The measured files are found through the calibration store; a GPU without them (and without a
@@ -384,10 +385,54 @@ def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: 
     return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
 
 
-def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0):
-    """[KV-cache bytes read, query heads in the batch] of one decode attention (q_len 1)."""
-    kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
-    return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
+# Decode attention (q_len 1) as SDPA's default kernel runs it, from the decode rows (attention, decode_attention and
+# the CUDA-graph decode_attn_small families, device call 37). Three things the bytes alone do not carry:
+# - the KV cache of a (sequence, KV head) up to DECODE_UNSPLIT_MAX_KV rows is walked by one CTA, a serial chain of KV
+#   tiles that sets the time while the cache is small (q_len 1, batch 1, 8 KV heads, d128, in graphs: KV 128 4.1 us,
+#   256 6.0 us, 512 7.5 us), and a longer one is split over CTAs, each walking a part, then combined (KV 1024:
+#   6.3 us, 2048: 7.1 us; the eager rows at head dims 64, 128 and 256 alike: KV 512 above KV 2048). The chain and the
+#   bytes overlap (a CTA streams while it walks), so the first column is the larger of the two, the chain in bytes
+#   (KV rows x head_dim x `chain`, DecodeShape); a split pays its combine (split column) and each split's walk
+#   grows with the cache at a bounded split count (KV rows x head_dim: 1 sequence x 1 KV head x 65536 KV, d128,
+#   33.6 MB: 16.2 us where 16 x 8 x 512, the same bytes, runs 8.4 us);
+# - a cache read again and again from the same tensors (a CUDA-graph replay, a timing loop) stays in the 60 MB L2 up
+#   to about half of it: 33.6 MB runs at 3.0-4.0 TB/s, 67 MB at 2.9-3.2, and 4.5 TB/s far past it; the bytes from
+#   HBM past an edge (L2Edge) fitted on the decode rows themselves (fit_decode_shape);
+# - the query heads (GQA groups share the KV reads; the heads column, kept, mostly fits to 0).
+DECODE_UNSPLIT_MAX_KV = 512
+DECODE_CHAIN_RATIOS = (128.0, 256.0, 512.0, 1024.0, 2048.0)  # chain bytes a KV row x head_dim, tried
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """The decode kernel's fitted shape: the unsplit chain's bytes a KV row x head_dim, and the L2 edge of its cache."""
+
+    chain: float
+    edge: L2Edge
+
+
+def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0,
+                    shape: DecodeShape | None = None, l2_bytes: float | None = None):
+    """[max(KV-cache bytes, unsplit chain in bytes), query heads in the batch, KV bytes from HBM past the L2 edge,
+    1 when the KV is split over CTAs, KV rows x head_dim] of one decode attention (q_len 1); shape: the fitted
+    DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed with a shape)."""
+    b, h, hk, kv, d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, heads, kv_heads, kv_len,
+                                                                                  head_dim)))
+    kv_bytes = 2.0 * b * hk * kv * d * itemsize
+    unsplit = kv <= DECODE_UNSPLIT_MAX_KV
+    first, hbm = kv_bytes, np.zeros_like(kv_bytes)
+    if shape is not None:
+        if not l2_bytes:
+            raise CostError("decode_features with a fitted shape needs the GPU's L2 (l2_bytes)")
+        first = np.maximum(kv_bytes, np.where(unsplit, kv * d * shape.chain, 0.0))
+        hbm = kv_bytes * shape.edge.hbm_fraction(kv_bytes, l2_bytes)
+    return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d], axis=-1)
+
+
+def decode_scaling(bw_ratio: float) -> np.ndarray:
+    """Per-column factor of a decode model's coefficients on a GPU with bw_ratio times the bandwidth: the byte
+    columns / bw_ratio, the heads, split and walk columns as measured."""
+    return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio, 1.0, 1.0])
 
 
 def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
@@ -422,6 +467,7 @@ class OpCalibration:
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
     after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
     l2_edge: L2Edge | None = None  # the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)
+    decode_shape: DecodeShape | None = None  # decode_by_hd's chain and L2 edge (fit_decode_shape)
     row_edge: RowEdge | None = None  # the norms' L1 re-read edge (fit_row_edge; None: no re-read term)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
@@ -712,9 +758,10 @@ def attention_row_backend(r: dict) -> str | None:
 
 
 def is_held_out_attention(r: dict) -> bool:
-    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes (CUDA-graph rows,
-    whose batch x sequence is fixed and so defeats that rule: those of GRAPH_HELD_OUT_SEQS tokens a sequence)."""
-    if r.get("mode") == "graph":
+    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes (CUDA-graph training
+    rows, whose batch x sequence is fixed and so defeats that rule: those of GRAPH_HELD_OUT_SEQS tokens a sequence;
+    decode rows, graph or not, by the sizes)."""
+    if r.get("mode") == "graph" and r["pass"] != "decode":
         return int(r["q_len"]) in GRAPH_HELD_OUT_SEQS
     return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
 
@@ -745,7 +792,7 @@ def graph_attention_rows(rows: list[dict], backend: str = "flash") -> list[dict]
 def gpu_time_rows(rows: list[dict]) -> list[dict]:
     """The attention rows that time kernels: all but the eager training rows of <= EAGER_HOST_BOUND_SEQ tokens a
     sequence of a backend that has CUDA-graph rows (those time the host; see graph_attention_rows)."""
-    graphed = {r.get("backend") for r in rows if r.get("mode") == "graph"}
+    graphed = {r.get("backend") for r in rows if r.get("mode") == "graph" and r["pass"] in ("fwd", "bwd")}
     return [r for r in rows if not (r.get("backend") in graphed and r.get("mode") != "graph"
                                     and r["pass"] in ("fwd", "bwd") and int(r["q_len"]) <= EAGER_HOST_BOUND_SEQ)]
 
@@ -757,9 +804,10 @@ def family_rows(family: str, doc: dict) -> list[dict]:
     return rows if backend is None else graph_attention_rows(rows, backend)
 
 
-def _row_features(r: dict, sms: int | None = None):
+def _row_features(r: dict, sms: int | None = None, shape: DecodeShape | None = None, l2_bytes: float | None = None):
     if r["pass"] == "decode":
-        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
+        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"], shape=shape,
+                               l2_bytes=l2_bytes)
     return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
                               bool(r["causal"]), r["pass"] == "bwd",
                               makespan_sms(attention_row_backend(r) or "", sms))
@@ -828,33 +876,67 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
         if cost is not None:
             att[key] = cost
     decode = None
-    if len(decode_pts) >= 4:
+    if len(decode_pts) >= 4:  # the pooled fallback: fixed + KV bytes + heads (the other decode columns 0)
         X = np.array([p[0] for p in decode_pts])
-        c = fit_nonneg(X, np.array([p[1] for p in decode_pts]))
-        decode = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(decode_pts))
+        c = fit_nonneg(X[:, :2], np.array([p[1] for p in decode_pts]))
+        decode = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]) + (0.0,) * (X.shape[1] - 2), len(decode_pts))
     return att, decode
 
 
 DECODE_MIN_ROWS = 8  # fewest fitted decode rows for a head_dim to get a model of its own
 
 
-def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True) -> dict:
-    """head_dim -> FeatureCost over decode_features from the cuDNN (SDPA default) decode rows of that head_dim, every
-    third shape held out as in fit_attention: SDPA's decode kernel changes its tiling with the head dim (head dim
-    256 runs about 20% slower than the pooled fit prices it)."""
+def _decode_groups(rows: list[dict], hold_out: bool) -> dict:
+    """head_dim -> the cuDNN (SDPA default) decode rows a fit uses (every third shape held out by hold_out)."""
     groups: dict = {}
     for r in rows:
         if r["pass"] != "decode" or attention_row_backend(r) != "cudnn" or not r["time_s"]:
             continue
         if hold_out and is_held_out_attention(r):
             continue
-        groups.setdefault(int(r["head_dim"]), []).append((_row_features(r), float(r["time_s"])))
+        groups.setdefault(int(r["head_dim"]), []).append(r)
+    return {hd: g for hd, g in groups.items() if len(g) >= DECODE_MIN_ROWS}
+
+
+def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True, shape: DecodeShape | None = None,
+                           l2_bytes: float | None = None) -> dict:
+    """head_dim -> FeatureCost over decode_features (with the fitted shape and the GPU's L2) from the cuDNN (SDPA
+    default) decode rows of that head_dim, every third shape held out as in fit_attention: SDPA's decode kernel
+    changes its tiling with the head dim (head dim 256 runs about 20% slower than the pooled fit prices it)."""
     out = {}
-    for hd, pts in groups.items():
-        if len(pts) >= DECODE_MIN_ROWS:
-            c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
-            out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    for hd, g in _decode_groups(rows, hold_out).items():
+        X = np.array([_row_features(r, shape=shape, l2_bytes=l2_bytes) for r in g])
+        c = fit_nonneg(X, np.array([float(r["time_s"]) for r in g]))
+        out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(g))
     return out
+
+
+def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True) -> DecodeShape | None:
+    """The DecodeShape (chain from DECODE_CHAIN_RATIOS, L2 edge from L2_EDGE_CENTERS x L2_EDGE_WIDTHS) whose per-head-dim
+    decode fits leave the least summed squared relative residual over the fit split; None without decode rows."""
+    groups = _decode_groups(rows, hold_out)
+    if not groups:
+        return None
+    data = []
+    for g in groups.values():
+        f = np.array([_row_features(r) for r in g])  # [KV bytes, heads, 0, split, KV rows x head_dim]
+        walk = np.where(f[:, 3] == 0.0, f[:, 4], 0.0)  # the unsplit chain's KV rows x head_dim
+        data.append((f, walk, np.array([float(r["time_s"]) for r in g])))
+    best = None
+    for chain in DECODE_CHAIN_RATIOS:
+        for center in L2_EDGE_CENTERS:
+            for width in L2_EDGE_WIDTHS:
+                edge = L2Edge(center, width)
+                ssr = 0.0
+                for f, walk, t in data:
+                    X = f.copy()
+                    X[:, 0] = np.maximum(f[:, 0], walk * chain)
+                    X[:, 2] = f[:, 0] * edge.hbm_fraction(f[:, 0], l2_bytes)
+                    c = fit_nonneg(X, t)
+                    ssr += float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2))
+                if best is None or ssr < best[0]:
+                    best = (ssr, DecodeShape(chain, edge))
+    return best[1]
 
 
 def fit_unfused(rows: list[dict], hold_out: bool = True) -> dict:
@@ -891,11 +973,11 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
-# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops, act_chunked and
+# the forced-backend file, the long-KV decode file and the short-KV CUDA-graph decode file; memory kinds from the memory, eager_ops, act_chunked and
 # memory_graph files, the norms' widths from the norm_width file's CUDA-graph rows (norm_width_rows), copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
-ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
+ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", "decode_attn_small", *GRAPH_ATTENTION_FAMILIES)
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "memory_graph", "optimizer", "optimizer_mix", "floor", "decode_kernels",
                    "decode_cold", "decode_fresh", "after_stream_large", "norm_width")
 
@@ -929,9 +1011,11 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge, row_edge=row_edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
+    shape = fit_decode_shape(arows, l2_bytes=gpu.l2_bytes) if arows else None
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after, edge, row_edge)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes), gpu.sms,
+                         after, edge, decode_shape=shape, row_edge=row_edge)
 
 
 @dataclass(frozen=True)
@@ -995,9 +1079,9 @@ class ScaledCalibration:
         cal = self.cal
         dm = cal.decode_model(head_dim) if np.all(np.asarray(q_len) == 1) else None
         if dm is not None:
-            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
-            c = np.asarray(dm.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
-            return dm.fixed_s + f @ c
+            shape = cal.decode_shape if cal.decode_by_hd else None  # the pooled model was fitted without one
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes)
+            return dm.fixed_s + f @ (np.asarray(dm.coefs) * decode_scaling(self.bw_ratio))
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None
