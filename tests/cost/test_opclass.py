@@ -326,7 +326,7 @@ def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):  # up to 
 
 
 def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_waves():
-    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, calibration_for
+    from c3kit.cost.opclass import OpCalibration, RowEdge, ScaledCalibration, calibration_for
     from c3kit.hw.catalog import get_gpu
 
     cal = calibration_for(get_gpu("H200-SXM"), "memory")
@@ -339,8 +339,16 @@ def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_wav
     proxy = OpCalibration("x", {"layernorm.bwd": FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-9))}, {}, None, 0.0, 0.0, {},
                           1e9, sms=132)
     sc = ScaledCalibration(proxy, 1.0, 1.0, 1e9, 132)
-    assert sc._fitted("softmax.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
-        1e-6 + 6e6 * 1e-12, rel=1e-12)  # softmax.bwd moves 3 x 2 B an element
+    assert sc._fitted("dropout.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
+        1e-6 + 5e6 * 1e-12, rel=1e-12)  # dropout.bwd moves 2.5 x 2 B an element
+    # a row-wise proxy of a norm (softmax.bwd -> rmsnorm.bwd) takes the norm's rows and re-read columns
+    norm = FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-9, 1e-13))
+    edge = RowEdge(8192.0, 0.1)
+    sc = ScaledCalibration(OpCalibration("x", {"rmsnorm.bwd": norm}, {}, None, 0.0, 0.0, {}, 1e9, sms=132,
+                                         row_edge=edge), 1.0, 1.0, 1e9, 132)
+    reread = 2 * 1e6 * 2.0 * float(edge.past_l1(2 * 1000 * 2.0))
+    assert sc.kind_time("softmax.bwd", 1e6, 1000) == pytest.approx(1e-6 + 6e6 * 1e-12 + 1000 * 1e-9 + reread * 1e-13,
+                                                                   rel=1e-12)
 
 
 def test_forward_makespan_by_hand():

@@ -150,7 +150,7 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
                     cache_bytes=None, edge: L2Edge | None = None, row_edge=None):
     """[bytes, width, bytes from HBM (l2_column)] of a memory-bound kind, then the launch-shape columns of the kinds
     whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES), then the norms' re-read bytes past L1
-    (NORM_REREAD_TENSORS); arrays or scalars, stacked on the last axis. sms: the GPU's SM count (the argmax
+    (NORM_REREAD_TENSORS; a MEMORY_PROXY kind of a norm takes them too); arrays or scalars, stacked on the last axis. sms: the GPU's SM count (the argmax
     reduction's blocks per SM); cache_bytes: the byte span of the KV cache an index_copy writes into (kv_cache_span;
     None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge); row_edge: the norms' fitted RowEdge
     (fit_row_edge; None: no re-read priced, REREAD_ALL: every re-read byte, the fit's raw column)."""
@@ -171,8 +171,10 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
-    if kind in NORM_REREAD_TENSORS:
-        cols += [np.asarray(elements, float) / np.maximum(w, 1.0), norm_reread_bytes(kind, elements, w, itemsize, row_edge)]
+    rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
+    if rowwise in NORM_REREAD_TENSORS:  # a norm, or a row-wise kind priced as one (softmax: the same row passes)
+        cols += [np.asarray(elements, float) / np.maximum(w, 1.0),
+                 norm_reread_bytes(rowwise, elements, w, itemsize, row_edge)]
     if all(getattr(c, "shape", None) == nbytes.shape for c in cols):  # the sweep's case: skip broadcasting
         return np.stack(cols, axis=-1)
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
