@@ -4,7 +4,9 @@ GEMMs of unfused attention (torch.bmm rows priced by the GEMM model, which was c
 shapes: every row is out of sample), and the kernel floor.
 
 The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
-5120, and the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens; attention: every third shape by a fixed hash, opclass.is_held_out_attention, for the backends
+5120, the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens, and the norm_width rows of
+opclass.is_held_out_norm_width (widths 5120, 6144, 12288 and 16k tokens); attention: every third shape by a fixed
+hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
 without it); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
@@ -33,9 +35,11 @@ NOT_YET_MODELLED = {
     "attention cudnn fwd": "few blocks run longer than their FLOPs say (1 x 8 heads x 4096: -22%, 1 x 16 x 2048: "
                            "-16%); flash2's makespan feature passes these rows (d64 1.2 / 4.4%, d128 3.8 / 6.6%) but "
                            "worsened the whole-layer check, where SDPA runs cudnn: not adopted (opclass.py)",
-    "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
-                        "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
-                        "(fixed, bytes) fitted on the training split did no better",
+    "attention decode (CUDA graph rows)": "the unsplit chain is concave in the KV (1 x 8 KV heads, d128: KV 128 4.1 us, "
+                                          "256 6.0, 512 7.5; the max(bytes, chain) form prices 256 at -8 to -12%) and "
+                                          "32-64 sequences x 8 KV heads at KV 128-256 run above their bytes (64 x 32 "
+                                          "heads x 128: 12.0 us, priced -20%); the chain x waves of one CTA an SM equals "
+                                          "the bytes there (no gain)",
     "gemm grouped wgrad": "rows are differences of two timings (forward + wgrad - forward), and one shape timed twice "
                           "differs by up to 16% where the routing cannot matter (mixtral-8x7b ep8 gate_up, one "
                           "group: 3396 us random, 3955 us balanced); the direct _grouped_mm rows (grouped_wgrad) show "
@@ -52,17 +56,18 @@ NOT_YET_MODELLED = {
                 "5.8-6.1 ps an element against 6.4-7.0 eager (the eager composite divides where the parts multiply; "
                 "not yet separated): "
                 "joined to the fit they moved the eager held-out rows to 11.2 / 18.1%: not adopted",
-    "memory rmsnorm.bwd": "width 5120 runs 1.43-1.51 TB/s at 8k-32k tokens where 4096 runs 1.72-1.82 (eager and "
-                          "graph rows alike); the weight gradient's waves with eager rows from 2^25 passed both "
-                          "held-out sets (n 3, 4) but priced all norm_bwd graph rows at 7.4 / 16.2%: not adopted",
-    "memory rmsnorm": "width 8192 streams at 2.7 TB/s where 2048-5120 run 3.3-3.5 (graph rows alike): a per-width "
-                      "kernel effect the fitted form does not carry",
+    "memory rmsnorm.bwd": "the backward's step (1.8-1.9 TB/s at 3072-4096, 1.5 from 5120) lies between the fit widths "
+                          "4096 and 7168; the one re-read edge of forwards and backwards (opclass.fit_row_edge) puts "
+                          "it smoother there, so width 5120 is priced -11 to -14% (6144: -7 to -8%); a backward edge "
+                          "of its own, fitted on the same split, priced the eager width-5120 rows no better (14.9 / "
+                          "15.2%): not adopted",
+    "memory rmsnorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -9%, x 8192: +13%; the edge is the "
+                                        "elementwise kinds', opclass.fit_l2_edge) and 16384 x 8192 runs 2.7 TB/s, "
+                                        "priced -9% (the re-read edge is still rising at 8192)",
     "memory residual_add": "the rows step from L2 to HBM speed between 25 and 50 MB (1024 x 4096: 6.8 TB/s, "
                            "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
-    "memory layernorm": "width 5120 streams at 2.4-2.9 TB/s like 4096, 8192 at 2.3-2.5: a per-width kernel effect the "
-                        "power-of-two fitted widths do not pin (the graph rows of 4096 and 8192 alike)",
-    "memory layernorm.bwd (CUDA-graph rows)": "the two widths stream differently (4096: 1.6 TB/s, 8192: 1.5) and the "
-                                              "weight gradient's waves are priced on eager rows",
+    "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -12%, x 8192: +11%; the edge is "
+                                          "the elementwise kinds', opclass.fit_l2_edge); 16384 x 8192 -7%",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }
@@ -415,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = oc.fit_floor(oc._rows(_doc(a.dir, "floor")))
     print(f"kernel floor: {floor[0] * 1e6:.2f} us per kernel in a CUDA graph, {floor[1] * 1e6:.2f} us eager")
     print("memory kinds: launch shapes by PyTorch's kernel configuration for index_copy, embedding, argmax, and the "
-          "norm backward's weight-gradient waves")
+          "norm backward's weight-gradient waves; the norms' rows and second-pass re-read past L1 (fitted edge)")
     ok = True
     for name, e in sorted(held_out_errors(a.dir).items()):
         e = np.abs(e) * 100
