@@ -59,6 +59,21 @@ def test_decode_features_with_a_shape_by_hand():
     assert g[0] == big and g[3] == 1.0 and g[2] == pytest.approx(big, rel=1e-6)
     with pytest.raises(CostError):
         decode_features(1, 32, 8, 256, 128, shape=shape)
+    # on a GPU of half the bandwidth the byte columns double; the chain (latency) does not
+    h = decode_features(64, 32, 8, 1024, 128, shape=shape, l2_bytes=60e6, bw_ratio=0.5)
+    assert h[0] == 2 * big and h[2] == pytest.approx(2 * g[2], rel=1e-12) and list(h[3:]) == list(g[3:])
+    assert decode_features(1, 32, 8, 256, 128, shape=shape, l2_bytes=60e6, bw_ratio=0.5)[0] == f[0]
+
+
+def test_memory_scaling_by_hand():
+    from c3kit.cost.opclass import memory_scaling
+
+    assert list(memory_scaling("gelu", 0.5)) == [2.0, 1.0, 2.0]
+    # a norm's rows and re-read bytes scale like its bytes; the weight-gradient waves do not
+    assert list(memory_scaling("rmsnorm", 0.5)) == [2.0, 1.0, 2.0, 2.0, 2.0]
+    assert list(memory_scaling("layernorm.bwd", 0.5)) == [2.0, 1.0, 2.0, 1.0, 2.0, 2.0]
+    assert list(memory_scaling("softmax", 0.5, 5)) == [2.0, 1.0, 2.0, 2.0, 2.0]  # priced by rmsnorm's model
+    assert list(memory_scaling("rmsnorm", 0.5, 3)) == [2.0, 1.0, 2.0]  # a model without the norm columns
 
 
 @settings(max_examples=40, deadline=None)

@@ -256,8 +256,9 @@ def dgamma_wave_rows(rows, width, sms: int):
 # is its row of each tensor it re-reads (the forward: X; the backward: X and dY), so the backward, re-reading two
 # tensors, outgrows L1 at half the forward's width. The column is the re-read bytes past L1: elements x itemsize x
 # tensors re-read x a logistic in ln(row bytes / center) (RowEdge; row bytes = tensors x width x itemsize), one edge
-# for the forwards and backwards together, fitted on the fit split (fit_row_edge). Priced as measured on another GPU
-# (memory_scaling): an on-chip cost, not an HBM one.
+# for the forwards and backwards together, fitted on the fit split (fit_row_edge). On another GPU the rows and
+# re-read columns scale with the HBM bandwidth like the bytes (memory_scaling): the split of a memory-bound kernel's
+# time between them is the fit's, and the kernel streams at the HBM's pace.
 NORM_REREAD_TENSORS = {"rmsnorm": 1, "layernorm": 1, "rmsnorm.bwd": 2, "layernorm.bwd": 2}
 REREAD_ALL = "all"  # row_edge value that prices every re-read byte (the fit's raw column, scaled by the edge later)
 ROW_EDGE_CENTERS = tuple(float(x) for x in np.round(np.geomspace(4096, 65536, 33)))  # row bytes a CTA re-reads, tried
@@ -321,10 +322,16 @@ def argmax_shape(rows, vocab, sms: int) -> list:
 
 def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np.ndarray:
     """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
-    the width, launch-shape and on-chip re-read terms as measured (n_coefs: the model's column count, when it is
-    another kind's)."""
-    extra = (len(KERNEL_SHAPE_FEATURES.get(kind, ())) + 2 * (kind in NORM_REREAD_TENSORS)) if n_coefs is None else n_coefs - 3
-    return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
+    the width and launch-shape terms as measured, a norm's rows and re-read bytes / bw_ratio (n_coefs: the model's
+    column count, when it is another kind's)."""
+    rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
+    norm = 2 if rowwise in NORM_REREAD_TENSORS else 0
+    n = 3 + len(KERNEL_SHAPE_FEATURES.get(kind, ())) + norm if n_coefs is None else n_coefs
+    out = np.ones(n)
+    out[[0, 2]] = 1.0 / bw_ratio
+    if norm and n >= 3 + norm:
+        out[n - norm:] = 1.0 / bw_ratio
+    return out
 
 
 # The fused forward kernels (FlashAttention-2's kBlockM for head dims 64 and 128 on sm90) run one CTA
@@ -414,27 +421,22 @@ class DecodeShape:
 
 
 def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0,
-                    shape: DecodeShape | None = None, l2_bytes: float | None = None):
+                    shape: DecodeShape | None = None, l2_bytes: float | None = None, bw_ratio: float = 1.0):
     """[max(KV-cache bytes, unsplit chain in bytes), query heads in the batch, KV bytes from HBM past the L2 edge,
     1 when the KV is split over CTAs, KV rows x head_dim] of one decode attention (q_len 1); shape: the fitted
-    DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed with a shape)."""
+    DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed with a shape); bw_ratio: the GPU's
+    HBM bandwidth over the measured one's (the byte terms / it; the chain, heads, split and walk as measured)."""
     b, h, hk, kv, d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, heads, kv_heads, kv_len,
                                                                                   head_dim)))
     kv_bytes = 2.0 * b * hk * kv * d * itemsize
     unsplit = kv <= DECODE_UNSPLIT_MAX_KV
-    first, hbm = kv_bytes, np.zeros_like(kv_bytes)
+    first, hbm = kv_bytes / bw_ratio, np.zeros_like(kv_bytes)
     if shape is not None:
         if not l2_bytes:
             raise CostError("decode_features with a fitted shape needs the GPU's L2 (l2_bytes)")
-        first = np.maximum(kv_bytes, np.where(unsplit, kv * d * shape.chain, 0.0))
-        hbm = kv_bytes * shape.edge.hbm_fraction(kv_bytes, l2_bytes)
+        first = np.maximum(first, np.where(unsplit, kv * d * shape.chain, 0.0))
+        hbm = kv_bytes * shape.edge.hbm_fraction(kv_bytes, l2_bytes) / bw_ratio
     return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d], axis=-1)
-
-
-def decode_scaling(bw_ratio: float) -> np.ndarray:
-    """Per-column factor of a decode model's coefficients on a GPU with bw_ratio times the bandwidth: the byte
-    columns / bw_ratio, the heads, split and walk columns as measured."""
-    return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio, 1.0, 1.0])
 
 
 def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
@@ -1082,8 +1084,8 @@ class ScaledCalibration:
         dm = cal.decode_model(head_dim) if np.all(np.asarray(q_len) == 1) else None
         if dm is not None:
             shape = cal.decode_shape if cal.decode_by_hd else None  # the pooled model was fitted without one
-            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes)
-            return dm.fixed_s + f @ (np.asarray(dm.coefs) * decode_scaling(self.bw_ratio))
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes, self.bw_ratio)
+            return dm(f)
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None
