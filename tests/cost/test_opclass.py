@@ -642,3 +642,98 @@ def test_shipped_elementwise_prices_never_drop_when_tokens_grow():
         for width in (2048, 4096, 5120, 8192):
             t = cal.kind_time(kind, tokens * width, width)
             assert np.all(np.diff(t) >= 0), (kind, width)
+
+
+def test_norm_reread_and_rows_by_hand():
+    from c3kit.cost.opclass import REREAD_ALL, RowEdge
+
+    e = RowEdge(16384.0, 0.1)
+    assert float(e.past_l1(16384.0)) == pytest.approx(0.5)  # at the centre: half the re-read misses L1
+    assert float(e.past_l1(8192.0)) == pytest.approx(1 / (1 + 2 ** 10), rel=1e-12)  # ln 2 / 0.1 below: e^-6.93
+    # RMSNorm forward, 4096 rows of 8192 (bf16): re-reads X, 16 KiB a row, at the centre
+    f = memory_features("rmsnorm", 4096 * 8192, 8192, np.inf, row_edge=e)
+    el = 4096 * 8192
+    assert list(f[:2]) == [4.0 * el, 8192.0] and f[2] == 0.0  # bytes (read + write 2 B), width; no L2 term at inf
+    assert f[3] == 4096.0 and f[4] == pytest.approx(el * 2.0 * 0.5, rel=1e-12)  # rows, half the X re-read
+    # the backward re-reads X and dY: twice the bytes a row, so it crosses the same edge at half the width
+    b = memory_features("rmsnorm.bwd", 4096 * 4096, 4096, np.inf, row_edge=e)
+    assert b[3] == 4096.0 and b[4] == pytest.approx(4096 * 4096 * 2.0 * 2 * 0.5, rel=1e-12)
+    assert memory_features("rmsnorm", el, 8192, np.inf, row_edge=REREAD_ALL)[4] == el * 2.0  # the fit's raw column
+    assert memory_features("rmsnorm", el, 8192, np.inf)[4] == 0.0  # no edge: no re-read priced
+    with pytest.raises(CostError):
+        memory_features("rmsnorm", el, 8192, np.inf, row_edge="some")
+
+
+def test_norm_width_held_out_rule_is_fixed():
+    from c3kit.cost.opclass import (NORM_WIDTH_HELD_OUT_TOKENS, NORM_WIDTH_HELD_OUT_WIDTHS, is_held_out_norm_width,
+                                    norm_width_rows)
+
+    assert NORM_WIDTH_HELD_OUT_WIDTHS == (5120, 6144, 12288) and NORM_WIDTH_HELD_OUT_TOKENS == (16384,)
+    row = {"op": "rmsnorm", "pass": "fwd", "mode": "graph", "tokens": 8192, "width": 8192, "bytes": 1.0, "time_s": 1.0}
+    rows = norm_width_rows([row, {**row, "mode": "eager"}, {**row, "width": 6144}, {**row, "tokens": 16384}])
+    assert len(rows) == 3 and all(r["family"] == "norm_width" for r in rows)  # the eager row time the host: left out
+    assert [is_held_out_norm_width(r) for r in rows] == [False, True, True]
+    assert not is_held_out_norm_width({**row, "width": 6144})  # a row of another family: its own rules
+
+
+def _norm_rows(edge, widths=(2048, 3072, 4096, 7168, 8192, 16384), tokens=(4096, 8192, 32768)):
+    """CUDA-graph norm_width rows of RMSNorm forward and backward made from known costs and a known row edge."""
+    from c3kit.workload.memops import memop_traffic
+
+    rows = []
+    for kind, op, ps in (("rmsnorm", "rmsnorm", "fwd"), ("rmsnorm.bwd", "rmsnorm", "bwd")):
+        for T in tokens:
+            for w in widths:
+                el = float(T * w)
+                nbytes = memop_traffic(kind, el, 2.0)[0]
+                reread = float(memory_features(kind, el, w, np.inf, row_edge=edge)[4])
+                t = 3e-6 + nbytes / 4e12 + T * 2e-10 + reread / 5e12
+                rows.append({"op": op, "pass": ps, "mode": "graph", "tokens": T, "width": w, "bytes": nbytes,
+                             "time_s": t, "family": "norm_width"})
+    return rows
+
+
+def test_fit_row_edge_recovers_a_known_edge():
+    from c3kit.cost.opclass import ROW_EDGE_CENTERS, RowEdge, fit_row_edge
+
+    true = RowEdge(ROW_EDGE_CENTERS[16], 0.15)
+    rows = _norm_rows(true)
+    assert fit_row_edge(rows, l2_bytes=np.inf) == true
+    m = fit_memory(rows, l2_bytes=np.inf, row_edge=true)["rmsnorm"]
+    assert m.rate == pytest.approx(4e12, rel=1e-6) and m.coefs[3] == pytest.approx(2e-10, rel=1e-6)
+    assert m.coefs[4] == pytest.approx(1 / 5e12, rel=1e-6)
+    assert fit_row_edge(_norm_rows(true, widths=(2048, 4096, 8192)), l2_bytes=np.inf) is None  # 3 widths: no edge
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["rmsnorm", "rmsnorm.bwd", "layernorm", "layernorm.bwd"]), st.integers(1, 1 << 16),
+       st.integers(1, 1 << 16), st.sampled_from([1024, 2048, 3072, 4096, 5120, 6144, 8192, 12288, 16384]))
+def test_shipped_norms_grow_with_the_tokens(kind, t1, t2, width):
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    lo, hi = sorted((t1, t2))
+    assert float(cal.kind_time(kind, hi * width, width)) >= float(cal.kind_time(kind, lo * width, width))
+
+
+def test_shipped_h200_norms_have_a_row_edge_and_wide_rows_stream_slower():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    assert cal.cal.row_edge is not None and len(cal.cal.memory["rmsnorm"].coefs) == 5
+    # per element at 32k tokens: width 12288 costs more than 4096 (the re-read past L1), as the rows show
+    t4, t12 = (float(cal.kind_time("rmsnorm", 32768 * w, w)) / w for w in (4096, 12288))
+    assert t12 > 1.2 * t4
+
+
+def test_graph_decode_rows_leave_the_eager_training_rows_of_their_backend():
+    from c3kit.cost.opclass import gpu_time_rows, is_held_out_attention
+
+    train = {"backend": "default", "pass": "fwd", "batch": 1, "heads": 8, "kv_heads": 8, "q_len": 512,
+             "kv_len": 512, "head_dim": 128, "causal": 1, "time_s": 1e-5}
+    dec = {**train, "pass": "decode", "mode": "graph", "q_len": 1, "causal": 0}
+    assert gpu_time_rows([train, dec]) == [train, dec]  # graph decode rows do not mark the training rows host-bound
+    # graph decode rows are held out by the sizes' hash like the eager ones (q_len 1 would never meet the seq rule)
+    assert is_held_out_attention(dec) == is_held_out_attention({**dec, "mode": "eager"})
