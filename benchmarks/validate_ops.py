@@ -56,18 +56,14 @@ NOT_YET_MODELLED = {
                 "5.8-6.1 ps an element against 6.4-7.0 eager (the eager composite divides where the parts multiply; "
                 "not yet separated): "
                 "joined to the fit they moved the eager held-out rows to 11.2 / 18.1%: not adopted",
-    "memory rmsnorm.bwd": "the backward's step (1.8-1.9 TB/s at 3072-4096, 1.5 from 5120) lies between the fit widths "
-                          "4096 and 7168; the one re-read edge of forwards and backwards (opclass.fit_row_edge) puts "
-                          "it smoother there, so width 5120 is priced -11 to -14% (6144: -7 to -8%); a backward edge "
-                          "of its own, fitted on the same split, priced the eager width-5120 rows no better (14.9 / "
-                          "15.2%): not adopted",
-    "memory rmsnorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -9%, x 8192: +13%; the edge is the "
-                                        "elementwise kinds', opclass.fit_l2_edge) and 16384 x 8192 runs 2.7 TB/s, "
-                                        "priced -9% (the re-read edge is still rising at 8192)",
+    "memory rmsnorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -11%, x 8192: +12%) and 16384 x 8192 "
+                                        "runs 2.7 TB/s, priced -8%: the one re-read edge of forwards and backwards is "
+                                        "still rising at 8192; the fit's own rows show the same strain (width 2048: "
+                                        "-12% at 4k tokens, +12% at 32k)",
     "memory residual_add": "the rows step from L2 to HBM speed between 25 and 50 MB (1024 x 4096: 6.8 TB/s, "
                            "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
-    "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -12%, x 8192: +11%; the edge is "
-                                          "the elementwise kinds', opclass.fit_l2_edge); 16384 x 8192 -7%",
+    "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -14%, x 8192: +10%); 16384 x 8192 "
+                                          "-7%",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }
@@ -113,8 +109,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     gpu = get_gpu("H200-SXM")
     sms = gpu.sms
     l2 = gpu.l2_bytes
-    edge = oc.fit_l2_edge(mem_rows, l2_bytes=l2, sms=sms)
     mem_rows += oc.norm_width_rows(_family_rows(directory, "norm_width"))
+    edge = oc.fit_l2_edge(mem_rows, l2_bytes=l2, sms=sms)
     row_edge = oc.fit_row_edge(mem_rows, l2_bytes=l2, sms=sms, edge=edge)
     fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms, edge=edge, row_edge=row_edge)
     for r in oc.gpu_time_memory_rows(mem_rows):  # eager rows of width 5120, CUDA-graph rows of the held-out tokens

@@ -73,6 +73,7 @@ def test_memory_scaling_by_hand():
     assert list(memory_scaling("rmsnorm", 0.5)) == [2.0, 1.0, 2.0, 2.0, 2.0]
     assert list(memory_scaling("layernorm.bwd", 0.5)) == [2.0, 1.0, 2.0, 1.0, 2.0, 2.0]
     assert list(memory_scaling("softmax", 0.5, 5)) == [2.0, 1.0, 2.0, 2.0, 2.0]  # priced by rmsnorm's model
+    assert list(memory_scaling("softmax.bwd", 0.5)) == [2.0, 1.0, 2.0, 1.0, 2.0, 2.0]  # rmsnorm.bwd's columns
     assert list(memory_scaling("rmsnorm", 0.5, 3)) == [2.0, 1.0, 2.0]  # a model without the norm columns
 
 
@@ -325,7 +326,7 @@ def test_norm_backward_weight_gradient_waves_by_hand():
     f = memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf, sms=132)
     # then the norms' rows (1024) and re-read bytes past L1 (0: no row edge given)
     assert f.shape == (6,) and list(map(float, f[3:])) == [2048.0, 1024.0, 0.0]
-    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf).shape == (5,)  # no waves: not adopted there
+    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf, sms=132).shape == (6,)  # the same kernel
     with pytest.raises(CostError):
         memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf)
 
@@ -357,7 +358,7 @@ def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_wav
     assert sc._fitted("dropout.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
         1e-6 + 5e6 * 1e-12, rel=1e-12)  # dropout.bwd moves 2.5 x 2 B an element
     # a row-wise proxy of a norm (softmax.bwd -> rmsnorm.bwd) takes the norm's rows and re-read columns
-    norm = FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-9, 1e-13))
+    norm = FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-7, 1e-9, 1e-13))  # its weight-gradient waves: not the proxy's
     edge = RowEdge(8192.0, 0.1)
     sc = ScaledCalibration(OpCalibration("x", {"rmsnorm.bwd": norm}, {}, None, 0.0, 0.0, {}, 1e9, sms=132,
                                          row_edge=edge), 1.0, 1.0, 1e9, 132)
@@ -656,8 +657,9 @@ def test_norm_reread_and_rows_by_hand():
     assert list(f[:2]) == [4.0 * el, 8192.0] and f[2] == 0.0  # bytes (read + write 2 B), width; no L2 term at inf
     assert f[3] == 4096.0 and f[4] == pytest.approx(el * 2.0 * 0.5, rel=1e-12)  # rows, half the X re-read
     # the backward re-reads X and dY: twice the bytes a row, so it crosses the same edge at half the width
-    b = memory_features("rmsnorm.bwd", 4096 * 4096, 4096, np.inf, row_edge=e)
-    assert b[3] == 4096.0 and b[4] == pytest.approx(4096 * 4096 * 2.0 * 2 * 0.5, rel=1e-12)
+    b = memory_features("rmsnorm.bwd", 4096 * 4096, 4096, np.inf, sms=132, row_edge=e)
+    assert b[3] == 4096.0 and b[4] == 4096.0  # one weight-gradient wave (128 blocks on 132 SMs) x 4096 rows
+    assert b[5] == pytest.approx(4096 * 4096 * 2.0 * 2 * 0.5, rel=1e-12)
     assert memory_features("rmsnorm", el, 8192, np.inf, row_edge=REREAD_ALL)[4] == el * 2.0  # the fit's raw column
     assert memory_features("rmsnorm", el, 8192, np.inf)[4] == 0.0  # no edge: no re-read priced
     with pytest.raises(CostError):
@@ -686,7 +688,7 @@ def _norm_rows(edge, widths=(2048, 3072, 4096, 7168, 8192, 16384), tokens=(4096,
             for w in widths:
                 el = float(T * w)
                 nbytes = memop_traffic(kind, el, 2.0)[0]
-                reread = float(memory_features(kind, el, w, np.inf, row_edge=edge)[4])
+                reread = float(memory_features(kind, el, w, np.inf, sms=132, row_edge=edge)[-1])
                 t = 3e-6 + nbytes / 4e12 + T * 2e-10 + reread / 5e12
                 rows.append({"op": op, "pass": ps, "mode": "graph", "tokens": T, "width": w, "bytes": nbytes,
                              "time_s": t, "family": "norm_width"})
@@ -698,11 +700,11 @@ def test_fit_row_edge_recovers_a_known_edge():
 
     true = RowEdge(ROW_EDGE_CENTERS[16], 0.15)
     rows = _norm_rows(true)
-    assert fit_row_edge(rows, l2_bytes=np.inf) == true
-    m = fit_memory(rows, l2_bytes=np.inf, row_edge=true)["rmsnorm"]
+    assert fit_row_edge(rows, l2_bytes=np.inf, sms=132) == true
+    m = fit_memory(rows, l2_bytes=np.inf, sms=132, row_edge=true)["rmsnorm"]
     assert m.rate == pytest.approx(4e12, rel=1e-6) and m.coefs[3] == pytest.approx(2e-10, rel=1e-6)
     assert m.coefs[4] == pytest.approx(1 / 5e12, rel=1e-6)
-    assert fit_row_edge(_norm_rows(true, widths=(2048, 4096, 8192)), l2_bytes=np.inf) is None  # 3 widths: no edge
+    assert fit_row_edge(_norm_rows(true, widths=(2048, 4096, 8192)), l2_bytes=np.inf, sms=132) is None  # 3 widths
 
 
 @settings(max_examples=40, deadline=None)

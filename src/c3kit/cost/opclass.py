@@ -173,6 +173,8 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
     rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
     if rowwise in NORM_REREAD_TENSORS:  # a norm, or a row-wise kind priced as one (softmax: the same row passes)
+        if rowwise != kind:  # a proxy runs none of the norm's launch-shape work: those columns 0, in their place
+            cols += [np.zeros_like(nbytes)] * len(KERNEL_SHAPE_FEATURES.get(rowwise, ()))
         cols += [np.asarray(elements, float) / np.maximum(w, 1.0),
                  norm_reread_bytes(rowwise, elements, w, itemsize, row_edge)]
     if all(getattr(c, "shape", None) == nbytes.shape for c in cols):  # the sweep's case: skip broadcasting
@@ -196,14 +198,15 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
 #   columns over all M rows; one block per SM fits the rows (two did worse on the fitted rows), so that kernel
 #   takes ceil(ceil(N / 32) / SMs) waves of M rows: width 4096 is one wave on 132 SMs, 5120 two (the held-out rows'
 #   lower bandwidth). Above 64 Ki rows with N / 32 < SMs / 2 it splits M over blocks too (column 0 there).
-#   rms_norm's backward runs the same kernel, but the term fitted on its rows missed its held-out check (7.3 / 11.9%
-#   against 9.1 / 13.9% without it) and moved the whole-layer check (benchmarks/validate_layers.py, fwd_bwd median
-#   1.89% -> 1.92%): not adopted there.
+#   rms_norm's backward runs the same kernel; fitted on its memory rows alone the term missed its held-out check
+#   (7.3 / 11.9%), and was left out until the norm_width rows (device call 37, nine widths): with them and the norms'
+#   re-read edge it passes every rmsnorm.bwd check (width 5120 eager rows 1.5 / 2.0%, norm_width rows 1.1 / 2.0%).
 KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
                          "embedding": ("small-index loop",),
                          "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread"),
-                         "layernorm.bwd": ("weight-gradient waves x rows",)}
-NORM_BWD_KINDS = ("layernorm.bwd",)
+                         "layernorm.bwd": ("weight-gradient waves x rows",),
+                         "rmsnorm.bwd": ("weight-gradient waves x rows",)}
+NORM_BWD_KINDS = ("layernorm.bwd", "rmsnorm.bwd")
 DGAMMA_COLS, DGAMMA_SPLIT_ROWS = 32, 64 * 1024  # the weight-gradient kernel's block width, its split-M threshold
 INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
 SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
@@ -326,7 +329,7 @@ def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np
     column count, when it is another kind's)."""
     rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
     norm = 2 if rowwise in NORM_REREAD_TENSORS else 0
-    n = 3 + len(KERNEL_SHAPE_FEATURES.get(kind, ())) + norm if n_coefs is None else n_coefs
+    n = 3 + len(KERNEL_SHAPE_FEATURES.get(rowwise if norm else kind, ())) + norm if n_coefs is None else n_coefs
     out = np.ones(n)
     out[[0, 2]] = 1.0 / bw_ratio
     if norm and n >= 3 + norm:
@@ -1009,8 +1012,8 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
                                               docs.get("after_stream_large", [])))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
+    mem_rows += norm_width_rows(docs.get("norm_width", []))
     edge = fit_l2_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else None
-    mem_rows += norm_width_rows(docs.get("norm_width", []))  # the norms' widths: after the L2 edge, which keeps its rows
     row_edge = fit_row_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else None
     mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge, row_edge=row_edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
