@@ -35,11 +35,6 @@ NOT_YET_MODELLED = {
     "attention cudnn fwd": "few blocks run longer than their FLOPs say (1 x 8 heads x 4096: -22%, 1 x 16 x 2048: "
                            "-16%); flash2's makespan feature passes these rows (d64 1.2 / 4.4%, d128 3.8 / 6.6%) but "
                            "worsened the whole-layer check, where SDPA runs cudnn: not adopted (opclass.py)",
-    "attention decode (CUDA graph rows)": "the unsplit chain is concave in the KV (1 x 8 KV heads, d128: KV 128 4.1 us, "
-                                          "256 6.0, 512 7.5; the max(bytes, chain) form prices 256 at -8 to -12%) and "
-                                          "32-64 sequences x 8 KV heads at KV 128-256 run above their bytes (64 x 32 "
-                                          "heads x 128: 12.0 us, priced -20%); the chain x waves of one CTA an SM equals "
-                                          "the bytes there (no gain)",
     "gemm grouped wgrad": "rows are differences of two timings (forward + wgrad - forward), and one shape timed twice "
                           "differs by up to 16% where the routing cannot matter (mixtral-8x7b ep8 gate_up, one "
                           "group: 3396 us random, 3955 us balanced); the direct _grouped_mm rows (grouped_wgrad) show "
@@ -154,8 +149,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
                 (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
     att_rows = oc.gpu_time_rows(_family_rows(directory, *oc.ATTENTION_FAMILIES))
     att, dec = oc.fit_attention(att_rows, sms=sms)
-    shape = oc.fit_decode_shape(att_rows, l2_bytes=l2)
-    dec_hd = oc.fit_decode_by_head_dim(att_rows, shape=shape, l2_bytes=l2)
+    shape = oc.fit_decode_shape(att_rows, l2_bytes=l2, sms=sms)
+    dec_hd = oc.fit_decode_by_head_dim(att_rows, shape=shape, l2_bytes=l2, sms=sms)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
         backend = oc.attention_row_backend(r)

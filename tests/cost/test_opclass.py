@@ -41,7 +41,11 @@ def test_attention_flops_hand_checked():
     f = attention_features(2, 8, 2, 1024, 1024, 128, True, False)
     assert list(f) == [4294967296, 2 * 8 * 1024 * 128, 2 * 2 * 1024 * 128]
     # [KV bytes, query heads, bytes from HBM (no shape: 0), split (1000 > 512 KV rows), KV rows x head_dim]
-    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32, 0.0, 1.0, 1000 * 128]
+    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32, 0.0, 1.0, 1000 * 128,
+                                                          0.0]
+    # unsplit (KV 256): 64 x 8 = 512 CTAs on 132 SMs, one each: 4 waves, 3 past the first; split (KV 1000): none
+    assert decode_features(64, 32, 8, 256, 128, sms=132)[5] == 3.0
+    assert decode_features(64, 32, 8, 1000, 128, sms=132)[5] == 0.0
 
 
 def test_decode_features_with_a_shape_by_hand():
@@ -51,7 +55,7 @@ def test_decode_features_with_a_shape_by_hand():
     # 1 sequence x 8 KV heads x 256 KV rows, d128: 1 MiB of KV, unsplit; the chain 256 x 128 x 512 B = 16 MiB is larger
     f = decode_features(1, 32, 8, 256, 128, shape=shape, l2_bytes=60e6)
     kv = 2 * 8 * 256 * 128 * 2
-    assert f[0] == 256 * 128 * 512 and f[1] == 32 and f[3] == 0.0 and f[4] == 256 * 128
+    assert f[0] == 256 * 128 * 512 and f[1] == 32 and f[3] == 0.0 and f[4] == 256 * 128 and f[5] == 0.0
     assert f[2] == pytest.approx(kv / (1 + (30e6 / kv) ** (1 / 0.1)), rel=1e-9)  # far below the edge: ~0
     # 64 sequences x 8 x 1024 KV rows: split (no chain), 268 MB of KV, nearly all from HBM past a 30 MB edge
     g = decode_features(64, 32, 8, 1024, 128, shape=shape, l2_bytes=60e6)

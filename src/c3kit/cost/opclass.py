@@ -19,8 +19,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
 - decode attention (q_len 1): the larger of the KV-cache bytes and an unsplit CTA's serial walk, the query heads
-  in the batch, the KV bytes from HBM past a fitted L2 edge, the split's combine and walk (decode_features,
-  fit_decode_shape), per head_dim where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
+  in the batch, the KV bytes from HBM past a fitted L2 edge, the split's combine and walk, the waves of unsplit
+  CTAs (decode_features, fit_decode_shape), per head_dim where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
 The measured files are found through the calibration store; a GPU without them (and without a
@@ -410,6 +410,10 @@ def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: 
 # - a cache read again and again from the same tensors (a CUDA-graph replay, a timing loop) stays in the 60 MB L2 up
 #   to about half of it: 33.6 MB runs at 3.0-4.0 TB/s, 67 MB at 2.9-3.2, and 4.5 TB/s far past it; the bytes from
 #   HBM past an edge (L2Edge) fitted on the decode rows themselves (fit_decode_shape);
+# - unsplit CTAs beyond one an SM queue in waves, each wave paying a CTA's fixed work again (Q load, epilogue, output
+#   write): 64 sequences x 8 KV heads at KV 128 (512 CTAs, 4 waves) run 12.0 us where their bytes (33.6 MB, in L2)
+#   say 9.7; one CTA an SM, as the forwards' makespan (MAKESPAN_BACKENDS), fits the fit split better than two or four
+#   (relative SSR 0.53 against 0.62, 0.79; half an SM a CTA 0.52);
 # - the query heads (GQA groups share the KV reads; the heads column, kept, mostly fits to 0).
 DECODE_UNSPLIT_MAX_KV = 512
 DECODE_CHAIN_RATIOS = (128.0, 256.0, 512.0, 1024.0, 2048.0)  # chain bytes a KV row x head_dim, tried
@@ -424,11 +428,13 @@ class DecodeShape:
 
 
 def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0,
-                    shape: DecodeShape | None = None, l2_bytes: float | None = None, bw_ratio: float = 1.0):
+                    shape: DecodeShape | None = None, l2_bytes: float | None = None, bw_ratio: float = 1.0,
+                    sms: int | None = None):
     """[max(KV-cache bytes, unsplit chain in bytes), query heads in the batch, KV bytes from HBM past the L2 edge,
-    1 when the KV is split over CTAs, KV rows x head_dim] of one decode attention (q_len 1); shape: the fitted
-    DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed with a shape); bw_ratio: the GPU's
-    HBM bandwidth over the measured one's (the byte terms / it; the chain, heads, split and walk as measured)."""
+    1 when the KV is split over CTAs, KV rows x head_dim, waves of unsplit CTAs past the first] of one decode
+    attention (q_len 1); shape: the fitted DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed
+    with a shape); bw_ratio: the GPU's HBM bandwidth over the measured one's (the byte terms / it; the rest as
+    measured); sms: the GPU's SM count (one unsplit CTA an SM; None: no wave term)."""
     b, h, hk, kv, d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, heads, kv_heads, kv_len,
                                                                                   head_dim)))
     kv_bytes = 2.0 * b * hk * kv * d * itemsize
@@ -439,7 +445,8 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
             raise CostError("decode_features with a fitted shape needs the GPU's L2 (l2_bytes)")
         first = np.maximum(first, np.where(unsplit, kv * d * shape.chain, 0.0))
         hbm = kv_bytes * shape.edge.hbm_fraction(kv_bytes, l2_bytes) / bw_ratio
-    return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d], axis=-1)
+    waves = np.where(unsplit, np.maximum(np.ceil(b * hk / sms) - 1.0, 0.0), 0.0) if sms else np.zeros_like(kv_bytes)
+    return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d, waves], axis=-1)
 
 
 def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
@@ -814,7 +821,7 @@ def family_rows(family: str, doc: dict) -> list[dict]:
 def _row_features(r: dict, sms: int | None = None, shape: DecodeShape | None = None, l2_bytes: float | None = None):
     if r["pass"] == "decode":
         return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"], shape=shape,
-                               l2_bytes=l2_bytes)
+                               l2_bytes=l2_bytes, sms=sms)
     return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
                               bool(r["causal"]), r["pass"] == "bwd",
                               makespan_sms(attention_row_backend(r) or "", sms))
@@ -906,19 +913,20 @@ def _decode_groups(rows: list[dict], hold_out: bool) -> dict:
 
 
 def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True, shape: DecodeShape | None = None,
-                           l2_bytes: float | None = None) -> dict:
-    """head_dim -> FeatureCost over decode_features (with the fitted shape and the GPU's L2) from the cuDNN (SDPA
+                           l2_bytes: float | None = None, sms: int | None = None) -> dict:
+    """head_dim -> FeatureCost over decode_features (with the fitted shape, the GPU's L2 and SMs) from the cuDNN (SDPA
     default) decode rows of that head_dim, every third shape held out as in fit_attention: SDPA's decode kernel
     changes its tiling with the head dim (head dim 256 runs about 20% slower than the pooled fit prices it)."""
     out = {}
     for hd, g in _decode_groups(rows, hold_out).items():
-        X = np.array([_row_features(r, shape=shape, l2_bytes=l2_bytes) for r in g])
+        X = np.array([_row_features(r, sms, shape, l2_bytes) for r in g])
         c = fit_nonneg(X, np.array([float(r["time_s"]) for r in g]))
         out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(g))
     return out
 
 
-def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True) -> DecodeShape | None:
+def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True,
+                     sms: int | None = None) -> DecodeShape | None:
     """The DecodeShape (chain from DECODE_CHAIN_RATIOS, L2 edge from L2_EDGE_CENTERS x L2_EDGE_WIDTHS) whose per-head-dim
     decode fits leave the least summed squared relative residual over the fit split; None without decode rows."""
     groups = _decode_groups(rows, hold_out)
@@ -926,7 +934,7 @@ def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True
         return None
     data = []
     for g in groups.values():
-        f = np.array([_row_features(r) for r in g])  # [KV bytes, heads, 0, split, KV rows x head_dim]
+        f = np.array([_row_features(r, sms) for r in g])  # [KV bytes, heads, 0, split, KV rows x head_dim, waves]
         walk = np.where(f[:, 3] == 0.0, f[:, 4], 0.0)  # the unsplit chain's KV rows x head_dim
         data.append((f, walk, np.array([float(r["time_s"]) for r in g])))
     best = None
@@ -1018,10 +1026,10 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge, row_edge=row_edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
-    shape = fit_decode_shape(arows, l2_bytes=gpu.l2_bytes) if arows else None
+    shape = fit_decode_shape(arows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if arows else None
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes), gpu.sms,
+                         fit_unfused(arows), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes, sms=gpu.sms), gpu.sms,
                          after, edge, decode_shape=shape, row_edge=row_edge)
 
 
@@ -1087,7 +1095,8 @@ class ScaledCalibration:
         dm = cal.decode_model(head_dim) if np.all(np.asarray(q_len) == 1) else None
         if dm is not None:
             shape = cal.decode_shape if cal.decode_by_hd else None  # the pooled model was fitted without one
-            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes, self.bw_ratio)
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes, self.bw_ratio,
+                                self.sms or cal.sms)
             return dm(f)
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
