@@ -30,9 +30,12 @@ def test_framework_ops_show_in_the_table_and_cost_time(tmp_path, capsys):
 def test_torch_cp_merges(tmp_path, capsys):
     ring = _run(tmp_path, capsys, CP)
     torch = _run(tmp_path, capsys, CP, "--cp-impl", "torch")
-    names = {r["name"] for r in torch["rows"]}
-    assert {"attn.cp_merge", "re.attn.cp_merge", "attn.bwd.cp_merge"} <= names
-    assert not any(n.endswith("cp_merge") for n in (r["name"] for r in ring["rows"]))
+    rows = {r["name"]: r for r in torch["rows"]}
+    assert {"attn.cp_merge", "re.attn.cp_merge", "attn.bwd.cp_merge", "attn.bwd.cp_dkv_last"} <= rows.keys()
+    last = rows["attn.bwd.cp_dkv_last"]  # the last fp32 dK, dV pass, waited for after the loop: exposed
+    assert last["stream"] == "cp" and last["comm_s"] > 0 and last["exposed_s"] == pytest.approx(last["comm_s"])
+    assert rows["attn.bwd.cp_merge"]["compute_s"] > rows["attn.cp_merge"]["compute_s"] > 0
+    assert not any(n.endswith(("cp_merge", "cp_dkv_last")) for n in (r["name"] for r in ring["rows"]))
     assert torch["totals"]["step_time"] > ring["totals"]["step_time"]
 
 

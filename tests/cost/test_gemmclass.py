@@ -8,9 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from c3kit import cost
 from c3kit.cost import gemmclass as gc
-from c3kit.cost.basis import basis
+from c3kit.cost.basis import basis, basis_sources
 from c3kit.cost.default_curve import bf16_curve_for, default_curve_for, fp8_fraction
 from c3kit.cost.efficiency import DEFAULT_PEAK_FRAC
+from c3kit.cost.fp8gemm import fp8_class_for, fp8_classes, fp8_over_bf16
 from c3kit.hw import get_gpu
 from c3kit.workload.ops import Gemm
 
@@ -118,12 +119,15 @@ def test_cost_time_uses_the_classes():
     small = Gemm("d", 8, 4096, 4096)
     assert cost.time(small, H200, "efficiency") == pytest.approx(cls.small_m(8, 4096, 4096), rel=1e-12)
     assert cost.explain(small, H100, "efficiency").detail["basis"] == "transferred from H200-SXM"
-    # FP8 grouped: the BF16 class x the curve's FP8 : BF16 ratio at the same rows
+    # FP8 grouped: the BF16 class x the FP8 class's FP8 : BF16 ratio at the same rows
     curve = default_curve_for(H200)[0]
     f8 = Gemm("e8", 512, 1536, 2048, "fp8", 16)
-    ratio = curve.gemm_time(512 * 16, 1536, 2048, "fp8", H200) / curve.gemm_time(512 * 16, 1536, 2048, "bf16", H200)
+    t16 = curve.gemm_time(512 * 16, 1536, 2048, "bf16", H200)
+    ratio = fp8_class_for(H200)(512 * 16, 1536, t16) / t16
     assert cost.time(f8, H200, "efficiency") == pytest.approx(cls.grouped(512, 1536, 2048, 16, routed=True) * ratio,
                                                               rel=1e-12)
+    # below the FP8 class's rows (K = 64 < 512) the curve's FP8 : BF16 ratio applies instead
+    assert fp8_over_bf16(H200, 512 * 16, 1536, 64, 1.0) is None
     # no class on the B200: the curve prices it; roofline never uses the classes
     b = Gemm("e", 512, 1536, 2048, "bf16", 16)
     assert cost.time(b, B200, "efficiency") == pytest.approx(
@@ -136,7 +140,10 @@ def test_cost_time_uses_the_classes():
 def test_held_out_checks_run(load_benchmark):
     mod = load_benchmark("validate_ops")
     errs = mod.gemm_held_out_errors()
-    assert len(errs["gemm small-M"]) == 30 and len(errs["gemm fp8 (_scaled_mm)"]) == 4
+    assert len(errs["gemm small-M"]) == 30
+    assert len(errs["gemm fp8 tensorwise (_scaled_mm)"]) == len(errs["gemm fp8 rowwise (_scaled_mm)"]) == 10
+    assert len(errs["gemm fp8 tensorwise on the ops-gemm rows (out of sample)"]) == 12
+    assert len(errs["gemm fp8 tensorwise on the ops-gemm rows held out before (out of sample)"]) == 4
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))
 
 
@@ -257,3 +264,76 @@ def test_shipped_wgrad_class_is_fitted_on_the_graph_rows():
     assert len(wrows) == 72 and cal.grouped_wgrad.n_rows == len(fit) < len(wrows)
     # no eager floor in CUDA-graph rows: the fitted fixed part is far below the eager rows' 89 us
     assert cal.grouped_wgrad.fixed_s < 20e-6
+
+
+def test_fp8_gemm_hand_checked():
+    # 1024 x 1024 output: 8 x 8 = 64 tiles of 128 x 128 on 132 SMs, one wave: 1 us + 0.5 x 10 us + 0.2 us
+    f = gc.Fp8Gemm(fixed_s=1e-6, ratio=0.5, per_wave_s=2e-7, sms=132)
+    assert f(1024, 1024, 1e-5) == pytest.approx(6.2e-6, rel=1e-12)
+    # 2048 x 2048: 256 tiles, two waves; 1000 rows pad to 8 tiles like 1024; a batch of 3 x 64 tiles: two waves
+    assert f(2048, 2048, 1e-5) == pytest.approx(6.4e-6, rel=1e-12)
+    assert f(1000, 1024, 1e-5) == f(1024, 1024, 1e-5) and f.waves(1024, 1024, 3) == 2
+    # on a GPU with twice the FP8 peak and twice the FP8 : BF16 ratio: the math part halves, the epilogue too
+    g = f.scaled(2.0, 2.0)
+    assert (g.ratio, g.per_wave_s, g.fixed_s) == (0.25, 1e-7, 1e-6)
+
+
+def test_shipped_fp8_class_prices_fp8_gemms():
+    classes = fp8_classes("H200-SXM")
+    # 31 shapes of the fp8_mm rows, 10 held out; the math part near the FP8 : BF16 peak ratio (1979 / 989 TFLOP/s)
+    assert set(classes) == set(gc.FP8_KINDS)
+    for c in classes.values():
+        assert c.n_rows == 21 and c.min_mnk == 1024 and 0.45 < c.ratio < 0.6 and c.fixed_s > 0 and c.per_wave_s > 0
+    # 8192^3 on the H200: 64 x 64 = 4096 tiles over 132 SMs = 32 waves, the BF16 twin by the calibrated curve
+    f = classes["fp8_tensorwise"]
+    assert fp8_class_for(H200) == f and fp8_classes("B200") == {}
+    t16 = bf16_curve_for(H200)[0].gemm_time(8192, 8192, 8192, "bf16", H200)
+    want = f.fixed_s + f.ratio * t16 + 32 * f.per_wave_s
+    op = Gemm("x", 8192, 8192, 8192, "fp8")
+    assert cost.time(op, H200, "efficiency") == pytest.approx(want, rel=1e-12)
+    est = cost.explain(op, H200, "efficiency")
+    assert est.method == "gemm_fp8" and est.detail["basis"] == "measured"
+    # the H100 (same GH100 die) takes the class unchanged, labelled as transferred; the B200 keeps its published curve
+    assert fp8_class_for(H100) == f and fp8_class_for(B200) is None
+    assert cost.explain(op, H100, "efficiency").detail["basis"] == "transferred from H200-SXM"
+    assert cost.explain(op, B200, "efficiency").method == "efficiency"
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.sampled_from([1024, 1536, 4096, 8192, 16384]), n=st.sampled_from([1024, 2560, 4096, 14336]),
+       k=st.sampled_from([1024, 2048, 8192, 16384]))
+def test_fp8_price_grows_with_size_and_stays_below_bf16(m, n, k):
+    t = cost.time(Gemm("x", m, n, k, "fp8"), H200, "efficiency")
+    for bigger in ((2 * m, n, k), (m, 2 * n, k), (m, n, 2 * k)):
+        assert cost.time(Gemm("x", *bigger, "fp8"), H200, "efficiency") > t
+    # every per-tensor FP8 row measured ran faster than its BF16 twin (FP8 / BF16 0.48-0.73)
+    assert t < cost.time(Gemm("x", m, n, k, "bf16"), H200, "efficiency")
+
+
+def test_fp8_held_out_rule_is_a_fixed_hash_of_the_shape():
+    rows = gc.gemm_rows("H200-SXM", ("fp8_mm",))
+    held = sorted({(r["m"], r["n"], r["k"]) for r in rows if gc.is_held_out_fp8(r)})
+    assert held == [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 2304, 16384), (4096, 2560, 8192),
+                    (4096, 8192, 4096), (4096, 16384, 6656), (8192, 4096, 4096), (8192, 8192, 3584),
+                    (8192, 16384, 2048), (16384, 13312, 16384)]
+    # a rule on the shape alone: the row's kind, time and position do not matter
+    assert gc.is_held_out_fp8({"m": 1024, "n": 1024, "k": 1024}) and not gc.is_held_out_fp8({"m": 1536, "n": 1536,
+                                                                                              "k": 1536})
+    curve = bf16_curve_for(H200)[0]
+    a, b = gc.fit_fp8_gemm(list(reversed(rows)), curve, H200), fp8_classes("H200-SXM")["fp8_tensorwise"]
+    assert (a.fixed_s, a.ratio, a.per_wave_s) == pytest.approx((b.fixed_s, b.ratio, b.per_wave_s), rel=1e-9)
+    assert gc.fit_fp8_gemm(rows, curve, H200, hold_out=False).n_rows == 31
+
+
+def test_fp8_fit_needs_rows_of_its_kind():
+    rows = gc.gemm_rows("H200-SXM", ("fp8_mm",))
+    curve = bf16_curve_for(H200)[0]
+    assert gc.fit_fp8_gemm(rows, curve, H200, kind="fp8_blockwise") is None
+    assert gc.fit_fp8_gemm([r for r in rows if r["kind"] != "bf16_mm"], curve, H200) is None  # no BF16 twins
+    assert gc.fit_fp8_gemm(rows[:9], curve, H200) is None  # 3 shapes: too few to fit three terms
+
+
+def test_fp8_basis_cites_the_fp8_mm_file():
+    assert basis_sources("H200-SXM")["gemm_fp8"] == "cost/data/calib/h200-sxm-ops-fp8_mm.json"
+    assert basis_sources("H100-SXM")["gemm_fp8"].startswith("cost/data/calib/h200-sxm-ops-fp8_mm.json by ")
+    assert basis("H100-SXM-96G-500W")["gemm_fp8"] == "datasheet"  # its transfer does not list the FP8 classes

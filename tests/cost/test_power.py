@@ -225,8 +225,11 @@ def test_published_steady_rows_of_another_file_set_its_factor(tmp_path, monkeypa
         'source = "s"\nrole = "fit"\n'
         '[[sustained_gemm]]\ndtype = "bf16"\nrate_of = "bf16"\nm = 1024\nn = 1024\nk = 1024\ntflops = 10.0\n'
         'source = "s"\nrole = "check"\n')
+    from c3kit.cost.model import clear_caches
+
     monkeypatch.setattr(pub, "published_dir", lambda: tmp_path)
     pub.clear()
+    clear_caches()
     try:
         gpu = get_gpu("B200")
         burst = default_curve_for(gpu)[0].gemm_time(8192, 8192, 8192, "bf16", gpu)
@@ -236,4 +239,5 @@ def test_published_steady_rows_of_another_file_set_its_factor(tmp_path, monkeypa
     finally:
         monkeypatch.undo()
         pub.clear()
+        clear_caches()
     assert sustained_for("B200") == NO_THROTTLE

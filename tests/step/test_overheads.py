@@ -118,7 +118,10 @@ def test_fp8_casts_hand_checked():
     assert "fp8_casts" not in terms(graph())[0]
     with pytest.raises(C3kitError):
         OverheadModel(fp8_scaling="nvfp4")
-    assert set(FP8_SCALING) == {"delayed", "current", "dynamic", "eager", "mxfp8"}
+    assert set(FP8_SCALING) == {"delayed", "current", "dynamic", "eager", "mxfp8", "delayed_uncached"}
+    # TE delayed scaling without is_first_microbatch: the same casts, the weights' in every micro-batch
+    unc = terms(g, OverheadModel(fp8_scaling="delayed_uncached"))[0]["fp8_casts"]
+    assert unc.seconds > expect and unc.runs > got["fp8_casts"].runs
     # MXFP8: one kernel like delayed scaling, 2 / 32 B of E8M0 scales per element more; weights cached per step
     mx = terms(g, OverheadModel(fp8_scaling="mxfp8"))[0]["fp8_casts"]
     current = terms(g, OverheadModel(fp8_scaling="current"))[0]["fp8_casts"].seconds

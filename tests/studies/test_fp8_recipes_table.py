@@ -24,7 +24,8 @@ def test_documented_decisions():
     assert fp8_scaling_of("mbridge2511-h100-qwen3-30b-a3b") == "current"  # FP8-CS: TE Float8CurrentScaling
     assert fp8_scaling_of("mbridge2602-b200-qwen3-30b-a3b") == "mxfp8"
     assert fp8_scaling_of("nemo2407-h100-fp8-llama2-7b") == "delayed"
-    assert fp8_scaling_of("mpt-3b-h100-fp8-s2048-g8") == "delayed"  # Composer AMP_FP8: DelayedScaling
+    # Composer AMP_FP8: DelayedScaling; MPT's te.Linear called without is_first_microbatch: weights cast every forward
+    assert fp8_scaling_of("mpt-3b-h100-fp8-s2048-g8") == "delayed_uncached"
     assert fp8_scaling_of("torchtitan-h100-t1-8b-fsdp-compile-fp8") == "dynamic"  # torchao Float8Linear
     assert fp8_scaling_of("korthikanti-22b") == ""
 

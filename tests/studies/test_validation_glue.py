@@ -101,3 +101,38 @@ def test_flat_param_grads_by_framework():
     assert not flat_param_grads_of("llm-foundry (Composer, PyTorch FSDP)", False)
     assert not flat_param_grads_of("torchtitan (FSDP2)", True)
     assert not flat_param_grads_of("Megatron-Bridge (Megatron-Core, Transformer Engine)", True)
+
+
+def test_loss_kernel_by_framework():
+    from c3kit.studies.validation import loss_kernel_of
+
+    # ComposerMPTCausalLM / ComposerMosaicGPT: loss_fn 'fused_crossentropy' by default (flash-attn xentropy)
+    assert loss_kernel_of("llm-foundry (Composer, PyTorch FSDP)") == "xentropy"
+    assert loss_kernel_of("torchtitan (FSDP2)") == "eager"
+    assert loss_kernel_of("Megatron-LM") == "eager"
+
+
+def test_llm_foundry_loss_is_priced_as_xentropy(monkeypatch):
+    from c3kit.studies import validation as v
+
+    runs = v.load_runs()
+    row = runs[runs["run"] == "mpt-760m-h100-bf16-s2048-g8"].iloc[0]
+    fused = v.predict(row)["predicted_s"]
+    monkeypatch.setattr(v, "loss_kernel_of", lambda framework: "eager")
+    assert fused < v.predict(row)["predicted_s"]
+
+
+def test_bias_grads_by_framework_and_dtype():
+    from c3kit.studies.validation import bias_grads_of
+
+    assert bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "bf16")
+    assert not bias_grads_of("llm-foundry (Composer, PyTorch FSDP)", "fp8")  # TE Linear fuses bgrad into its cast
+    assert not bias_grads_of("Megatron-LM", "bf16")  # its bias code is not described here
+
+
+def test_metrics_fp32_by_framework_and_dtype():
+    from c3kit.studies.validation import metrics_fp32_of
+
+    assert metrics_fp32_of("llm-foundry (Composer, PyTorch FSDP)", "bf16")  # torch.autocast(bfloat16) upcasts
+    assert not metrics_fp32_of("llm-foundry (Composer, PyTorch FSDP)", "fp8")  # te.fp8_autocast only
+    assert metrics_fp32_of("torchtitan (FSDP2)", "fp8")

@@ -55,3 +55,35 @@ def test_bad_counts_are_rejected(bad):
         check_train_metrics(bad)
     with pytest.raises(WorkloadError, match="train_metrics"):
         describe(MODEL, Parallelism(micro_batch=1, global_batch=1), "train", 128, train_metrics=bad)
+
+
+def test_bf16_metrics_outside_autocast_hand_checked():
+    from c3kit.workload.layer import METRICS_BF16
+
+    par = Parallelism(dp=2, micro_batch=3, global_batch=12)
+    op = _op(describe(MODEL, par, "train", 128, train_metrics=2, metrics_fp32=False), "train_metrics")
+    T = 3 * 128
+    assert op.shape.parts == (("copy", 2 * T * 1000, 1),)  # log_softmax: read and write T x V bf16, twice
+    assert op.shape.bytes == 2 * 2 * T * 1000 * 2
+    assert op.count == 2 and op.deps == ("loss.bwd",)
+    fp32 = _op(describe(MODEL, par, "train", 128, train_metrics=2), "train_metrics")
+    assert op.shape.bytes < fp32.shape.bytes and op.shape.flops == fp32.shape.flops
+    assert METRICS_BF16.startswith("https://")
+
+
+def test_bf16_metrics_price_below_the_autocast_ones_on_the_h200():
+    from c3kit.cost.model import as_model
+    from c3kit.hw import get_gpu
+    from c3kit.step.project import node_times, step_timer
+
+    m = ModelConfig(name="v", hidden=1024, layers=2, heads=8, vocab=50368, max_seq=2048, gated_mlp=False,
+                    norm="layernorm")
+    par = Parallelism(dp=1, micro_batch=8, global_batch=8)
+    gpu = get_gpu("H200-SXM")
+
+    def metrics_s(fp32):
+        g = build_step(m, par, "train", 2048, train_metrics=2, metrics_fp32=fp32)
+        t = node_times(g, gpu, step_timer(as_model("efficiency")))
+        return sum(float(t[n.id]) for n in g.nodes if n.role == "train_metrics")
+
+    assert 0 < metrics_s(False) < metrics_s(True)

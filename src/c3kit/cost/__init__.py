@@ -55,8 +55,9 @@ def _calibrated_memory(op: MemOp, hw: GPU) -> float | None:
 
 def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
     """(seconds, class) of a GEMM that a measured GEMM class prices (cost/gemmclass.py): a grouped GEMM
-    (batch > 1: MoE experts) or a small-M one; None where the class does not apply or is not measured.
-    FP8 grouped GEMMs were not measured: the BF16 grouped class times the curve's FP8 : BF16 ratio."""
+    (batch > 1: MoE experts), a small-M one or a plain FP8 one; None where the class does not apply or is not
+    measured. FP8 grouped GEMMs were not measured: the BF16 grouped class times the FP8 : BF16 ratio of the FP8
+    class at the same rows (the curve's where the class does not cover them)."""
     from c3kit.cost.gemmclass import SMALL_M_MAX, gemm_classes_for
 
     if op.dtype not in ("bf16", "fp16", "fp8"):
@@ -71,20 +72,33 @@ def _class_gemm(op: Gemm, hw: GPU, curve) -> tuple[float, str] | None:
     if wgrad is not None and wgrad.covers(op.n, op.m):  # a K x N output per group, reduced over M = op.k rows
         t = wgrad(op.m, op.n, op.k, op.batch)
         if op.dtype == "fp8":
-            rows = op.k * op.batch
-            t *= curve.gemm_time(op.m, op.n, rows, "fp8", hw) / curve.gemm_time(op.m, op.n, rows, "bf16", hw)
+            t *= _fp8_ratio(curve, hw, op.m, op.n, op.k * op.batch)
         return t, "gemm_grouped"
     if grouped and cls.grouped is not None and cls.grouped.covers(op.n, op.k):
         # the experts' rows come from a router: group sizes spread about the mean M (gemmclass.expected_row_tiles)
         t = cls.grouped(op.m, op.n, op.k, op.batch, routed=True)
         if op.dtype == "fp8":
-            rows = op.m * op.batch
-            t *= curve.gemm_time(rows, op.n, op.k, "fp8", hw) / curve.gemm_time(rows, op.n, op.k, "bf16", hw)
+            t *= _fp8_ratio(curve, hw, op.m * op.batch, op.n, op.k)
         return t, "gemm_grouped"
+    if op.dtype == "fp8" and op.batch == 1:
+        from c3kit.cost.fp8gemm import fp8_class_for
+
+        f8 = fp8_class_for(hw)
+        if f8 is not None and f8.covers(op.m, op.n, op.k):
+            return f8(op.m, op.n, curve.gemm_time(op.m, op.n, op.k, "bf16", hw)), "gemm_fp8"
     if (op.batch == 1 and op.m <= SMALL_M_MAX and op.dtype != "fp8" and cls.small_m is not None
             and cls.small_m.covers(op.n, op.k)):
         return cls.small_m(op.m, op.n, op.k), "gemm_small_m"
     return None
+
+
+def _fp8_ratio(curve, hw: GPU, m: int, n: int, k: int) -> float:
+    """FP8 over BF16 time of one M x N x K GEMM: the FP8 class's where it covers the shape, else the curve's."""
+    from c3kit.cost.fp8gemm import fp8_over_bf16
+
+    t_bf16 = curve.gemm_time(m, n, k, "bf16", hw)
+    r = fp8_over_bf16(hw, m, n, k, t_bf16)
+    return r if r is not None else curve.gemm_time(m, n, k, "fp8", hw) / t_bf16
 
 
 def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:

@@ -15,10 +15,13 @@
   (cost/data/attention_backends.toml).
 - Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries
   against the whole kv_len): ring attention, one call of the backend per ring step, as torch's context
-  parallelism runs it: the own chunk causally (q_len x q_len), then cp - 1 steps in which half of the
-  queries attend to a whole received chunk (q_len / 2 x q_len, not causal). Their FLOPs sum to the
-  balanced count; each call pays the class's fixed cost. The measured rows are causal: the non-causal
-  steps take the class's FLOP rate as measured on causal shapes (not yet measured).
+  parallelism runs it (workload.cp_torch.sdpa_calls): the own chunk causally (q_len x q_len), then cp - 1
+  steps in which, on cp rank r, step i runs the whole local queries against the first half of the received
+  chunk (q_len x q_len / 2) when i <= r, else the second half of the queries against all of it
+  (q_len / 2 x q_len), neither causal. The last rank runs only the first shape, the first only the second:
+  the busiest rank takes the slower of the two at every step. Their FLOPs sum to the balanced count; each
+  call pays the class's fixed cost. The measured rows are causal: the non-causal steps take the class's
+  FLOP rate as measured on causal shapes (not yet measured).
 """
 
 from __future__ import annotations
@@ -150,9 +153,11 @@ def _fused(cal, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, backwar
     if own is None:
         return None
     steps = np.asarray(kv_len) // np.asarray(q_len) - 1
-    other = cal.attention_time(batch, heads, kv_heads, np.asarray(q_len) // 2, q_len, head_dim, False, backward,
-                               itemsize, backend)
-    return own + steps * other
+    half_q = cal.attention_time(batch, heads, kv_heads, np.asarray(q_len) // 2, q_len, head_dim, False, backward,
+                                itemsize, backend)
+    half_kv = cal.attention_time(batch, heads, kv_heads, q_len, np.asarray(q_len) // 2, head_dim, False, backward,
+                                 itemsize, backend)
+    return own + steps * np.maximum(half_q, half_kv)
 
 
 def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray | None:

@@ -11,9 +11,11 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
-# GEMM classes of the ops-gemm file (cost/gemmclass.py) and the kind of row each is fitted to
-GEMM_CLASSES = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_scaled_mm",
+# GEMM classes (cost/gemmclass.py) and the kind of row each is fitted to, in the ops-gemm file unless
+# GEMM_CLASS_FAMILY names another op family
+GEMM_CLASSES = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_tensorwise",
                 "fp8_cast": "fp8_cast"}
+GEMM_CLASS_FAMILY = {"gemm_fp8": "fp8_mm"}
 # all-reduces are class collective; all-to-alls, all-gathers and reduce-scatters have classes of their own, whose
 # published level may differ from the all-reduce's (cost/published.FIT_KINDS)
 COLLECTIVE_CLASSES = ("collective", "collective_a2a", "collective_ag", "collective_rs")
@@ -53,7 +55,7 @@ def _measured(gpu_name: str, op_class: str) -> bool:
     from c3kit.cost.calib_store import calibration_path, op_calibration_path
 
     if op_class in GEMM_CLASSES:
-        return GEMM_CLASSES[op_class] in _ops_gemm_kinds(gpu_name)
+        return GEMM_CLASSES[op_class] in _ops_gemm_kinds(gpu_name, GEMM_CLASS_FAMILY.get(op_class, "gemm"))
     if op_class == "gemm" or op_class in COLLECTIVE_CLASSES:
         path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
     else:
@@ -62,13 +64,13 @@ def _measured(gpu_name: str, op_class: str) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _ops_gemm_kinds(gpu_name: str) -> frozenset:
-    """The row kinds of a GPU's shipped ops-gemm file (empty when it has none)."""
+def _ops_gemm_kinds(gpu_name: str, family: str = "gemm") -> frozenset:
+    """The row kinds of a GPU's shipped ops file of a GEMM family (empty when it has none)."""
     import json
 
     from c3kit.cost.calib_store import op_calibration_path
 
-    p = op_calibration_path(gpu_name, "gemm")
+    p = op_calibration_path(gpu_name, family)
     if not p.is_file():
         return frozenset()
     doc = json.loads(p.read_text())
@@ -129,7 +131,8 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
         src = source_gpu(gpu_name, c)
         if src is not None:
             if c in GEMM_CLASSES or c == "gemm":
-                path = op_calibration_path(src, "gemm") if c in GEMM_CLASSES else calibration_path(src, "gemm")
+                path = (op_calibration_path(src, GEMM_CLASS_FAMILY.get(c, "gemm")) if c in GEMM_CLASSES
+                        else calibration_path(src, "gemm"))
             elif c in COLLECTIVE_CLASSES:
                 path = calibration_path(src, "comm")
             else:

@@ -52,7 +52,7 @@ def calibration_path(gpu_name: str, kind: str, root: str | Path | None = None, v
 # the op-level families the cost model fits (cost/opclass.py, cost/gemmclass.py)
 OP_FAMILIES = ("memory", "eager_ops", "optimizer", "attention", "attn_backends", "decode_attention", "floor", "gemm",
                "decode_kernels", "moe_train", "optimizer_mix", "act_chunked", "moe_grad", "gemm_under_comm",
-               "attn_graph", "attn_graph_cudnn", "attn_graph_efficient", "memory_graph")
+               "attn_graph", "attn_graph_cudnn", "attn_graph_efficient", "memory_graph", "fp8_mm")
 
 
 def op_calibration_path(gpu_name: str, family: str, root: str | Path | None = None) -> Path:

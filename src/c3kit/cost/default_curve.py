@@ -33,13 +33,13 @@ _fp8: dict[str, float | None] = {}
 
 
 def fp8_fraction(gpu_name: str) -> float | None:
-    """The fp8 peak fraction fitted to a catalog GPU's own FP8 GEMM rows (cost/gemmclass.fit_fp8_frac against
-    its calibrated BF16 curve), or None when it has none."""
+    """The fp8 peak fraction fitted to a catalog GPU's own per-tensor FP8 GEMM rows (the fp8_mm family's fit rows;
+    cost/gemmclass.fit_fp8_frac against its calibrated BF16 curve), or None when it has none."""
     if gpu_name not in _fp8:
         from c3kit.cost.gemmclass import fit_fp8_frac, gemm_rows
         from c3kit.hw.catalog import get_gpu
 
-        rows = gemm_rows(gpu_name)
+        rows = gemm_rows(gpu_name, ("fp8_mm",))
         gpu = get_gpu(gpu_name)
         _fp8[gpu_name] = None if rows is None else fit_fp8_frac(rows, bf16_curve_for(gpu)[0], gpu)
     return _fp8[gpu_name]

@@ -28,17 +28,24 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
 - expert loop (one GEMM launch per expert, as a plain PyTorch loop or multi-stream cuBLAS runs it): no
   parameters of its own: groups x the single GEMM's price (small-M class or big-GEMM curve). Its
   held-out check in benchmarks/validate_ops.py is therefore a check of a composition.
-- FP8 GEMM (torch._scaled_mm, per-tensor scaled e4m3): the big-GEMM curve with its own fp8 peak
-  fraction (fit_fp8_frac; cost/default_curve.py puts it into the GPU's default curve), fitted to the
-  FP8 rows after normalising each by the BF16 GEMM of the same shape timed in the same run
-  (t_fp8 x curve_bf16 / t_bf16_measured), so the FP8 class carries the measured FP8 : BF16 speed
-  ratio onto the calibrated BF16 curve and not the run's clock state.
+- FP8 GEMM (torch._scaled_mm e4m3, bf16 out; FP8_KINDS: per-tensor and per-row scales, each its own class,
+  Fp8Gemm): the BF16 GEMM of the same shape priced by the calibrated curve, its math at the FP8 rate, plus what
+  the FP8 kernel does not speed up, a fixed cost per call and an epilogue per wave of 128 x 128 output tiles:
+      t_fp8 = fixed + ratio x t_bf16 + per_wave x ceil(ceil(M / 128) ceil(N / 128) / SMs),
+  fitted (non-negative relative least squares) on the fp8_mm rows (runtime/bench/ops_heldout.py: Llama-3-like
+  per-rank training GEMMs and 1024-2048 cubes, torch.mm bf16 and both scalings per shape, CUDA graphs) after
+  normalising each FP8 time by the BF16 time of the same shape in the same run (t_fp8 x curve_bf16 /
+  t_bf16_measured), so the class carries the measured FP8 : BF16 speed ratio onto the calibrated BF16 curve and
+  not the run's clock state. Per-tensor scaling prices the step model's FP8 GEMMs (Transformer Engine's delayed
+  and current recipes and torchao's default scale per tensor). The curve's own fp8 peak fraction (fit_fp8_frac;
+  cost/default_curve.py) is fitted on the same per-tensor fit rows and prices FP8 GEMMs the class does not cover.
 - FP8 cast (amax + scale + cast of one BF16 tensor to e4m3, as PyTorch runs it unfused): t = fixed +
   coef x elements.
 
 Held-out rows (benchmarks/validate_ops.py prints their errors): small-M: the (N, K) shapes in
 SMALL_M_HELD_OUT (every third shape of the benchmark's list); grouped: rows picked by
-is_held_out_grouped (a fixed rule on M, N and groups); FP8 GEMM and cast: every third measured shape.
+is_held_out_grouped (a fixed rule on M, N and groups); FP8 GEMM: is_held_out_fp8 (a hash of the shape, about one
+shape in three); FP8 cast: every third measured shape.
 A GPU without its own rows borrows another's by a documented transfer (cost/basis.py): compute terms
 scaled by the dense BF16 peak ratio, bandwidth terms by the HBM bandwidth ratio.
 """
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -261,7 +269,7 @@ def is_held_out_small_m(r: dict) -> bool:
 
 
 def held_out_every_third(rows: list[dict]) -> list[bool]:
-    """FP8 GEMM / cast rows held out of the fit: every third measured shape in file order."""
+    """FP8 cast rows held out of the fit: every third measured shape in file order."""
     return [i % 3 == 2 for i in range(len(rows))]
 
 
@@ -285,17 +293,71 @@ def fit_grouped(rows: list[dict], kind: str = "grouped_mm", hold_out: bool = Tru
     return fit_tiled_grouped(*cols, [bool(r.get("routed")) for r in pts], [r["time_s"] for r in pts], sms)
 
 
-def fp8_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
-    """(fp8_scaled_mm row, bf16_mm row) of each shape timed both ways in one run, in file order."""
+FP8_KINDS = ("fp8_tensorwise", "fp8_rowwise")  # the fp8_mm family's FP8 rows: per-tensor and per-row scales
+
+
+@dataclass(frozen=True)
+class Fp8Gemm:
+    """t_fp8 = fixed + ratio x t_bf16 + per_wave x waves of 128 x 128 output tiles (see the module docstring)."""
+
+    fixed_s: float
+    ratio: float  # FP8 over BF16 time of the part that runs at the math rate
+    per_wave_s: float  # epilogue of one wave of output tiles, not shortened by FP8 math
+    sms: int
+    n_rows: int = 0
+    min_mnk: float = 0.0  # the smallest M, N or K among the fitted rows
+
+    def covers(self, m, n, k):
+        """True (elementwise) where M, N and K are at least half the smallest measured one."""
+        lo = 0.5 * self.min_mnk
+        return (np.asarray(m) >= lo) & (np.asarray(n) >= lo) & (np.asarray(k) >= lo)
+
+    def waves(self, m, n, batch=1):
+        """Waves of WAVE_TILE x WAVE_TILE output tiles over the SMs."""
+        m, n, b = (np.asarray(x, dtype=float) for x in (m, n, batch))
+        return np.ceil(np.ceil(m / WAVE_TILE) * np.ceil(n / WAVE_TILE) * b / self.sms)
+
+    def __call__(self, m, n, t_bf16, batch=1):
+        """Seconds of the FP8 GEMM whose BF16 twin (same M, N, K, batch) takes t_bf16 seconds."""
+        t = self.fixed_s + self.ratio * np.asarray(t_bf16, dtype=float) + self.per_wave_s * self.waves(m, n, batch)
+        return float(t) if np.ndim(t) == 0 else t
+
+    def scaled(self, flops_ratio: float, fp8_rate_ratio: float) -> "Fp8Gemm":
+        """The same kernel on a GPU with flops_ratio x the FP8 peak and fp8_rate_ratio x the FP8 : BF16 peak ratio
+        (the math part's ratio shrinks by it, the epilogue runs at the math rate, the measured GPU's SM count)."""
+        return replace(self, ratio=self.ratio / fp8_rate_ratio, per_wave_s=self.per_wave_s / flops_ratio)
+
+
+def is_held_out_fp8(r: dict) -> bool:
+    """FP8 GEMM shapes held out of the fit: about one in three, by a fixed hash of (M, N, K)."""
+    return zlib.crc32(repr((int(r["m"]), int(r["n"]), int(r["k"]))).encode()) % 3 == 0
+
+
+def fp8_pairs(rows: list[dict], kind: str = "fp8_tensorwise") -> list[tuple[dict, dict]]:
+    """(FP8 row of `kind`, bf16_mm row) of each shape timed both ways in one run, in file order."""
     bf = {(r["m"], r["n"], r["k"]): r for r in rows if r["kind"] == "bf16_mm" and r["time_s"]}
     return [(r, bf[(r["m"], r["n"], r["k"])]) for r in rows
-            if r["kind"] == "fp8_scaled_mm" and r["time_s"] and (r["m"], r["n"], r["k"]) in bf]
+            if r["kind"] == kind and r["time_s"] and (r["m"], r["n"], r["k"]) in bf]
 
 
-def fit_fp8_frac(rows: list[dict], curve, gpu, hold_out: bool = True) -> float | None:
-    """The fp8 peak fraction of `curve` that best prices the normalised FP8 rows (1-D search on log error)."""
-    pairs = fp8_pairs(rows)
-    keep = [p for p, h in zip(pairs, held_out_every_third(pairs)) if not (hold_out and h)]
+def fit_fp8_gemm(rows: list[dict], curve, gpu, kind: str = "fp8_tensorwise", hold_out: bool = True) -> Fp8Gemm | None:
+    """The FP8 GEMM class of one scaling from fp8_mm rows (held-out shapes left out unless hold_out is False),
+    on the normalised targets (fp8_target) with t_bf16 from `curve` on `gpu`."""
+    keep = [p for p in fp8_pairs(rows, kind) if not (hold_out and is_held_out_fp8(p[0]))]
+    if len(keep) < 4:
+        return None
+    shape = Fp8Gemm(0.0, 0.0, 0.0, int(gpu.sms))
+    x = np.array([[curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu), shape.waves(f["m"], f["n"])]
+                  for f, _ in keep])
+    c = fit_nonneg(x, np.array([fp8_target(f, b, curve, gpu) for f, b in keep]))
+    min_mnk = float(min(min(f["m"], f["n"], f["k"]) for f, _ in keep))
+    return Fp8Gemm(float(c[0]), float(c[1]), float(c[2]), int(gpu.sms), len(keep), min_mnk)
+
+
+def fit_fp8_frac(rows: list[dict], curve, gpu, hold_out: bool = True, kind: str = "fp8_tensorwise") -> float | None:
+    """The fp8 peak fraction of `curve` that best prices the normalised FP8 rows of `kind` (1-D search on log
+    error; held-out shapes, is_held_out_fp8, left out unless hold_out is False)."""
+    keep = [p for p in fp8_pairs(rows, kind) if not (hold_out and is_held_out_fp8(p[0]))]
     if len(keep) < 3:
         return None
     target = np.log([fp8_target(f, b, curve, gpu) for f, b in keep])

@@ -101,7 +101,10 @@ def clear_caches() -> None:
     from c3kit.cost.power import sustained_for
     from c3kit.cost.table import cached_gemm_table
 
+    from c3kit.cost.fp8gemm import clear_fp8_classes
+
     clear_default_curves()
+    clear_fp8_classes()
     cached_gemm_table.cache_clear()
     sustained_for.cache_clear()
 

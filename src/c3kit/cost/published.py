@@ -500,10 +500,8 @@ def comm_eff_rows(gpus, index, model, kind: str = "all_reduce"):
 
 
 def clear() -> None:
-    """Forget the loaded published rows and what was derived from them (tests that add files)."""
-    from c3kit.cost.power import sustained_for
-
+    """Forget the loaded published rows and what was derived from them (tests that add files); the sustained-clock
+    factors that read them are forgotten by c3kit.cost.model.clear_caches."""
     _all.cache_clear()
-    sustained_for.cache_clear()  # its fallback reads the published steady-state rows
     memory_fraction.cache_clear()
     scaleup_fraction.cache_clear()

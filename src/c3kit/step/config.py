@@ -69,7 +69,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
             cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
-            pp_p2p_overlap: bool = False) -> StepConfig:
+            pp_p2p_overlap: bool = False, tp_comm_overlap: str = "none") -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -90,6 +90,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     graph (workload.graph.build_step); cp_impl: how context parallelism runs (workload.parallel.CP_IMPLS).
     dp_overlap False: DP gradients reduced after the backward (workload.parallel.DP_OVERLAP_SOURCES; the search then
     skips FSDP); pp_p2p_overlap: pipeline sends and receives behind compute (PP_P2P_OVERLAP_SOURCE).
+    tp_comm_overlap: Transformer Engine's userbuffers TP overlap (workload.parallel.TP_COMM_OVERLAPS; needs sp with
+    tp > 1, a no-op with tp 1).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -99,6 +101,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                    pp, vpp, dp_overlap, pp_split, cp, seq, phase, moe_a2a_overlap,
                    (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq), ("batch", batch),
                     ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp), ("recompute-every", recompute_every)))
+    from c3kit.workload.parallel import check_tp_comm_overlap
+
+    check_tp_comm_overlap(tp_comm_overlap)
     dtype_bytes(dtype)
     m = get_model(model)
     gpu = get_gpu(hw)
@@ -108,11 +113,14 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     auto_gpus = gpus is None and dp is None
     auto_tp = tp is None
     gpus, tp, sp = _fill_sizes(m, node, train, gpus, tp, sp, dp, pp, cp)
+    if tp_comm_overlap != "none" and tp > 1 and not sp:
+        raise C3kitError(f"--tp-comm-overlap {tp_comm_overlap} overlaps sequence parallelism's all-gathers and "
+                         "reduce-scatters (Transformer Engine userbuffers): use it with --sp")
     rcs, shardings = _search_options(train, recompute, moe_a2a_overlap, fsdp, dist_optimizer, dp_overlap)
     counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
     fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
-                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
+                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
     graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads)
     tried: list[Candidate] = []

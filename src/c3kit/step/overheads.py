@@ -126,9 +126,12 @@ SOURCES = {
 # "delayed": TE cast_transpose (read 2 B, write 1 B + 1 B transposed); "current": + an amax pass (read 2 B);
 # "dynamic": torchao compiled amax reduction (read 2 B) + scale, cast and transposed copy (read 2 B, write 2 B);
 # "eager": the unfused composition runtime/bench/ops.py measured (cost/gemmclass.CAST_COMPOSITION);
-# "mxfp8": TE's MXFP8 quantize kernel (read 2 B, write 1 B + 1 B transposed + 2 / 32 B of E8M0 scales).
+# "mxfp8": TE's MXFP8 quantize kernel (read 2 B, write 1 B + 1 B transposed + 2 / 32 B of E8M0 scales);
+# "delayed_uncached": "delayed" called without is_first_microbatch, so TE casts the weights in every forward
+# (transformer_engine/pytorch/module/linear.py at v0.10: update_fp8_weights = is_first_microbatch is None or
+# is_first_microbatch), as llm-foundry's MPT blocks call their te.Linear.
 FP8_SCALING = {"delayed": (1, 4.0, True), "current": (2, 6.0, True), "dynamic": (2, 6.0, False),
-               "eager": (7, 13.0, False), "mxfp8": (1, 4.0 + 2.0 / 32, True)}
+               "eager": (7, 13.0, False), "mxfp8": (1, 4.0 + 2.0 / 32, True), "delayed_uncached": (1, 4.0, False)}
 
 FSDP_IMPLS = ("fsdp2", "flat")
 # how a rank's local experts run (SOURCES moe_per_expert) -> how the host issues them (step/moe_host.HOST_IMPLS):

@@ -305,6 +305,60 @@ def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
 
 
+TP_OVERLAP_COLUMNS = ("runs", "framework", "tp_comm_overlap", "ub_cfg", "gemm_methods", "source", "config_source",
+                      "reason")
+
+
+def _check_tp_comm_overlap(name: str) -> str:
+    from c3kit.workload.parallel import TP_COMM_OVERLAPS
+
+    if name not in TP_COMM_OVERLAPS:
+        raise StudyError(f"tp overlap: unknown tp_comm_overlap {name!r}: use one of {', '.join(TP_COMM_OVERLAPS)}")
+    return name
+
+
+def gemm_methods(text: str) -> dict[str, tuple[str, bool, dict]]:
+    """A tp_overlap.csv gemm_methods cell: "qkv_fprop=ring_exchange; proj_fprop=pipeline(num_sm 24, set_sm_margin 1);
+    ..." -> {TE GEMM name: (method, set_sm_margin, {other parameter: int})}; StudyError where malformed."""
+    import re
+
+    out = {}
+    for part in (x.strip() for x in str(text).split(";")):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\w+)=(\w+)(?:\(([^()]*)\))?", part)
+        if m is None:
+            raise StudyError(f"tp overlap: malformed gemm method {part!r}: write name=method(key value, ...)")
+        params = {}
+        for kv in filter(None, (x.strip() for x in (m.group(3) or "").split(","))):
+            k, _, v = kv.partition(" ")
+            if not v.strip().isdigit():
+                raise StudyError(f"tp overlap: parameter {kv!r} of {m.group(1)} is not 'name integer'")
+            params[k] = int(v)
+        out[m.group(1)] = (m.group(2), bool(params.pop("set_sm_margin", 0)), params)
+    return out
+
+
+def tp_overlaps(path=None) -> pd.DataFrame:
+    """Transformer Engine's userbuffers TP overlap of each run's recipe (studies/data/tp_overlap.csv: run glob, framework,
+    a name of workload.parallel.TP_COMM_OVERLAPS, the userbuffers config, its per-GEMM methods and parameters, the recipe
+    and config sources, reason); StudyError where a row's per-GEMM methods are not those its name prices."""
+    from c3kit.workload.parallel import TP_COMM_OVERLAP_METHODS
+
+    df = _run_table("tp_overlap.csv", TP_OVERLAP_COLUMNS, _check_tp_comm_overlap, path)
+    for glob, name, cell in zip(df["runs"], df["tp_comm_overlap"], df["gemm_methods"]):
+        got = {k: v[:2] for k, v in gemm_methods(cell).items()}
+        if got != TP_COMM_OVERLAP_METHODS[str(name)]:
+            raise StudyError(f"tp overlap: row {glob}: its gemm_methods are not the methods of {name} "
+                             "(workload.parallel.TP_COMM_OVERLAP_METHODS)")
+    return df
+
+
+def tp_comm_overlap_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """A run's TE userbuffers TP overlap (first matching row of tp_overlap.csv; "none" when none matches)."""
+    return _first_match(run, tp_overlaps() if table is None else table, "tp_comm_overlap", "none")
+
+
 def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
     """Whether a run's framework reduces the data-parallel gradients behind the backward (workload.parallel.
     DP_OVERLAP_SOURCES), from its code: not for Megatron-DeepSpeed (DeepSpeed's pipeline engine reduces after the
@@ -320,6 +374,31 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
         return False
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", str(source))]
     return not (f.startswith("megatron-lm") and "nemo" not in f and years and min(years) <= 2022)
+
+
+FSDP_PRECISION_COLUMNS = ("runs", "framework", "reduce_dtype", "source", "reason")
+REDUCE_DTYPES = ("fp32", "bf16")
+
+
+def _check_reduce_dtype(v: str) -> str:
+    if v not in REDUCE_DTYPES:
+        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {v!r}")
+    return v
+
+
+def fsdp_precision(path=None) -> pd.DataFrame:
+    """The dtype each FSDP run reduce-scatters its gradients in (studies/data/fsdp_precision.csv: run glob, framework,
+    reduce_dtype fp32 / bf16, source, reason), decided from the framework's mixed-precision code and the launch
+    script or table that states the run's mode (Composer's FSDP mixed_precision DEFAULT: fp32, PURE: bf16)."""
+    return _run_table("fsdp_precision.csv", FSDP_PRECISION_COLUMNS, _check_reduce_dtype, path)
+
+
+def grad_reduce_dtype_of(run: str, fsdp: bool = True, table: pd.DataFrame | None = None) -> str:
+    """The dtype a run's gradients are reduced in (workload.graph.build_step grad_dtype): for an FSDP run the first
+    matching row of the table; fp32 otherwise or when none matches (the layer description's default)."""
+    if not fsdp:
+        return "fp32"
+    return _first_match(run, fsdp_precision() if table is None else table, "reduce_dtype", "fp32")
 
 
 def moe_options(path=None) -> pd.DataFrame:
@@ -415,7 +494,8 @@ def layout_of(row):
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
               moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])),
               dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
-              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])))
+              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])),
+              tp_comm_overlap=tp_comm_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -508,6 +588,33 @@ def flat_param_grads_of(framework: str, fsdp: bool) -> bool:
     return bool(fsdp) and "llm-foundry" in str(framework).lower()
 
 
+def loss_kernel_of(framework: str) -> str:
+    """Which cross-entropy kernels a run's training loss runs (workload.layer.LOSS_KERNELS), from its framework's code:
+    llm-foundry "xentropy" (ComposerMPTCausalLM's loss_fn defaults to 'fused_crossentropy', flash-attn's
+    CrossEntropyLoss on xentropy_cuda_lib, which the [gpu] extra installs: llmfoundry/models/mpt/modeling_mpt.py at
+    v0.3.0 54cbb8bd, the code submit_benchmarks.py runs, and the May 2023 MosaicGPT of the A100 70B rows,
+    llmfoundry/models/mosaic_gpt/mosaic_gpt.py at 300cc5c5; the benchmark yamls set no loss_fn); every other
+    framework "eager", the kernels c3kit measured as kind cross_entropy."""
+    return "xentropy" if "llm-foundry" in str(framework).lower() else "eager"
+
+
+def bias_grads_of(framework: str, dtype: str) -> bool:
+    """Whether a run's biased linears reduce their bias gradients in kernels of their own (workload.layer.BIAS_GRADS),
+    from its framework's code: llm-foundry's MPT blocks in bf16 (torch.nn.Linear with bias, no_bias False: addmm
+    forward, autograd's sum over the tokens backward); not its FP8 runs, whose fc_type 'te' Linear fuses the bias
+    gradient into the output gradient's FP8 cast (Transformer Engine fp8_cast_transpose_bgrad_fused); not the other
+    frameworks, whose bias code (Megatron's fused bias-GeLU and bias-dropout-add) is not described here."""
+    return "llm-foundry" in str(framework).lower() and str(dtype) != "fp8"
+
+
+def metrics_fp32_of(framework: str, dtype: str) -> bool:
+    """Whether a run's training metrics score fp32 logits (workload.layer.METRICS_BF16), from its framework's code:
+    llm-foundry's Composer evaluates them inside its precision context, torch.autocast(bfloat16) under amp_bf16 (which
+    casts cross_entropy's input to fp32) but only te.fp8_autocast under amp_fp8 (the logits stay bf16); frameworks
+    without training metrics: True, unused."""
+    return not ("llm-foundry" in str(framework).lower() and str(dtype) == "fp8")
+
+
 def cp_impl_of(framework: str) -> str:
     """How a run's context parallelism runs (workload.parallel.CP_IMPLS), from its framework's code: torchtitan
     "torch" (torch.distributed.tensor.experimental context_parallel, all-gathered KV after repeat_kv, fp32 merges:
@@ -550,11 +657,15 @@ def predict(row, cost_model=None, policy=None, gpu=None) -> dict:
     cm = default_cost_model() if cost_model is None else cost_model
     code = norm_rope_of(str(row["run"]))
     g = build_step(m, p, "train", int(row["seq"]), str(row["dtype"]), gpu.gpus_per_node,
+                   grad_dtype=grad_reduce_dtype_of(str(row["run"]), p.fsdp),
                    attn_backend=attention_backend_of(str(row["run"])), norm_rope=code,
                    glue=glue_of(row["framework"], code),
                    grad_acc=grad_acc_of(row["framework"], row["source"], p.fsdp_sync),
                    train_metrics=train_metrics_of(row["framework"]),
-                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp))
+                   flat_param_grads=flat_param_grads_of(row["framework"], p.fsdp),
+                   loss_kernel=loss_kernel_of(row["framework"]),
+                   bias_grads=bias_grads_of(row["framework"], str(row["dtype"])),
+                   metrics_fp32=metrics_fp32_of(row["framework"], str(row["dtype"])))
     ovh = DEFAULT_OVERHEADS
     if p.fsdp and fsdp_impl_of(row["framework"]) != ovh.fsdp_impl:  # the framework's FSDP, from its docs
         ovh = replace(ovh, fsdp_impl=fsdp_impl_of(row["framework"]))
@@ -601,7 +712,8 @@ def _family(framework: str) -> str:
 
 
 def _layout(row) -> str:
-    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}",
+    ub = tp_comm_overlap_of(str(row["run"])) if int(row["tp"]) > 1 else "none"  # TE userbuffers (tp_overlap.csv)
+    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}{'' if ub == 'none' else '+ub:' + ub}",
              f"pp{row['pp']}{'x' + str(row['vpp']) if int(row['vpp']) > 1 else ''}"]
     if int(row["cp"]) > 1:
         parts.append(f"cp{row['cp']}")
@@ -677,7 +789,12 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
              "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
              "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
-             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving) and whether Transformer "
+             "Engine's userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs beside "
+             "them (studies/data/tp_overlap.csv: NeMo's ub_tp_comm_overlap and Megatron-Bridge's tp_comm_overlap with "
+             "the per-GEMM methods of the recipe's userbuffers config; each pair then priced by its method's "
+             "overlap-engine schedule: ring_exchange the chunked copy-engine ring, pipeline the chunked SM-kernel "
+             "reduce-scatter, bulk an SM collective on a high-priority stream beside the GEMM, step/tpcomm.py).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
              "and on A100 STREAM bandwidth, nccl-tests all-reduce bandwidth and the sustained-clock (power) factor "

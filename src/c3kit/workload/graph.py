@@ -115,17 +115,21 @@ def span_of(block: int, gpus_per_node: int) -> str:
 def build_step(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
                dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32",
                attn_backend: str = "", norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
-               train_metrics: int = 0, flat_param_grads: bool = False) -> StepGraph:
+               train_metrics: int = 0, flat_param_grads: bool = False, loss_kernel: str = "eager",
+               bias_grads: bool = False, metrics_fp32: bool = True) -> StepGraph:
     """The operator graph of one step (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; norm_rope: how
     RMSNorm and RoPE run, workload.layer.NORM_ROPE; glue: the backward's memory-bound glue, workload.layer.GLUE;
     grad_acc: how gradients accumulate into .grad, workload.layer.GRAD_ACC ("" = from glue and micro-batches);
     train_metrics: cross-entropy passes per micro-batch for training metrics, workload.layer.check_train_metrics;
-    flat_param_grads: FSDP1's per-unit gradient concatenation, workload.layer.FLAT_PARAM_GRADS)."""
+    flat_param_grads: FSDP1's per-unit gradient concatenation, workload.layer.FLAT_PARAM_GRADS; loss_kernel: the
+    training loss's cross-entropy kernels, workload.layer.LOSS_KERNELS; bias_grads: the biased linears' bias-gradient
+    reductions, workload.layer.BIAS_GRADS; metrics_fp32 False: the training metrics' cross-entropy on the bf16 logits,
+    workload.layer.METRICS_BF16)."""
     if seq is None:
         seq = model.max_seq
     return _build(model, par, phase, seq, dtype, gpus_per_node, grad_dtype, attn_backend, norm_rope, glue, grad_acc,
-                  train_metrics, bool(flat_param_grads))
+                  train_metrics, bool(flat_param_grads), loss_kernel, bool(bias_grads), bool(metrics_fp32))
 
 
 def _to_op(spec: OpSpec, dtype: str, gpn: int, phase: str = "train") -> Op:
@@ -145,9 +149,10 @@ def _to_op(spec: OpSpec, dtype: str, gpn: int, phase: str = "train") -> Op:
 @lru_cache(maxsize=4096)
 def _build(model: ModelConfig, par: Parallelism, phase: str, seq: int, dtype: str, gpn: int,
            grad_dtype: str, attn_backend: str = "", norm_rope: str = "fused", glue: str = "split",
-           grad_acc: str = "", train_metrics: int = 0, flat_param_grads: bool = False) -> StepGraph:
+           grad_acc: str = "", train_metrics: int = 0, flat_param_grads: bool = False,
+           loss_kernel: str = "eager", bias_grads: bool = False, metrics_fp32: bool = True) -> StepGraph:
     layer = describe(model, par, phase, seq, dtype, gpn, grad_dtype, attn_backend, norm_rope, glue, grad_acc,
-                     train_metrics, flat_param_grads)
+                     train_metrics, flat_param_grads, loss_kernel, bias_grads, metrics_fp32)
     ids = {spec.name: i for i, spec in enumerate(layer.ops)}
     nodes = tuple(Node(i, _to_op(spec, dtype, gpn, phase), tuple(ids[d] for d in spec.deps), spec.phase,
                        spec.scope, spec.stream, spec.count, spec.role, spec.grad) for i, spec in enumerate(layer.ops))

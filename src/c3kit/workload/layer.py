@@ -236,18 +236,25 @@ class Structure:
     cp_torch: bool = False  # context parallelism as torch runs it (parallel.CP_IMPL_SOURCES["torch"])
     train_metrics: int = 0  # cross-entropy passes over the logits per micro-batch for training metrics (no grad)
     flat_param_grads: bool = False  # FSDP1 FlatParameter views: autograd concatenates each unit's gradients
+    loss_kernel: str = "eager"  # which cross-entropy kernels score the logits (LOSS_KERNELS)
+    bias_grads: bool = False  # each biased dense linear's backward sums its output gradient over tokens (BIAS_GRADS)
+    metrics_fp32: bool = True  # the training metrics' cross-entropy runs on fp32 logits (autocast), else bf16 (METRICS_BF16)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
            norm_rope: str = "fused", glue: str = "split", grad_acc: str = "",
-           train_metrics: int = 0, flat_param_grads: bool = False) -> "Structure":
+           train_metrics: int = 0, flat_param_grads: bool = False, loss_kernel: str = "eager",
+           bias_grads: bool = False, metrics_fp32: bool = True) -> "Structure":
         """The structure of one model x layout x phase (attn_backend: workload.attention.BACKENDS or "";
         norm_rope: one of NORM_ROPE; glue: one of GLUE; grad_acc: one of GRAD_ACC, "" = default_grad_acc;
-        train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS)."""
+        train_metrics: check_train_metrics; flat_param_grads: FSDP1's gradient concatenation, FLAT_PARAM_GRADS;
+        loss_kernel: the training loss's cross-entropy kernels, LOSS_KERNELS; bias_grads: the bias gradients' own
+        reductions, BIAS_GRADS, where the model has biases; metrics_fp32 False: METRICS_BF16)."""
         from c3kit.workload.attention import check_backend
 
         check_backend(attn_backend)
         check_train_metrics(train_metrics)
+        check_loss_kernel(loss_kernel)
         check_norm_rope(norm_rope)
         check_glue(glue)
         grad_acc = check_grad_acc(grad_acc) if grad_acc else default_grad_acc(glue, par.grad_accum)
@@ -269,7 +276,10 @@ class Structure:
                          attn_dropout=bool(model.dropout) and phase == "train", norm_rope=norm_rope,
                          glue=glue, grad_acc=grad_acc if phase == "train" else "none",
                          train_metrics=train_metrics if phase == "train" else 0,
-                         flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train")
+                         flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train",
+                         loss_kernel=loss_kernel,
+                         bias_grads=bool(bias_grads) and bool(model.bias) and phase == "train",
+                         metrics_fp32=bool(metrics_fp32))
 
     @property
     def norm_kind(self) -> str:
@@ -364,6 +374,49 @@ GRAD_ACC = ("none", "micro", "every")
 # fp32 upcast and pre-division FSDP1 then applies run on its post-backward stream beside the compute (not priced).
 FLAT_PARAM_GRADS = ("https://github.com/pytorch/pytorch/blob/v2.1.0/torch/distributed/fsdp/flat_param.py "
                     "(_get_unflat_views_aligned / _get_unflat_views_unaligned; _runtime_utils.py _post_backward_hook)")
+
+
+# How the training loss scores the logits (cross-entropy over T x V, forward and backward):
+# - "eager": torch.nn.CrossEntropyLoss under autocast (the logits cast up to fp32, log_softmax, nll_loss and their
+#   autograd), the kernels runtime/bench/ops.py times as kind cross_entropy (F.cross_entropy(logits.float(), ...));
+# - "xentropy": flash-attn's fused softmax cross-entropy (flash_attn/losses/cross_entropy.py on xentropy_cuda_lib,
+#   the apex xentropy kernels): one forward kernel reads the bf16 logits and writes a loss and a log-sum-exp per row,
+#   one backward kernel reads the logits and writes their gradient in bf16. Priced at its HBM bytes on the measured
+#   copy class (forward: one read of T x V bf16, a copy's bytes of half the elements; backward: a read and a write,
+#   a copy of T x V); the kernel itself is not measured, and the forward's re-reads of each row from L2 (its max and
+#   sum-exp passes) are not priced.
+LOSS_KERNELS = {"eager": "https://github.com/pytorch/pytorch/blob/v2.1.0/torch/nn/modules/loss.py (CrossEntropyLoss; "
+                         "autocast casts cross_entropy's input to fp32: aten/src/ATen/autocast_mode.cpp)",
+                "xentropy": "https://github.com/Dao-AILab/flash-attention/blob/v1.0.9/flash_attn/losses/cross_entropy.py "
+                            "(SoftmaxCrossEntropyLossFn: xentropy_cuda_lib.forward / .backward, csrc/xentropy)"}
+
+
+# A torch.nn.Linear with a bias on a 3-D contiguous input runs one addmm (its bias in the GEMM's epilogue), and
+# autograd reduces the broadcast bias's gradient, the output gradient, over the tokens with its own sum kernel (the
+# engine's validate_outputs: sum_to of the T x N gradient): a read of T x N bf16 per biased linear per micro-batch,
+# priced at its HBM bytes on the measured copy class (a copy's bytes of half the elements; the reduction kernel
+# itself is not measured). Frameworks whose bias gradient is fused elsewhere (Transformer Engine's FP8 Linear:
+# fp8_cast_transpose_bgrad_fused) or whose bias code was not read keep them off.
+BIAS_GRADS = ("https://github.com/pytorch/pytorch/blob/v2.1.0/aten/src/ATen/native/Linear.cpp (_flatten_3d_linear: "
+              "addmm with the bias); torch/csrc/autograd/engine.cpp validate_outputs (sum_to of a broadcast input's "
+              "gradient)")
+BIAS_GRAD_ROLES = ("qkv", "proj", "fc1", "fc2")  # the dense block's linears (experts and router: none here)
+
+
+def check_loss_kernel(name) -> str:
+    """The loss kernel name itself (a key of LOSS_KERNELS), or a WorkloadError."""
+    if name not in LOSS_KERNELS:
+        raise WorkloadError(f"unknown loss kernel {name!r}: use one of {', '.join(LOSS_KERNELS)}")
+    return name
+
+
+# Training metrics evaluated outside torch.autocast (Composer's AMP_FP8 precision context is te.fp8_autocast alone:
+# composer/core/precision.py get_precision_context at v0.16.4) score the bf16 logits as they are: log_softmax reads
+# and writes T x V bf16 (nll_loss reads one element per row), priced at its HBM bytes on the measured copy class (the
+# kernel itself is not measured, nor the re-reads of each row from L2), in place of the autocast pass that casts the
+# logits up to fp32 first (the measured kind cross_entropy).
+METRICS_BF16 = ("https://github.com/mosaicml/composer/blob/v0.16.4/composer/core/precision.py (AMP_FP8: "
+                "te.fp8_autocast only); composer/metrics/nlp.py LanguageCrossEntropy (torch.nn.CrossEntropyLoss)")
 
 
 def check_train_metrics(passes) -> int:
@@ -503,12 +556,15 @@ def activation_dtype(dtype: str, phase: str) -> str:
 def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: int | None = None,
              dtype: str = "bf16", gpus_per_node: int = 8, grad_dtype: str = "fp32", attn_backend: str = "",
              norm_rope: str = "fused", glue: str = "split", grad_acc: str = "", train_metrics: int = 0,
-             flat_param_grads: bool = False) -> Layer:
+             flat_param_grads: bool = False, loss_kernel: str = "eager", bias_grads: bool = False,
+             metrics_fp32: bool = True) -> Layer:
     """Every op of one step on one GPU (phase "train", "prefill" or "decode"; decode: KV cache of length seq;
     attn_backend: the attention kernel, workload.attention.BACKENDS, "" = the GPU's default; glue: the backward's
     memory-bound glue by how the block is written, GLUE; grad_acc: GRAD_ACC, "" = default_grad_acc;
     train_metrics: cross-entropy passes per micro-batch for training metrics, check_train_metrics; flat_param_grads:
-    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS)."""
+    FSDP1's per-unit gradient concatenation, FLAT_PARAM_GRADS; loss_kernel: the loss's kernels, LOSS_KERNELS;
+    bias_grads: the biased linears' bias-gradient reductions, BIAS_GRADS; metrics_fp32 False: the metrics'
+    cross-entropy on bf16 logits, METRICS_BF16)."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     seq = model.max_seq if seq is None else seq
@@ -526,7 +582,8 @@ def describe(model: ModelConfig, par: Parallelism, phase: str = "train", seq: in
     if par.recompute == "op" and model.is_moe:
         raise WorkloadError(f"{model.name}: recompute 'op' is torchtitan's policy for dense blocks: use none, "
                             "selective, full or layer for a MoE model")
-    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
+    s = Structure.of(model, par, phase, attn_backend, norm_rope, glue, grad_acc, train_metrics, flat_param_grads,
+                     loss_kernel, bias_grads, metrics_fp32)
     if dtype == "fp8" and phase == "train":
         s = replace(s, fp8_linears=True)
     return evaluate(Dims.of(model, par, seq, activation_dtype(dtype, phase), gpus_per_node, grad_dtype), s)
@@ -713,34 +770,58 @@ class _Builder(_Ops):
         return self.compute(name, MemShape(traffic * (q_el + k_el) * d.b, 3 * (q_el + k_el), parts), (dep,), ph,
                             role)
 
-    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> str | None:
+    def cp_ring(self, name: str, dep: str, ph: str, tensors: int) -> tuple[str, ...]:
         """Ring attention's KV exchange beside the attention (cp > 1): cp - 1 ring steps, each passing this GPU's
-        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank."""
+        K and V chunk (and in backward its dK, dV: tensors = 2) to the next cp rank. torch's context parallelism
+        (cp_torch) all-gathers the GQA-expanded K, V once per call instead (a ring all-gather moves the same
+        cp - 1 chunks through each rank's link) and, in backward, passes fp32 dK, dV after every step: the first
+        cp - 1 of those hidden under the next step's attention here, the last one waited for after the loop
+        (cp_dkv_last)."""
         if not self.s.cp:
-            return None
+            return ()
         d = self.d
-        if self.s.cp_torch:  # all-gathered GQA-expanded K, V; in backward again, with fp32 dK, dV over cp steps
-            chunk = 2 * d.micro_batch * self.qn * self.seq_local * d.head_dim * d.b
-            size = (d.cp - 1) * chunk + (tensors - 1) * d.cp * 2 * chunk
-        else:
-            chunk = 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
-            size = tensors * (d.cp - 1) * chunk
-        return self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk),
-                        (dep,), ph, _L, "cp", self.mb, "cp_kv")
+        if self.s.cp_torch:
+            from c3kit.workload.cp_torch import dkv_bytes, kv_bytes
 
-    def cp_merge(self, name: str, dep: str, ph: str, role: str, backward: bool) -> str | None:
-        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
-        (parallel.cp_merge_units), as memory-bound copies of the same bytes (the measured plain-copy kind, width 1:
-        elementwise passes over whole tensors); None unless cp_impl is "torch"."""
+            out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+            size = (d.cp - 1) * (kv_bytes(out) + (tensors - 1) * dkv_bytes(out))
+        else:
+            size = tensors * (d.cp - 1) * 2 * d.micro_batch * self.kvn * self.seq_local * d.head_dim * d.b
+        return (self.add(name + ".cp_kv", CollShape("send_recv", size, 2, "cp", self.cp_blk), (dep,), ph, _L, "cp",
+                         self.mb, "cp_kv"),)
+
+    def cp_dkv_last(self, name: str, dep: str) -> str | None:
+        """torch context parallelism's last fp32 dK, dV pass of a backward attention call, which the call waits
+        for right after its last step (cp_torch.TORCH_CP_CODE: dkv_rotater.next_buffer() after the loop); None
+        unless cp_impl is "torch"."""
         if not self.s.cp_torch:
             return None
-        from c3kit.workload.parallel import cp_merge_units
+        from c3kit.workload.cp_torch import dkv_bytes
 
         d = self.d
         out = d.micro_batch * self.qn * self.seq_local * d.head_dim
-        units = cp_merge_units(d.cp, backward)
-        return self.compute(name, MemShape(units * out * d.b, units * out / 2, (("copy", units * out / 2, 1),)),
-                            (dep,), ph, role)
+        return self.add(name + ".cp_dkv_last", CollShape("send_recv", dkv_bytes(out), 2, "cp", self.cp_blk), (dep,),
+                        "bwd", _L, "cp", self.mb, "cp_kv")
+
+    def cp_merge(self, name: str, deps, ph: str, role: str, backward: bool) -> str | None:
+        """torch context parallelism's fp32 merges, accumulations, casts and K, V copies around one attention call
+        on its busiest cp rank (workload.cp_torch: every kernel, priced one by one as the measured plain-copy
+        kind, or the measured binary kind for the adds and subtractions, of the same bytes; width 1: elementwise
+        passes over whole tensors); None unless cp_impl is "torch"."""
+        if not self.s.cp_torch:
+            return None
+        from c3kit.workload.cp_torch import busiest_rank, kernels
+        from c3kit.workload.memops import MEMOP_KINDS
+
+        d = self.d
+        deps = (deps,) if isinstance(deps, str) else tuple(deps)
+        out = d.micro_batch * self.qn * self.seq_local * d.head_dim
+        cp = int(d.cp)
+        ks = kernels(cp, busiest_rank(cp, backward), out, out / d.head_dim, backward)
+        parts = tuple((kind, nbytes / (MEMOP_KINDS[kind][0] * 2), 1) for _, kind, nbytes in ks)
+        # one FLOP per element of the fp32 adds and subtractions (12 bytes each)
+        flops = sum(nbytes for _, kind, nbytes in ks if kind == "residual_add") / 12
+        return self.compute(name, MemShape(sum(k[2] for k in ks), flops, parts), deps, ph, role)
 
     def expert_rows(self, rows, experts):
         """Token rows of the busiest expert: ceil(rows x moe_factor / experts) (balanced: ceil(rows / experts))."""
@@ -767,6 +848,9 @@ class _Builder(_Ops):
         """dgrad (M x K from M x N and N x K) and wgrad (K x N over M tokens) of a forward GEMM."""
         dg = self.compute(name + ".dgrad", GemmShape(fwd_m, fwd_k, fwd_n, batch), deps, "bwd", role, grad="dgrad")
         wg = self.compute(name + ".wgrad", GemmShape(fwd_k, fwd_n, fwd_m, batch), deps, "bwd", role, grad="wgrad")
+        if self.s.bias_grads and role in BIAS_GRAD_ROLES:  # the bias gradient's sum over the tokens (BIAS_GRADS)
+            el = fwd_m * fwd_n * batch
+            self.compute(name + ".bgrad", MemShape(el * self.d.b, el, (("copy", el / 2, 1),)), deps, "bwd", "bias_grad")
         return dg, wg
 
     # ---- forward ----
@@ -807,7 +891,7 @@ class _Builder(_Ops):
                                                   s.cp, s.attn_backend, s.attn_dropout), (last,), ph, r + "attn")
         ring = self.cp_ring(pre + "attn", last, ph, 1)
         at = self.cp_merge(pre + "attn.cp_merge", at, ph, r + "cp_merge", False) or at
-        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, ring), ph, r + "proj")
+        pr = self.compute(pre + "proj", GemmShape(T, H, self.k_proj), (at, *ring), ph, r + "proj")
         c = self.tp_after(pre + "proj", pr, ph)
         n2 = self.norm(pre + "mlp_norm", c or pr, ph, r + "norm")
         if not s.moe:
@@ -951,18 +1035,24 @@ class _Builder(_Ops):
         """Loss, its TP all-reduce, the LM head's backward and the final norm's: (head wgrad, final-norm bwd)."""
         d, T, H, b = self.d, self.T, self.d.hidden, self.d.b
         Vl = cdiv(d.vocab, d.tp)
-        loss = self.compute("loss", MemShape(3 * T * Vl * 4, 5 * T * Vl, (("cross_entropy", T * Vl, Vl),)), (head,), "fwd",
-                            "loss", "micro")
+        if self.s.loss_kernel == "xentropy":  # one read of the bf16 logits, then a read and a write (LOSS_KERNELS)
+            fwd = MemShape(T * Vl * b, 5 * T * Vl, (("copy", T * Vl / 2, 1),))
+            bwd = MemShape(2 * T * Vl * b, 2 * T * Vl, (("copy", T * Vl, 1),))
+        else:
+            fwd = MemShape(3 * T * Vl * 4, 5 * T * Vl, (("cross_entropy", T * Vl, Vl),))
+            bwd = MemShape(2 * T * Vl * b, 2 * T * Vl, (("cross_entropy.bwd", T * Vl, Vl),))
+        loss = self.compute("loss", fwd, (head,), "fwd", "loss", "micro")
         if self.s.tp:
             self.add("loss.ar", CollShape("all_reduce", 2 * T * 4, d.tp, "tp", self.tp_blk), (head,), "fwd", "micro",
                      "tp", self.mb, "loss_ar")
-        lb = self.compute("loss.bwd", MemShape(2 * T * Vl * b, 2 * T * Vl, (("cross_entropy.bwd", T * Vl, Vl),)), (loss,),
-                          "bwd", "loss", "micro")
+        lb = self.compute("loss.bwd", bwd, (loss,), "bwd", "loss", "micro")
         if self.s.train_metrics:  # metric passes after the micro-batch's backward (check_train_metrics)
             n = self.s.train_metrics
-            parts = (("cross_entropy", n * T * Vl, Vl),)
-            self.compute("train_metrics", MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, parts), (lb,), "bwd",
-                         "train_metrics", "micro")
+            if self.s.metrics_fp32:
+                shape = MemShape(n * 3 * T * Vl * 4, n * 5 * T * Vl, (("cross_entropy", n * T * Vl, Vl),))
+            else:  # log_softmax over the bf16 logits: a read and a write of T x V (METRICS_BF16)
+                shape = MemShape(n * 2 * T * Vl * b, n * 5 * T * Vl, (("copy", n * T * Vl, 1),))
+            self.compute("train_metrics", shape, (lb,), "bwd", "train_metrics", "micro")
         hd_dg = self.compute("lm_head.dgrad", GemmShape(T, H, Vl), (lb,), "bwd", "lm_head", "micro", "dgrad")
         hd_wg = self.compute("lm_head.wgrad", GemmShape(H, Vl, T), (lb,), "bwd", "lm_head", "micro", "wgrad")
         hc = self.tp_after("lm_head.dgrad", hd_dg, "bwd", "micro")
@@ -997,14 +1087,14 @@ class _Builder(_Ops):
         if s.recompute == "selective":
             re_at = self.compute("re.attn", AttnShape(*attn, False, s.cp, s.attn_backend, s.attn_dropout), (dg,), "bwd", "re_attn")
             re_at = self.cp_merge("re.attn.cp_merge", re_at, "bwd", "re_cp_merge", False) or re_at
-            att_dep = (re_at, self.cp_ring("re.attn", dg, "bwd", 1))
+            att_dep = (re_at, *self.cp_ring("re.attn", dg, "bwd", 1))
         ab = self.compute("attn.bwd", AttnShape(*attn, True, s.cp, s.attn_backend, s.attn_dropout), att_dep, "bwd", "attn")
         ring = self.cp_ring("attn.bwd", att_dep[0], "bwd", 2)
-        ab = self.cp_merge("attn.bwd.cp_merge", ab, "bwd", "cp_merge", True) or ab
+        ab = self.cp_merge("attn.bwd.cp_merge", (ab, self.cp_dkv_last("attn.bwd", ab)), "bwd", "cp_merge", True) or ab
         ab = self.rope("rope.bwd", ab, "bwd", "rope") or ab
         ab = self.split_cat("qkv.cat", ab, self.n_qkv) or ab
         iag = self.tp_gather("attn_in.bwd", ab, "bwd")
-        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, ring), "qkv")
+        dg, wg = self.bwd_gemm("qkv", T, self.n_qkv, H, (ab, iag, *ring), "qkv")
         wgrads.append(wg)
         sm = self.input_grad_sum("qkv.dx_add", dg, 2)
         c = self.tp_after("qkv.dgrad", (sm, dg) if sm else dg, "bwd")

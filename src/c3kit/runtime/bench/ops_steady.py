@@ -17,6 +17,7 @@ import sys
 import time as _time
 
 from c3kit.runtime._torch import require_torch
+from c3kit.runtime.bench.blocks import block_forward, block_weights
 from c3kit.runtime.bench.ops_recipes import backend_ctx
 from c3kit.runtime.bench.timing import Budget, elapsed, sm_clock_hz, sync
 
@@ -110,17 +111,15 @@ def _case_fn(torch, case, device):
         o = fwd()
         go = torch.randn_like(o)
         return lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True)
-    from c3kit.runtime.bench.ops import _block, _block_fwd
-
     ffn = {4096: 14336, 5120: 13824, 128: 256}.get(width, 4 * width)
-    p = _block(torch, width, hq, hk, hd, ffn, device, bf)
+    p = block_weights(torch, width, hq, hk, hd, ffn, device, bf)
     x = torch.randn(1, seq, width, device=device, dtype=bf, requires_grad=True)
     cos = torch.randn(seq, 1, hd, device=device, dtype=bf)
     sin = torch.randn(seq, 1, hd, device=device, dtype=bf)
     g = torch.randn(1, seq, width, device=device, dtype=bf)
 
     def fb():
-        torch.autograd.backward(_block_fwd(torch, p, x, cos, sin, hq, hk, hd), g)
+        torch.autograd.backward(block_forward(torch, p, x, cos, sin, hq, hk, hd), g)
     return fb
 
 
