@@ -55,6 +55,18 @@ def test_default_cost_model_is_analyzes_default():
     assert default_cost_model() == cm
 
 
+ROW_MODEL = "<the row's model>"  # stands for a model TOML file written from the row (validation.model_of)
+
+
+def write_model_toml(row, path) -> str:
+    """The row's ModelConfig as a model TOML file for `c3kit analyze --model` (path returned as a string)."""
+    from c3kit.studies.validation import model_of
+
+    d = {k: v for k, v in model_of(row).to_dict().items() if k not in ("sources", "params", "active_params")}
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items()))
+    return str(path)
+
+
 @pytest.mark.parametrize("run, args", [
     ("torchtitan-a100-l3-70b-full",
      ["--model", "llama-3-70b", "--hw", "A100-SXM-80G", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
@@ -78,11 +90,38 @@ def test_default_cost_model_is_analyzes_default():
      ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8",
       "--fsdp", "--seq", "8192", "--batch", "16", "--micro-batch", "2", "--recompute", "op",
       "--attention-backend", "flash2", "--norm-rope", "eager", "--glue", "separate"]),
+    # llm-foundry on A100, FSDP1 with bf16 gradient reduction (studies/data/fsdp_precision.csv), Composer's metrics,
+    # flash-attn's xentropy loss, MPT's biases; the model is the row's (a model TOML file: no MPT preset)
+    ("mpt-70b-a100-bf16-s2048-g64",
+     ["--model", ROW_MODEL, "--hw", "A100-SXM-80G", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64", "--fsdp",
+      "--fsdp-impl", "flat", "--seq", "2048", "--batch", "2048", "--micro-batch", "8", "--recompute", "full",
+      "--attention-backend", "flash2", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
+      "--loss-kernel", "xentropy", "--bias-grads", "--grad-reduce-dtype", "bf16"]),
+    ("mpt-7b-a100-bf16-s2048-g8",  # v0.3.0: fp32 gradient reduction
+     ["--model", ROW_MODEL, "--hw", "A100-SXM-80G", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--fsdp",
+      "--fsdp-impl", "flat", "--seq", "2048", "--batch", "96", "--micro-batch", "6", "--recompute", "none",
+      "--attention-backend", "flash2", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
+      "--loss-kernel", "xentropy", "--bias-grads", "--grad-reduce-dtype", "fp32"]),
+    # llm-foundry FP8 on H100: TE DelayedScaling with weights re-cast every micro-batch, metrics on bf16 logits, the
+    # bias gradients fused into TE's cast
+    ("mpt-1b-h100-fp8-s8192-g8",
+     ["--model", ROW_MODEL, "--hw", "H100-SXM", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--fsdp",
+      "--fsdp-impl", "flat", "--seq", "8192", "--batch", "64", "--micro-batch", "2", "--recompute", "none",
+      "--dtype", "fp8", "--fp8-scaling", "delayed_uncached", "--attention-backend", "flash2", "--train-metrics", "2",
+      "--flat-param-grads", "--optimizer-impl", "unfused", "--loss-kernel", "xentropy", "--no-bias-grads",
+      "--train-metrics-dtype", "bf16"]),
+    # Megatron-Bridge MoE on B200: EP 8 with ZeRO-1, MXFP8, TE GroupedLinear's per-expert GEMMs
+    ("mbridge2602-b200-qwen3-30b-a3b",
+     ["--model", ROW_MODEL, "--hw", "B200", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8",
+      "--dist-opt", "--seq", "4096", "--batch", "512", "--micro-batch", "1", "--recompute", "none", "--dtype", "fp8",
+      "--fp8-scaling", "mxfp8", "--attention-backend", "cudnn", "--glue", "fused", "--grad-acc", "none",
+      "--moe-experts", "per_expert", "--no-moe-a2a-overlap"]),
 ])
 def test_validate_equals_analyze_for_the_same_layout(run, args, tmp_path, capsys):
     row = load_runs().set_index("run").loc[run].copy()
     row["run"] = run
     mine = predict(row)["predicted_s"]
+    args = [write_model_toml(row, tmp_path / "model.toml") if a == ROW_MODEL else a for a in args]
     assert main(["analyze", *args, "--out", str(tmp_path / "a"), "--json"]) == 0
     theirs = json.loads(capsys.readouterr().out)["totals"]["step_time"]
     assert mine == pytest.approx(theirs, rel=1e-12)
