@@ -123,8 +123,8 @@ def config_dict(cfg) -> dict:
 
 def framework_facts_dict(cfg) -> dict:
     """The framework facts of a resolved StepConfig by their analyze option names (gradient reduce dtype, loss
-    kernel, bias gradients, training-metrics dtype)."""
-    return {"grad_reduce_dtype": getattr(cfg, "grad_dtype", "fp32"), "loss_kernel": getattr(cfg, "loss_kernel", "eager"),
+    kernel, bias gradients, training-metrics dtype; ZeRO-2)."""
+    return {"zero2": bool(getattr(cfg.par, "zero2", False)),"grad_reduce_dtype": getattr(cfg, "grad_dtype", "fp32"), "loss_kernel": getattr(cfg, "loss_kernel", "eager"),
             "bias_grads": getattr(cfg, "bias_grads", False),
             "train_metrics_dtype": "fp32" if getattr(cfg, "metrics_fp32", True) else "bf16"}
 
@@ -190,7 +190,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
             loss_kernel: str = "eager", bias_grads: bool = False, grad_reduce_dtype: str = "fp32",
-            train_metrics_dtype: str = "fp32",
+            train_metrics_dtype: str = "fp32", zero2: bool = False,
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
             flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
             moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
@@ -240,7 +240,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     llm-foundry's fused_crossentropy); bias_grads: a biased model's linears reduce their bias gradients in kernels of
     their own (workload.layer.BIAS_GRADS); grad_reduce_dtype: the dtype DP gradients are reduced and held in
     (workload.layer.GRAD_REDUCE_DTYPES); train_metrics_dtype: the logits' dtype in the train_metrics passes
-    (workload.layer.TRAIN_METRICS_DTYPES; bf16: METRICS_BF16, needs train_metrics > 0).
+    (workload.layer.TRAIN_METRICS_DTYPES; bf16: METRICS_BF16, needs train_metrics > 0). zero2: ZeRO-2, gradients
+    sharded over DP as well as the optimizer state (workload.parallel.Parallelism.zero2).
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -281,6 +282,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
                   grad_dtype=grad_reduce_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32,
+                  zero2=zero2,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
                   flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,

@@ -37,6 +37,9 @@ def analyze(
                               "(ZeRO-3).", show_default="when fastest"),
     dist_opt: bool = typer.Option(_D["dist_opt"], "--dist-opt/--no-dist-opt",
                                   help="Shard the optimizer state over DP (ZeRO-1).", show_default="when needed to fit"),
+    zero2: bool = typer.Option(_D["zero2"], "--zero2/--no-zero2",
+                               help="Shard the gradients as well as the optimizer state over DP (ZeRO-2: DeepSpeed "
+                                    "stage 2; gradients reduce-scattered, each rank keeps its shard)."),
     pp: int = typer.Option(_D["pp"], "--pp", help="Pipeline stages.", show_default="the fewest that fit"),
     vpp: int = typer.Option(_D["vpp"], "--vpp", help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
     ep: int = typer.Option(_D["ep"], "--ep", help="Expert-parallel size (MoE models)."),
@@ -171,7 +174,7 @@ def analyze(
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                       recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
                       loss_kernel=loss_kernel, bias_grads=bias_grads, grad_reduce_dtype=grad_reduce_dtype,
-                      train_metrics_dtype=train_metrics_dtype,
+                      train_metrics_dtype=train_metrics_dtype, zero2=zero2,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
                       moe_experts=moe_experts, moe_imbalance=moe_imbalance,
                       dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl)

@@ -74,7 +74,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
             cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
             pp_p2p_overlap: bool = False, grad_dtype: str = "fp32", loss_kernel: str = "eager",
-            bias_grads: bool = False, metrics_fp32: bool = True) -> StepConfig:
+            bias_grads: bool = False, metrics_fp32: bool = True, zero2: bool = False) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -97,7 +97,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     skips FSDP); pp_p2p_overlap: pipeline sends and receives behind compute (PP_P2P_OVERLAP_SOURCE).
     grad_dtype, loss_kernel, bias_grads, metrics_fp32: framework facts of the graph (workload.graph.build_step;
     their choices: workload.layer.GRAD_REDUCE_DTYPES, LOSS_KERNELS, BIAS_GRADS, METRICS_BF16); grad_dtype also sizes
-    the gradients in the memory check.
+    the gradients in the memory check. zero2: ZeRO-2, gradients sharded over DP as well as the optimizer state
+    (Parallelism.zero2; the search then tries that sharding only).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -108,6 +109,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                    (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq), ("batch", batch),
                     ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp), ("recompute-every", recompute_every)))
     _check_framework_facts(grad_dtype, loss_kernel)
+    _check_zero2(zero2, fsdp, dist_optimizer)
     dtype_bytes(dtype)
     m = get_model(model)
     if bias_grads and not m.bias:
@@ -125,6 +127,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
+    if zero2:  # ZeRO-2: the optimizer state sharded as ZeRO-1 shards it, the gradients as well
+        fixed["zero2"], shardings = True, ["zero1"]
     graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads)
     graph_opts.update(grad_dtype=grad_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32)
@@ -202,6 +206,14 @@ def _check_framework_facts(grad_dtype: str, loss_kernel: str) -> None:
 
     check_grad_reduce_dtype(grad_dtype)
     check_loss_kernel(loss_kernel)
+
+
+def _check_zero2(zero2: bool, fsdp, dist_optimizer) -> None:
+    """Reject ZeRO-2 with FSDP or without optimizer sharding (one clear error)."""
+    if zero2 and fsdp:
+        raise C3kitError("--fsdp already shards the gradients (ZeRO-3 includes ZeRO-2): drop --zero2")
+    if zero2 and dist_optimizer is False:
+        raise C3kitError("--zero2 shards the optimizer state as well as the gradients: drop --no-dist-opt")
 
 
 def _fill_sizes(m, node: int, train: bool, gpus, tp, sp, dp, pp, cp: int) -> tuple[int, int, bool]:
