@@ -125,3 +125,92 @@ def test_validate_equals_analyze_for_the_same_layout(run, args, tmp_path, capsys
     assert main(["analyze", *args, "--out", str(tmp_path / "a"), "--json"]) == 0
     theirs = json.loads(capsys.readouterr().out)["totals"]["step_time"]
     assert mine == pytest.approx(theirs, rel=1e-12)
+
+
+# each fact validation prices a run with (validation.predict's and layout_of's keyword arguments, build_step's and
+# Structure.of's keyword parameters) -> the `c3kit analyze` option that sets it; a name not listed is --name-with-dashes
+ANALYZE_OPTION = {"grad_dtype": "--grad-reduce-dtype", "attn_backend": "--attention-backend",
+                  "metrics_fp32": "--train-metrics-dtype", "dist_optimizer": "--dist-opt", "global_batch": "--batch",
+                  "gpus_per_node": "--hw", "model": "--model", "gpu": "--hw"}
+
+
+def _option(fact: str) -> str:
+    return ANALYZE_OPTION.get(fact, "--" + fact.replace("_", "-"))
+
+
+def _keywords(fn, callee: str) -> set[str]:
+    """Keyword names that fn's source passes to calls of `callee` (a function name or a method attribute)."""
+    import textwrap
+
+    names = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name == callee:
+                names |= {k.arg for k in node.keywords if k.arg}
+    return names
+
+
+def _subscript_keys(fn, var: str) -> set[str]:
+    """String keys assigned into the dict `var` in fn's source (kw["cp"] = ...)."""
+    import textwrap
+
+    keys = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == var
+                        and isinstance(t.slice, ast.Constant)):
+                    keys.add(t.slice.value)
+    return keys
+
+
+def validation_facts() -> set[str]:
+    """Every per-run fact validation prices with: predict's build_step and overhead keywords, layout_of's
+    Parallelism keywords, and build_step's / Structure.of's own keyword parameters."""
+    from c3kit.workload.graph import build_step
+    from c3kit.workload.layer import Structure
+
+    facts = _keywords(validation.predict, "build_step") | _keywords(validation.predict, "replace")
+    facts |= _keywords(validation.layout_of, "dict") | _subscript_keys(validation.layout_of, "kw")
+    positional = {"model", "par", "phase"}  # the model, the layout (above) and the phase: --model, layout, --phase
+    for fn in (build_step, Structure.of):
+        facts |= {k for k in inspect.signature(fn).parameters if k not in positional}
+    return facts | {"model", "gpu", "phase"}
+
+
+def analyze_options() -> set[str]:
+    """Every option name `c3kit analyze` accepts (both halves of a --x/--no-x flag)."""
+    import typer.main
+
+    from c3kit.cli.main import app
+
+    cmd = typer.main.get_command(app).commands["analyze"]
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def test_validation_facts_are_found():
+    facts = validation_facts()
+    # the ones this file's rows set by hand, so the derivation cannot silently come back empty
+    assert {"grad_dtype", "loss_kernel", "bias_grads", "metrics_fp32", "train_metrics", "flat_param_grads",
+            "fsdp_impl", "optimizer_impl", "fp8_scaling", "moe_experts", "attn_backend", "norm_rope", "glue",
+            "grad_acc", "tp", "sp", "dp", "pp", "vpp", "ep", "cp", "fsdp", "micro_batch", "global_batch", "recompute",
+            "dist_optimizer", "pp_split", "fsdp_sync", "moe_a2a_overlap", "dp_overlap", "pp_p2p_overlap", "cp_impl",
+            "zero2", "seq", "dtype"} <= facts
+
+
+def test_every_fact_validate_prices_has_an_analyze_option():
+    opts = analyze_options()
+    missing = sorted(f"{f} ({_option(f)})" for f in validation_facts() if _option(f) not in opts)
+    assert not missing, f"validate prices runs with facts `c3kit analyze` cannot set: {', '.join(missing)}"
+
+
+def test_analyze_passes_every_option_to_the_api():
+    from c3kit import api
+    from c3kit.cli import analyze_cmd
+
+    cli = set(inspect.signature(analyze_cmd.analyze).parameters) - {"out", "as_json"}
+    call = _keywords(analyze_cmd.analyze, "analyze")
+    assert cli - {"model", "hw"} <= call  # model and hw go by position
+    assert call <= set(inspect.signature(api.analyze).parameters)
