@@ -124,8 +124,8 @@ def config_dict(cfg) -> dict:
 def framework_facts_dict(cfg) -> dict:
     """The framework facts of a resolved StepConfig by their analyze option names (gradient reduce dtype, loss
     kernel, bias gradients, training-metrics dtype; ZeRO-2)."""
-    return {"zero2": bool(getattr(cfg.par, "zero2", False)),"grad_reduce_dtype": getattr(cfg, "grad_dtype", "fp32"), "loss_kernel": getattr(cfg, "loss_kernel", "eager"),
-            "bias_grads": getattr(cfg, "bias_grads", False),
+    return {"zero2": bool(getattr(cfg.par, "zero2", False)), "grad_reduce_dtype": getattr(cfg, "grad_dtype", "fp32"),
+            "loss_kernel": getattr(cfg, "loss_kernel", "eager"), "bias_grads": getattr(cfg, "bias_grads", False),
             "train_metrics_dtype": "fp32" if getattr(cfg, "metrics_fp32", True) else "bf16"}
 
 
@@ -281,8 +281,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
-                  grad_dtype=grad_reduce_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32,
-                  zero2=zero2,
+                  grad_dtype=grad_reduce_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads,
+                  metrics_fp32=metrics_fp32, zero2=zero2,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
                   flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,
