@@ -116,7 +116,8 @@ def config_dict(cfg) -> dict:
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
             "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync,
-            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap, "cp_impl": p.cp_impl,
+            "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap, "tp_comm_overlap": p.tp_comm_overlap,
+            "cp_impl": p.cp_impl,
             "moe_a2a_overlap": p.moe_a2a_overlap, "moe_imbalance": p.moe_imbalance,
             "train_metrics": getattr(cfg, "train_metrics", 0), "flat_param_grads": getattr(cfg, "flat_param_grads", False)}
 
@@ -194,7 +195,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
             flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
             moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
-            optimizer_impl: str = "fused") -> AnalyzeResult:
+            optimizer_impl: str = "fused", tp_comm_overlap: str = "none") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple, contended (default: step.policy.DEFAULT_MODE), auto, a schedule family or a schedule
@@ -242,6 +243,10 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     (workload.layer.GRAD_REDUCE_DTYPES); train_metrics_dtype: the logits' dtype in the train_metrics passes
     (workload.layer.TRAIN_METRICS_DTYPES; bf16: METRICS_BF16, needs train_metrics > 0). zero2: ZeRO-2, gradients
     sharded over DP as well as the optimizer state (workload.parallel.Parallelism.zero2).
+    tp_comm_overlap: Transformer Engine's userbuffers TP overlap, by the forward reduce-scatters' method: none,
+    pipeline (TE's defaults), pipeline_margin (NeMo's H100 configs) or ring_exchange (Megatron-Bridge's FP8 H100
+    configs); each tensor-parallel pair is then priced by its method's overlap-engine schedule (step/tpcomm.py,
+    workload.parallel.TP_COMM_OVERLAP_SOURCES). Needs sp with tp > 1.
     Unset layout sizes are searched (c3kit.step.config.resolve) with this cost model and overlap mode
     (auto, families and schedules included: each candidate layout is priced under that mode).
     """
@@ -286,7 +291,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
                   flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,
-                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
+                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

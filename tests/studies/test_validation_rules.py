@@ -75,7 +75,8 @@ def write_model_toml(row, path) -> str:
     ("mbridge2511-h100-llama3-70b",
      ["--model", "llama-3-70b", "--hw", "H100-SXM", "--gpus", "64", "--tp", "4", "--sp", "--pp", "8", "--vpp", "5",
       "--dp", "2", "--dist-opt", "--seq", "8192", "--batch", "128", "--micro-batch", "1", "--recompute", "none",
-      "--dtype", "fp8", "--fp8-scaling", "current", "--glue", "fused", "--grad-acc", "none", "--pp-p2p-overlap"]),
+      "--dtype", "fp8", "--fp8-scaling", "current", "--glue", "fused", "--grad-acc", "none", "--pp-p2p-overlap",
+      "--tp-comm-overlap", "ring_exchange"]),  # TE userbuffers (studies/data/tp_overlap.csv)
     ("torchtitan-h100-t5-405b-3d-1f1b",  # FSDP once per step under PP (validation.fsdp_sync_of)
      ["--model", "llama-3-405b", "--hw", "H100-SXM-96G-500W", "--gpus", "512", "--tp", "8", "--sp", "--pp", "8",
       "--dp", "8", "--fsdp", "--fsdp-sync", "step", "--pp-split", "torchtitan", "--seq", "8192", "--batch", "256",

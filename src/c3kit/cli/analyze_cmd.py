@@ -153,6 +153,12 @@ def analyze(
     pp_p2p_overlap: bool = typer.Option(_D["pp_p2p_overlap"], "--pp-p2p-overlap/--no-pp-p2p-overlap",
                                         help="Pipeline sends / receives behind compute (Megatron-Core overlap_p2p_comm; "
                                              "NeMo and Megatron-Bridge set it with --vpp > 1)."),
+    tp_comm_overlap: str = typer.Option(_D["tp_comm_overlap"], "--tp-comm-overlap",
+                                        help="Transformer Engine's userbuffers TP overlap (needs --sp): none, pipeline "
+                                             "(TE's default methods), pipeline_margin (NeMo's H100 configs: the "
+                                             "pipelined reduce-scatters' GEMMs leave the comm SMs free) or "
+                                             "ring_exchange (Megatron-Bridge's FP8 H100 configs); each TP pair is "
+                                             "priced by its method's overlap-engine schedule."),
     optimizer_impl: str = typer.Option(_D["optimizer_impl"], "--optimizer-impl",
                                        help="AdamW: fused (one kernel), foreach (torch multi-tensor) or unfused (a "
                                             "per-tensor loop of eager kernels: Composer's DecoupledAdamW)."),
@@ -177,7 +183,8 @@ def analyze(
                       train_metrics_dtype=train_metrics_dtype, zero2=zero2,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
                       moe_experts=moe_experts, moe_imbalance=moe_imbalance,
-                      dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl)
+                      dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl,
+                      tp_comm_overlap=tp_comm_overlap)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})
@@ -195,7 +202,8 @@ def _describe(cfg) -> str:
             f"{f'cp {c[chr(99) + chr(112)]}, ' if c['cp'] > 1 else ''}dp {c['dp']}"
             f"{' (fsdp)' if c['fsdp'] else (' (zero-1)' if c['dist_optimizer'] else '')}{f', ep {c[chr(101) + chr(112)]}' if c['ep'] > 1 else ''}, "
             f"seq {c['seq']}, batch {c['global_batch']} ({c['micro_batches']} x micro {c['micro_batch']}), "
-            f"recompute {c['recompute']}, {c['dtype']}")
+            f"recompute {c['recompute']}, {c['dtype']}"
+            f"{'' if c['tp_comm_overlap'] == 'none' else ', TE userbuffers TP overlap ' + c['tp_comm_overlap']}")
 
 
 def _memory_rows(res) -> list[tuple[str, str, str]]:

@@ -73,8 +73,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
             cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
-            pp_p2p_overlap: bool = False, grad_dtype: str = "fp32", loss_kernel: str = "eager",
-            bias_grads: bool = False, metrics_fp32: bool = True, zero2: bool = False) -> StepConfig:
+            pp_p2p_overlap: bool = False, tp_comm_overlap: str = "none", grad_dtype: str = "fp32",
+            loss_kernel: str = "eager", bias_grads: bool = False, metrics_fp32: bool = True,
+            zero2: bool = False) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -99,6 +100,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     their choices: workload.layer.GRAD_REDUCE_DTYPES, LOSS_KERNELS, BIAS_GRADS, METRICS_BF16); grad_dtype also sizes
     the gradients in the memory check. zero2: ZeRO-2, gradients sharded over DP as well as the optimizer state
     (Parallelism.zero2; the search then tries that sharding only).
+    tp_comm_overlap: Transformer Engine's userbuffers TP overlap (workload.parallel.TP_COMM_OVERLAPS; needs sp with
+    tp > 1, a no-op with tp 1).
     """
     from c3kit.hw import get_gpu
     from c3kit.hw.model import dtype_bytes
@@ -110,6 +113,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                     ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp), ("recompute-every", recompute_every)))
     _check_framework_facts(grad_dtype, loss_kernel)
     _check_zero2(zero2, fsdp, dist_optimizer)
+    from c3kit.workload.parallel import check_tp_comm_overlap
+
+    check_tp_comm_overlap(tp_comm_overlap)
     dtype_bytes(dtype)
     m = get_model(model)
     if bias_grads and not m.bias:
@@ -122,11 +128,14 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     auto_gpus = gpus is None and dp is None
     auto_tp = tp is None
     gpus, tp, sp = _fill_sizes(m, node, train, gpus, tp, sp, dp, pp, cp)
+    if tp_comm_overlap != "none" and tp > 1 and not sp:
+        raise C3kitError(f"--tp-comm-overlap {tp_comm_overlap} overlaps sequence parallelism's all-gathers and "
+                         "reduce-scatters (Transformer Engine userbuffers): use it with --sp")
     rcs, shardings = _search_options(train, recompute, moe_a2a_overlap, fsdp, dist_optimizer, dp_overlap)
     counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
     fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
-                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap)
+                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
     if zero2:  # ZeRO-2: the optimizer state sharded as ZeRO-1 shards it, the gradients as well
         fixed["zero2"], shardings = True, ["zero1"]
     graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,

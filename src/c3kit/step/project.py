@@ -12,6 +12,7 @@ from c3kit.workload.ops import Collective
 from c3kit.step.placement import dp_per_node, placed, placement  # noqa: F401 (re-exported)
 from c3kit.step.plan import Plan, evaluate, make_plan
 from c3kit.step.policy import DEFAULT_POLICY, OverlapPolicy
+from c3kit.step.tpcomm import bind_policy
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,8 @@ def project(graph, hw: GPU, *, policy: OverlapPolicy | None = None, timer: Timer
     timer = timer or step_timer(cost_model)
     plan = plan or make_plan(graph)
     t = node_times(graph, hw, timer)
-    if hasattr(policy, "bind"):
-        policy = policy.bind(graph, hw)
+    # with the layout's TE userbuffers overlap (step/tpcomm.py), its engine prices at the cost model's GEMM clocks
+    policy = bind_policy(policy, graph, hw, getattr(cost_model, "power", None))
     tl = evaluate(plan, t, policy)
     step = float(tl.step_time[0])
     sched, speed = _pair_columns(graph, plan, tl, policy)
@@ -226,9 +227,7 @@ def compare_overlap(graph, hw: GPU, *, timer: Timer | None = None, cost_model=No
     t = node_times(graph, hw, timer)
     out = []
     for mode in modes or (*BASE_MODES, *FAMILIES):
-        pol = policy_for(mode, power)
-        if hasattr(pol, "bind"):
-            pol = pol.bind(graph, hw)
+        pol = bind_policy(policy_for(mode, power), graph, hw, power)
         tl = evaluate(plan, t, pol)
         out.append({"mode": mode, "step_time": float(tl.step_time[0]), "exposed": float(tl.exposed[:, 0].sum())})
     base = next((r["step_time"] for r in out if r["mode"] == "simple"), None)

@@ -24,6 +24,7 @@ from c3kit.errors import C3kitError
 from c3kit.sim.timeline import Interval, Timeline
 from c3kit.step.plan import evaluate, make_plan
 from c3kit.step.project import node_times, step_timer
+from c3kit.step.tpcomm import bind_policy
 
 TRACKS = ("compute", "tp", "ep", "dp", "pp", "cp")
 
@@ -36,8 +37,7 @@ def layer_timeline(graph, hw, *, policy=None, cost_model=None, timer=None) -> Ti
     policy = policy or DEFAULT_POLICY
     plan = make_plan(graph)
     t = node_times(graph, hw, timer or step_timer(cost_model))
-    if hasattr(policy, "bind"):
-        policy = policy.bind(graph, hw)
+    policy = bind_policy(policy, graph, hw, getattr(cost_model, "power", None))
     tl = evaluate(plan, t, policy)
     nodes = list(graph.nodes)
     index = {nd.id: i for i, nd in enumerate(nodes)}
@@ -119,8 +119,7 @@ def step_trace(graph, hw, *, policy=None, cost_model=None, timer=None) -> dict:
     policy = policy or DEFAULT_POLICY
     plan = make_plan(graph)
     t = node_times(graph, hw, timer or step_timer(cost_model))
-    if hasattr(policy, "bind"):
-        policy = policy.bind(graph, hw)
+    policy = bind_policy(policy, graph, hw, getattr(cost_model, "power", None))
     tl = evaluate(plan, t, policy)
     nodes = list(graph.nodes)
     m, pp, L = int(graph.micro_batches), int(graph.par.pp), int(graph.layers_per_stage)

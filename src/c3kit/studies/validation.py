@@ -301,6 +301,60 @@ def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
 
 
+TP_OVERLAP_COLUMNS = ("runs", "framework", "tp_comm_overlap", "ub_cfg", "gemm_methods", "source", "config_source",
+                      "reason")
+
+
+def _check_tp_comm_overlap(name: str) -> str:
+    from c3kit.workload.parallel import TP_COMM_OVERLAPS
+
+    if name not in TP_COMM_OVERLAPS:
+        raise StudyError(f"tp overlap: unknown tp_comm_overlap {name!r}: use one of {', '.join(TP_COMM_OVERLAPS)}")
+    return name
+
+
+def gemm_methods(text: str) -> dict[str, tuple[str, bool, dict]]:
+    """A tp_overlap.csv gemm_methods cell: "qkv_fprop=ring_exchange; proj_fprop=pipeline(num_sm 24, set_sm_margin 1);
+    ..." -> {TE GEMM name: (method, set_sm_margin, {other parameter: int})}; StudyError where malformed."""
+    import re
+
+    out = {}
+    for part in (x.strip() for x in str(text).split(";")):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\w+)=(\w+)(?:\(([^()]*)\))?", part)
+        if m is None:
+            raise StudyError(f"tp overlap: malformed gemm method {part!r}: write name=method(key value, ...)")
+        params = {}
+        for kv in filter(None, (x.strip() for x in (m.group(3) or "").split(","))):
+            k, _, v = kv.partition(" ")
+            if not v.strip().isdigit():
+                raise StudyError(f"tp overlap: parameter {kv!r} of {m.group(1)} is not 'name integer'")
+            params[k] = int(v)
+        out[m.group(1)] = (m.group(2), bool(params.pop("set_sm_margin", 0)), params)
+    return out
+
+
+def tp_overlaps(path=None) -> pd.DataFrame:
+    """Transformer Engine's userbuffers TP overlap of each run's recipe (studies/data/tp_overlap.csv: run glob, framework,
+    a name of workload.parallel.TP_COMM_OVERLAPS, the userbuffers config, its per-GEMM methods and parameters, the recipe
+    and config sources, reason); StudyError where a row's per-GEMM methods are not those its name prices."""
+    from c3kit.workload.parallel import TP_COMM_OVERLAP_METHODS
+
+    df = _run_table("tp_overlap.csv", TP_OVERLAP_COLUMNS, _check_tp_comm_overlap, path)
+    for glob, name, cell in zip(df["runs"], df["tp_comm_overlap"], df["gemm_methods"]):
+        got = {k: v[:2] for k, v in gemm_methods(cell).items()}
+        if got != TP_COMM_OVERLAP_METHODS[str(name)]:
+            raise StudyError(f"tp overlap: row {glob}: its gemm_methods are not the methods of {name} "
+                             "(workload.parallel.TP_COMM_OVERLAP_METHODS)")
+    return df
+
+
+def tp_comm_overlap_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """A run's TE userbuffers TP overlap (first matching row of tp_overlap.csv; "none" when none matches)."""
+    return _first_match(run, tp_overlaps() if table is None else table, "tp_comm_overlap", "none")
+
+
 def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
     """Whether a run's framework reduces the data-parallel gradients behind the backward (workload.parallel.
     DP_OVERLAP_SOURCES), from its code: not for Megatron-DeepSpeed (DeepSpeed's pipeline engine reduces after the
@@ -424,7 +478,8 @@ def layout_of(row):
               fsdp_sync=fsdp_sync_of(row["framework"], int(row["pp"]), bool(int(row["fsdp"]))),
               moe_a2a_overlap=moe_a2a_overlap_of(str(row["run"])),
               dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
-              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])))
+              pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])),
+              tp_comm_overlap=tp_comm_overlap_of(str(row["run"])))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -641,7 +696,8 @@ def _family(framework: str) -> str:
 
 
 def _layout(row) -> str:
-    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}",
+    ub = tp_comm_overlap_of(str(row["run"])) if int(row["tp"]) > 1 else "none"  # TE userbuffers (tp_overlap.csv)
+    parts = [f"tp{row['tp']}{'+sp' if int(row['sp']) and int(row['tp']) > 1 else ''}{'' if ub == 'none' else '+ub:' + ub}",
              f"pp{row['pp']}{'x' + str(row['vpp']) if int(row['vpp']) > 1 else ''}"]
     if int(row["cp"]) > 1:
         parts.append(f"cp{row['cp']}")
@@ -717,7 +773,12 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
              "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
              "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
-             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving).",
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving) and whether Transformer "
+             "Engine's userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs beside "
+             "them (studies/data/tp_overlap.csv: NeMo's ub_tp_comm_overlap and Megatron-Bridge's tp_comm_overlap with "
+             "the per-GEMM methods of the recipe's userbuffers config; each pair then priced by its method's "
+             "overlap-engine schedule: ring_exchange the chunked copy-engine ring, pipeline the chunked SM-kernel "
+             "reduce-scatter, bulk an SM collective on a high-priority stream beside the GEMM, step/tpcomm.py).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
              "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
              "and on A100 STREAM bandwidth, nccl-tests all-reduce bandwidth and the sustained-clock (power) factor "

@@ -57,6 +57,49 @@ PP_P2P_OVERLAP_SOURCE = ("Megatron-Core ModelParallelConfig.overlap_p2p_comm (in
                          "megatron_comm_overlap.py MegatronCommOverlapCallback) and Megatron-Bridge (src/megatron/"
                          "bridge/training/comm_overlap.py CommOverlapConfig._get_model_comm_overlap_cfgs) set it, with "
                          "batch_p2p_comm off, whenever pp > 1 and vpp > 1.")
+# Transformer Engine's userbuffers TP communication overlap (Parallelism.tp_comm_overlap): with sequence parallelism, each
+# all-gather / reduce-scatter of a layer runs inside the TE module of the GEMM beside it, by the method TE's config
+# names for that GEMM (transformer_engine/pytorch/module/base.py initialize_ub): ring_exchange (the collective cut into
+# tp chunked point-to-point steps, each beside a GEMM chunk; copy engines with use_ce, TE's default), pipeline (the
+# GEMM split in num_splits chunks, each chunk's reduce-scatter by an SM kernel on num_sm SMs; set_sm_margin confines
+# the GEMM to the other SMs) or bulk (a whole collective on num_sm SMs beside an independent GEMM: the input-gradient
+# GEMM of a column-parallel layer beside the re-gather of its input, the weight-gradient GEMM beside the
+# reduce-scatter of its input gradient). Per TE GEMM name: (method, set_sm_margin); the per-GEMM num_sm, cga_size and
+# num_splits of each run's config are recorded in studies/data/tp_overlap.csv.
+_TE_AG = {g: ("ring_exchange", False) for g in ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")}
+_TE_BULK = {g: ("bulk", False) for g in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}
+TP_COMM_OVERLAP_METHODS = {
+    "none": {},
+    "pipeline": {**_TE_AG, **_TE_BULK, "proj_fprop": ("pipeline", False), "fc2_fprop": ("pipeline", False)},
+    "pipeline_margin": {**_TE_AG, **_TE_BULK, "proj_fprop": ("pipeline", True), "fc2_fprop": ("pipeline", True)},
+    "ring_exchange": {**_TE_AG, **_TE_BULK, "proj_fprop": ("ring_exchange", True), "fc2_fprop": ("ring_exchange", True)},
+}
+TP_COMM_OVERLAPS = tuple(TP_COMM_OVERLAP_METHODS)
+TP_COMM_OVERLAP_SOURCES = {
+    "none": "no userbuffers overlap: the step's overlap mode prices the tensor-parallel pairs (Megatron-LM before "
+            "Transformer Engine, frameworks without tp_comm_overlap).",
+    "pipeline": "Transformer Engine's initialize_ub defaults when no per-GEMM config is given (v1.8 and v1.9: "
+                "ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad with use_ce True; pipeline for "
+                "proj_fprop, fc2_fprop with num_sm 16, num_splits 4, set_sm_margin 0; bulk for qkv_dgrad, qkv_wgrad, "
+                "fc1_dgrad, fc1_wgrad with num_sm 16): NeMo's ub_tp_comm_overlap without ub_tp_comm_overlap_cfg.",
+    "pipeline_margin": "TE's default methods with set_sm_margin 1 on the pipelined reduce-scatters: the NeMo "
+                       "launcher's H100 userbuffers configs (launcher_scripts/conf/training/tp_overlap/"
+                       "ub_cfg_h100_*.yaml: proj_fprop and fc2_fprop pipeline, num_sm 16-24, num_splits 4, "
+                       "set_sm_margin 1; bulk pairs set_sm_margin 0).",
+    "ring_exchange": "TE's default methods except proj_fprop and fc2_fprop by ring_exchange (num_sm 1, set_sm_margin "
+                     "True): Megatron-Bridge's FP8 H100 userbuffers configs (src/megatron/bridge/training/"
+                     "comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192, "
+                     "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192).",
+}
+
+
+def check_tp_comm_overlap(name: str) -> str:
+    """The TP communication overlap itself, or a WorkloadError naming the choices."""
+    if name not in TP_COMM_OVERLAPS:
+        raise WorkloadError(f"parallelism: tp_comm_overlap {name!r}: use one of {', '.join(TP_COMM_OVERLAPS)}")
+    return name
+
+
 FSDP_SYNC_SOURCES = {
     "micro": "every micro-batch: parameters all-gathered before each forward and again before each backward "
              "(resharded after forward), gradients reduce-scattered at the end of each backward (PyTorch FSDP's "
@@ -217,6 +260,10 @@ class Parallelism:
     reduce-scatters run in its post-backward hooks). pp_p2p_overlap: pipeline sends and receives run behind compute
     (Megatron-Core overlap_p2p_comm, PP_P2P_OVERLAP_SOURCE; step/plan.py prices them hidden) instead of exposed;
     a no-op without pp > 1.
+    tp_comm_overlap (TP_COMM_OVERLAPS, with tp > 1 and sp): Transformer Engine's userbuffers overlap of the sequence-
+    parallel all-gathers and reduce-scatters with the GEMMs beside them, by the per-GEMM methods of
+    TP_COMM_OVERLAP_METHODS (TP_COMM_OVERLAP_SOURCES; step/tpcomm.py prices them); "none" (default) leaves the TP pairs
+    to the step's overlap mode; a no-op without tp > 1.
     """
 
     tp: int = 1
@@ -241,6 +288,7 @@ class Parallelism:
     cp_impl: str = "ring"  # how context parallelism runs (CP_IMPLS; "torch": torchtitan's, with fp32 merges)
     dp_overlap: bool = True  # DP gradient reduction behind the backward; False: after it (DP_OVERLAP_SOURCES)
     pp_p2p_overlap: bool = False  # pipeline send / receive behind compute (PP_P2P_OVERLAP_SOURCE)
+    tp_comm_overlap: str = "none"  # Transformer Engine userbuffers TP overlap (TP_COMM_OVERLAPS, TP_COMM_OVERLAP_SOURCES)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
@@ -277,6 +325,14 @@ class Parallelism:
                                 "FSDP, whose reduce-scatters run in its post-backward hooks: use dp_overlap True")
         if self.pp == 1:
             object.__setattr__(self, "pp_p2p_overlap", False)  # no pipeline: nothing to send
+        check_tp_comm_overlap(self.tp_comm_overlap)
+        if self.tp == 1:
+            object.__setattr__(self, "tp_comm_overlap", "none")  # no tensor parallelism: nothing to overlap
+        elif self.tp_comm_overlap != "none" and not self.sp:
+            # NeMo and Megatron-Bridge turn it off without SP (CommOverlapConfig._get_model_comm_overlap_cfgs):
+            # the userbuffers methods overlap SP's all-gathers and reduce-scatters
+            raise WorkloadError(f"parallelism: tp_comm_overlap {self.tp_comm_overlap!r} needs sequence parallelism "
+                                "(sp): Transformer Engine's userbuffers overlap its all-gathers and reduce-scatters")
         if not self.fsdp:
             object.__setattr__(self, "fsdp_sync", "micro")  # nothing sharded: nothing to gather or reduce-scatter
         if self.moe_a2a_overlap and (self.ep == 1 or (self.pp > 1 and self.vpp == 1) or self.recompute == "full"):
