@@ -91,6 +91,11 @@ def write_model_toml(row, path) -> str:
      ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8",
       "--fsdp", "--seq", "8192", "--batch", "16", "--micro-batch", "2", "--recompute", "op",
       "--attention-backend", "flash2", "--norm-rope", "eager", "--glue", "separate"]),
+    ("torchtitan-h100-t2-8b-s256k-cp8",  # FSDP over the cp ranks alone (dp 1): the layout keeps it
+     ["--model", "llama-3-8b", "--hw", "H100-SXM-96G-500W", "--gpus", "8", "--tp", "1", "--pp", "1", "--cp", "8",
+      "--dp", "1", "--fsdp", "--seq", "262144", "--batch", "1", "--micro-batch", "1", "--recompute", "full",
+      "--dtype", "fp8", "--fp8-scaling", "dynamic", "--attention-backend", "flash2", "--norm-rope", "fused",
+      "--glue", "fused", "--cp-impl", "torch"]),
     # llm-foundry on A100, FSDP1 with bf16 gradient reduction (studies/data/fsdp_precision.csv), Composer's metrics,
     # flash-attn's xentropy loss, MPT's biases; the model is the row's (a model TOML file: no MPT preset)
     ("mpt-70b-a100-bf16-s2048-g64",

@@ -307,7 +307,8 @@ def _layout(p: int, sharding: str, rc: str, n: int, fixed: dict, dp, pp, micro_b
         gb = mb * (n // (tp * cp)) * 8
     else:
         gb = mb * d * max(8, 4 * p)
-    return Parallelism(dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
+    # FSDP shards over the dp x cp ranks that hold the same weights (memory, Structure.dp), so cp alone can carry it
+    return Parallelism(dp=d, fsdp=sharding == "fsdp" and d * cp > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
                        dist_optimizer=sharding == "zero1" and d > 1, **fixed)
 
 
