@@ -220,3 +220,48 @@ def test_analyze_passes_every_option_to_the_api():
     call = _keywords(analyze_cmd.analyze, "analyze")
     assert cli - {"model", "hw"} <= call  # model and hw go by position
     assert call <= set(inspect.signature(api.analyze).parameters)
+
+
+def analyze_kwargs(row, m, p) -> dict:
+    """c3kit.analyze's keyword arguments for a run, from the layout and validation's per-run facts (the *_of
+    functions and studies/data tables predict reads)."""
+    v, run, fw, dtype = validation, str(row["run"]), row["framework"], str(row["dtype"])
+    code = v.norm_rope_of(run)
+    return dict(gpus=p.gpus, tp=p.tp, sp=p.sp, dp=p.dp, fsdp=p.fsdp, dist_opt=p.dist_optimizer, zero2=p.zero2,
+                pp=p.pp, vpp=p.vpp, ep=p.ep, cp=p.cp, pp_split=p.pp_split, seq=int(row["seq"]), batch=p.global_batch,
+                micro_batch=p.micro_batch, dtype=dtype, recompute=p.recompute, recompute_every=p.recompute_every,
+                fsdp_sync=p.fsdp_sync, moe_a2a_overlap=p.moe_a2a_overlap, dp_overlap=p.dp_overlap,
+                pp_p2p_overlap=p.pp_p2p_overlap, cp_impl=p.cp_impl, tp_comm_overlap=p.tp_comm_overlap,
+                attention_backend=v.attention_backend_of(run) or None, norm_rope=code, glue=v.glue_of(fw, code),
+                grad_acc=v.grad_acc_of(fw, row["source"], p.fsdp_sync), train_metrics=v.train_metrics_of(fw),
+                flat_param_grads=v.flat_param_grads_of(fw, p.fsdp), loss_kernel=v.loss_kernel_of(fw),
+                bias_grads=v.bias_grads_of(fw, dtype) and m.bias,
+                train_metrics_dtype="fp32" if v.metrics_fp32_of(fw, dtype) or not v.train_metrics_of(fw) else "bf16",
+                grad_reduce_dtype=v.grad_reduce_dtype_of(run, p.fsdp),
+                fsdp_impl=v.fsdp_impl_of(fw) if p.fsdp else "fsdp2", optimizer_impl=v.optimizer_impl_of(fw),
+                fp8_scaling=(v.fp8_scaling_of(run) or "delayed") if dtype == "fp8" else "delayed",
+                moe_experts=v.moe_experts_of(run) if m.is_moe else "grouped", compare_overlap=False)
+
+
+def test_every_row_prices_the_same_through_the_api(tmp_path):
+    """Every scored run, asked of c3kit.analyze with its facts, prices as validate prices it; the only refusals
+    allowed are layouts c3kit's memory model says do not fit (analyze refuses those, validate prices them)."""
+    from c3kit import api
+    from c3kit.errors import C3kitError, MemoryFitError
+
+    runs, equal, refused = load_runs(), 0, []
+    for _, row in runs.iterrows():
+        try:
+            m, p = validation.run_objects(row)
+            mine = predict(row)["predicted_s"]
+        except C3kitError:  # not modelled: validate does not score it either
+            continue
+        try:
+            theirs = api.analyze(write_model_toml(row, tmp_path / "m.toml"), str(row["gpu"]),
+                                 **analyze_kwargs(row, m, p)).step_time
+        except MemoryFitError:
+            refused.append(row["run"])
+            continue
+        assert theirs == pytest.approx(mine, rel=1e-12), row["run"]
+        equal += 1
+    assert equal >= 0.9 * len(runs), refused
