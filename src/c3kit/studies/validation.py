@@ -377,12 +377,13 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
 
 
 FSDP_PRECISION_COLUMNS = ("runs", "framework", "reduce_dtype", "source", "reason")
-REDUCE_DTYPES = ("fp32", "bf16")
 
 
 def _check_reduce_dtype(v: str) -> str:
-    if v not in REDUCE_DTYPES:
-        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {v!r}")
+    from c3kit.workload.layer import GRAD_REDUCE_DTYPES
+
+    if v not in GRAD_REDUCE_DTYPES:
+        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {v!r}")
     return v
 
 
