@@ -301,6 +301,28 @@ def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
 
 
+PP_ENGINE_COLUMNS = ("runs", "framework", "pp_engine", "source", "reason")
+
+
+def _check_pp_engine(name: str) -> str:
+    from c3kit.workload.parallel import PP_ENGINES
+
+    if name not in PP_ENGINES:
+        raise StudyError(f"pp engines: unknown pp_engine {name!r}: use one of {', '.join(PP_ENGINES)}")
+    return name
+
+
+def pp_engines(path=None) -> pd.DataFrame:
+    """The pipeline engine of each pipelined run's framework (studies/data/pp_engines.csv: run glob, framework, a name of
+    workload.parallel.PP_ENGINES, source, reason), decided from the framework's code."""
+    return _run_table("pp_engines.csv", PP_ENGINE_COLUMNS, _check_pp_engine, path)
+
+
+def pp_engine_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """How a run's pipeline stages exchange tensors (first matching row; "megatron" when none matches)."""
+    return _first_match(run, pp_engines() if table is None else table, "pp_engine", "megatron")
+
+
 TP_OVERLAP_COLUMNS = ("runs", "framework", "tp_comm_overlap", "ub_cfg", "gemm_methods", "source", "config_source",
                       "reason")
 
@@ -479,6 +501,8 @@ def layout_of(row):
               dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
               pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])),
               tp_comm_overlap=tp_comm_overlap_of(str(row["run"])))
+    if int(row["pp"]) > 1:
+        kw["pp_engine"] = pp_engine_of(str(row["run"]))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
