@@ -51,3 +51,12 @@ def test_bad_table_is_refused(tmp_path):
     p.write_text("runs,pp_engine\nx,deepspeed\n")
     with pytest.raises(StudyError, match="lack column"):
         pp_engines(p)
+
+
+def test_validate_notes_name_the_table():
+    from c3kit.studies.validation import validate
+
+    runs = load_runs()
+    res = validate(runs=runs[runs["run"] == "mtnlg-530b-2240"])
+    assert any("studies/data/pp_engines.csv" in n for n in res.notes)
+    assert res.scored["error"].notna().all()
