@@ -26,7 +26,8 @@ def test_megatron_default_is_one_whole_exchange_per_phase():
 def test_deepspeed_sends_slices_in_turn_with_meta_and_gathers():
     g = build_step(L70, Parallelism(tp=8, pp=4, global_batch=8, pp_engine="deepspeed"), "train", seq=4096)
     n = nodes(g, "pp.")
-    assert set(n) == {"pp.fwd", "pp.fwd.meta", "pp.fwd.gather", "pp.bwd", "pp.bwd.meta", "pp.bwd.gather"}
+    assert set(n) == {"pp.fwd", "pp.fwd.meta", "pp.fwd.gather", "pp.fwd.gather_copies", "pp.bwd", "pp.bwd.meta",
+                      "pp.bwd.gather", "pp.bwd.gather_copies"}
     f, b = n["pp.fwd"], n["pp.bwd"]
     assert f.op.kind == "send_recv" and f.op.bytes == S // 8 and f.count == 16 and f.op.span == "inter"
     assert b.op.bytes == S // 8 and b.count == 16 and b.phase == "bwd"
@@ -34,12 +35,15 @@ def test_deepspeed_sends_slices_in_turn_with_meta_and_gathers():
     fg, bg = n["pp.fwd.gather"], n["pp.bwd.gather"]
     assert fg.op.kind == "all_gather" and fg.op.bytes == S and fg.op.ranks == 8 and fg.op.span == "intra"
     assert fg.stream == "tp" and fg.scope == "micro" and fg.count == 8 and bg.count == 16
+    c = n["pp.bwd.gather_copies"]  # zeros (a write), the list all_gather's copy-out and the clone (2 each)
+    assert c.stream == "compute" and c.op.bytes == 5 * S and c.count == 16 and c.deps == (bg.id,)
 
 
 def test_deepspeed_2020_sends_whole_gradients():
     g = build_step(L70, Parallelism(tp=8, pp=4, global_batch=8, pp_engine="deepspeed_2020"), "train", seq=4096)
     n = nodes(g, "pp.")
-    assert set(n) == {"pp.fwd", "pp.fwd.meta", "pp.fwd.gather", "pp.bwd", "pp.bwd.gather"}
+    assert set(n) == {"pp.fwd", "pp.fwd.meta", "pp.fwd.gather", "pp.fwd.gather_copies", "pp.bwd", "pp.bwd.gather",
+                      "pp.bwd.gather_copies"}
     assert n["pp.bwd"].op.bytes == S and n["pp.bwd"].count == 16 and n["pp.bwd.gather"].count == 8
 
 

@@ -1215,6 +1215,12 @@ class _Builder(_Ops):
         if gathers and s.tp:  # PartitionedTensor.full(): the whole tensor gathered over the TP group
             last = self.add(f"pp.{ph}.gather", CollShape("all_gather", self.pp_bytes, d.tp, "tp", self.tp_blk),
                             (last,), ph, "micro", "tp", n * gathers, f"pp_{ph}")
+            # around it: torch.zeros of the flat buffer (a write), the list all_gather of torch's ProcessGroupNCCL
+            # (1.x: outputTensors[i][j].copy_(outputFlattened[i][j]) after the collective) copying the flat output
+            # into the views, and .clone() of the result (a read and a write each)
+            el = self.pp_bytes / d.b
+            last = self.add(f"pp.{ph}.gather_copies", MemShape(5 * el * d.b, 0, (("copy", 2.5 * el, 1),)), (last,), ph,
+                            "micro", "compute", n * gathers, "glue")
         return last
 
     def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:

@@ -115,7 +115,8 @@ PP_ENGINE_SOURCES = {
                  "(is_pipe_partitioned, is_grad_partitioned) every tensor is a PartitionedTensor over the TP group: "
                  "each rank sends a meta LongTensor then its 1/tp slice, and PartitionedTensor.full() all-gathers the "
                  "whole tensor over TP for the received activation (_exec_forward_pass), the received gradient and the "
-                 "stage's own output, freed after the send and rebuilt for autograd (_exec_backward_pass).",
+                 "stage's own output, freed after the send and rebuilt for autograd (_exec_backward_pass); full() writes "
+                 "a zeroed flat buffer, torch's list all_gather copies into it and full() returns a .clone().",
     "deepspeed_2020": _DS + "1ff25748b256f675dd26b626e896529e452f99df/deepspeed/runtime/pipe/engine.py (the pipeline "
                       "engine of #392, 2020-09-09, to 2021-09-28): as 'deepspeed', but is_grad_partitioned False: every "
                       "TP rank sends the whole gradient (no meta, no gather) and _exec_recv_grads all-gathers the "
