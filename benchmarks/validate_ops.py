@@ -186,13 +186,14 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
 
     from c3kit.cost.attention import unfused_breakdown
 
-    unf = oc.fit_unfused(att_rows)
+    unf = oc.fit_unfused(att_rows, l2_bytes=l2, edge=edge)
     h200 = get_gpu("H200-SXM")
-    for r in att_rows:  # measured (eager) unfused attention: its class on held-out rows; the kernel sum on all
+    timed_kernels = {id(r) for r in oc.gpu_time_unfused_rows(att_rows)}
+    for r in att_rows:  # unfused attention: its class on held-out rows that time kernels; the kernel sum on all
         if r.get("backend") == "unfused" and r["time_s"]:
             bwd = r["pass"] == "bwd"
-            if oc.is_held_out_attention(r) and r["pass"] in unf:
-                f = oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd)
+            if oc.is_held_out_attention(r) and r["pass"] in unf and id(r) in timed_kernels:
+                f = oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, l2, edge)
                 out.setdefault(f"attention unfused {r['pass']}", []).append(unf[r["pass"]](f) / r["time_s"] - 1)
             parts = unfused_breakdown(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, False, h200,
                                       as_model("efficiency"), price=op_time)
@@ -435,6 +436,24 @@ def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndar
     return {k: np.array(v, dtype=float) for k, v in out.items()}
 
 
+def unfused_host_bound_errors(directory: Path | None = None) -> np.ndarray:
+    """Relative errors of the unfused class on the eager backward rows it leaves out as host-bound
+    (opclass.UNFUSED_BWD_MIN_SCORES): what a step that waits on its host would see; a reference, not a check."""
+    from c3kit.cost import opclass as oc
+    from c3kit.hw.catalog import get_gpu
+
+    gpu = get_gpu("H200-SXM")
+    edge = oc.fit_l2_edge(_family_rows(directory, "memory", "eager_ops", "memory_graph")
+                          + oc.norm_width_rows(_family_rows(directory, "norm_width")), l2_bytes=gpu.l2_bytes, sms=gpu.sms)
+    rows = _family_rows(directory, "attn_backends")
+    m = oc.fit_unfused(rows, l2_bytes=gpu.l2_bytes, edge=edge).get("bwd")
+    kept = {id(r) for r in oc.gpu_time_unfused_rows(rows)}
+    return np.array([m(oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], True,
+                                           gpu.l2_bytes, edge)) / r["time_s"] - 1
+                     for r in rows if m is not None and r.get("backend") == "unfused" and r["pass"] == "bwd"
+                     and r["time_s"] and id(r) not in kept])
+
+
 def _note(name: str, good: bool) -> None:
     """Print what the rows show about a failing class that is not modelled yet (NOT_YET_MODELLED)."""
     if good:
@@ -463,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
         ok &= good
         print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
         _note(name, good)
+    e = np.abs(unfused_host_bound_errors(a.dir)) * 100
+    if len(e):
+        print(f"{'[attention unfused bwd, eager rows under 2^26 scores: host-bound, in no fit or check]':28s} "
+              f"n={len(e):3d}  median {float(np.median(e)):5.1f}%  p90 {float(np.percentile(e, 90)):5.1f}%  -> (reference)")
     print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them; "
           "other '[...]' rows: references, not checks of a class):")
     for name, e in gemm_held_out_errors(a.dir).items():
