@@ -8,7 +8,8 @@ The fit uses the shipped ops files with the held-out rows left out (memory-bound
 opclass.is_held_out_norm_width (widths 5120, 6144, 12288 and 16k tokens); attention: every third shape by a fixed
 hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
-without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
+without it; unfused attention: the same rule, its eager backward rows under opclass.UNFUSED_BWD_MIN_SCORES score
+elements (host-bound) in neither fit nor check, printed as a reference; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
@@ -62,6 +63,18 @@ NOT_YET_MODELLED = {
                            "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
     "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -14%, x 8192: +10%); 16384 x 8192 "
                                           "-7%",
+    "bmm by the GEMM model": "the torch.bmm rows are MoE-like shapes (K 1024-4096, N 1536-14336), none at unfused "
+                             "attention's (K = head_dim, or N = head_dim): the curve prices M <= 64 slow (bias +4.6%) and "
+                             "M >= 1024 fast (bias -10.0%: 610-710 TFLOP/s measured); the small-M class over groups x N "
+                             "columns (one launch streaming every group's weights) gave 8.4 / 15.6%, bias -8.4%: not "
+                             "adopted; rows at attention's shapes are not measured yet",
+    "[unfused": "the timed code runs 7 kernels (matmul, scale, mask, triu, masked_fill, softmax, matmul) where Megatron's "
+                "path, which the kernel sum prices, runs 3-4 (matmul, fused scale-mask-softmax, dropout, matmul): not a "
+                "check of the sum. The rows run 8-11 ps a score element forward, 9.5-11 backward (d64 and d128 within "
+                "0-4%: streaming-bound); 4 x 16 heads x 4096, d64, forward: 10.68 ms measured, the sum's bmm, bmm and "
+                "softmax 0.65 + 0.52 + 1.25 ms, and the timed code's scale and masked_fill passes stream about 9 B an "
+                "element more (1.07G elements: about 2.2 ms at the residual add's 4.4 TB/s): which kernels run slower "
+                "than their bytes is not yet profiled",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }
@@ -197,7 +210,7 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
                 out.setdefault(f"attention unfused {r['pass']}", []).append(unf[r["pass"]](f) / r["time_s"] - 1)
             parts = unfused_breakdown(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, False, h200,
                                       as_model("efficiency"), price=op_time)
-            out.setdefault(f"unfused {r['pass']} as its kernels (no class)", []).append(
+            out.setdefault(f"[unfused {r['pass']} as Megatron's kernels (no class): not the code timed]", []).append(
                 sum(t for _, t in parts) / r["time_s"] - 1)
 
     h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
@@ -458,7 +471,8 @@ def _note(name: str, good: bool) -> None:
     """Print what the rows show about a failing class that is not modelled yet (NOT_YET_MODELLED)."""
     if good:
         return
-    hit = next((v for k, v in NOT_YET_MODELLED.items() if name == k or name.startswith(k + " ")), None)
+    hit = next((v for k, v in NOT_YET_MODELLED.items() if name == k or name.startswith(k + " ")
+                or k.startswith("[") and name.startswith(k)), None)
     if hit:
         print(f"    not yet modelled: {hit}")
 
@@ -479,8 +493,10 @@ def main(argv: list[str] | None = None) -> int:
         e = np.abs(e) * 100
         med, p90 = float(np.median(e)), float(np.percentile(e, 90))
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
-        ok &= good
-        print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+        check = not name.startswith("[")  # '[...]': a reference, not a check of a class
+        ok &= good or not check
+        verdict = ("PASS" if good else "FAIL") if check else "(reference)"
+        print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {verdict}")
         _note(name, good)
     e = np.abs(unfused_host_bound_errors(a.dir)) * 100
     if len(e):

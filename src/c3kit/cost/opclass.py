@@ -458,14 +458,15 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
 # - a score matrix inside the L2 is read back from it by the next kernel (1 x 8 heads x 512: 4 MB, 14 us of kernels
 #   past the fixed cost at 6 ps an element where 4 x 48 x 512, 100 MB, runs 8.3): the elements from HBM past the memory
 #   class's fitted L2 edge (L2Edge) are a column of their own;
-# - PyTorch's softmax runs rows of up to SOFTMAX_PERSISTENT_MAX_ROW elements as one warp a row in registers and longer
-#   rows with a block a row (SoftMax.cu host_softmax: dim_size <= 2048 and <= 8192 bytes): the forwards step from 8.5-9.4
-#   ps an element at 2048 tokens to 9.8-10.2 at 4096;
+# - PyTorch's softmax runs rows of up to SOFTMAX_PERSISTENT_MAX_ROW elements as one warp a row in registers and
+#   longer rows with a block a row (SoftMax.cu host_softmax: dim_size <= 2048 and <= 8192 bytes): the forwards step
+#   from 8.5-9.4 ps an element at 2048 tokens to 9.8-10.2 at 4096;
 # - the causal mask (q_len x kv_len bools) is read again for every batch x head by masked_fill (and its backward):
 #   from L2 while it fits, from HBM past the edge (8192 tokens: 67 MB, 10.8-11.0 ps an element against 10.0 at 4096).
 SOFTMAX_PERSISTENT_MAX_ROW = 2048  # longest softmax row (bf16 elements) of PyTorch's one-warp-a-row kernel
 # Eager backward rows of fewer score elements time autograd's host work, not kernels: 220-550 us whatever their size
-# (1 x 8 heads x 512, 2M scores: 362 us at d64, 547 us at d128), where rows from 2^26 scores on run 9.5-11 ps an element.
+# (1 x 8 heads x 512, 2M scores: 362 us at d64, 547 us at d128), where rows from 2^26 scores on run 9.5-11 ps an
+# element.
 UNFUSED_BWD_MIN_SCORES = 2 ** 26
 
 
@@ -993,8 +994,10 @@ def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True
 
 def gpu_time_unfused_rows(rows: list[dict]) -> list[dict]:
     """The timed "unfused" rows that time kernels: all but the eager backwards under UNFUSED_BWD_MIN_SCORES scores."""
-    return [r for r in rows if r.get("backend") == "unfused" and r["time_s"]
-            and not (r["pass"] == "bwd" and r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] < UNFUSED_BWD_MIN_SCORES)]
+    def host_bound(r):
+        return r["pass"] == "bwd" and r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] < UNFUSED_BWD_MIN_SCORES
+
+    return [r for r in rows if r.get("backend") == "unfused" and r["time_s"] and not host_bound(r)]
 
 
 def fit_unfused(rows: list[dict], hold_out: bool = True, *, l2_bytes: float, edge: L2Edge | None = None) -> dict:
