@@ -90,6 +90,17 @@ def test_unfused_class_is_monotone_in_seq(gpu, backward, hd):
     assert all(b > a for a, b in zip(ts, ts[1:]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["H200-SXM", "H100-SXM"]), st.booleans(), st.integers(1, 8), st.integers(1, 64),
+       st.sampled_from([64, 96, 128, 160]), st.integers(64, 32768), st.integers(1, 4096))
+def test_unfused_class_grows_with_seq_and_batch(gpu, backward, batch, heads, hd, s, ds):
+    hw = get_gpu(gpu)
+    t = time(_att("unfused", s, backward, False, batch=batch, heads=heads, kv_heads=heads, hd=hd), hw, EFF)
+    assert time(_att("unfused", s + ds, backward, False, batch=batch, heads=heads, kv_heads=heads, hd=hd), hw,
+                EFF) > t > 0
+    assert time(_att("unfused", s, backward, False, batch=batch + 1, heads=heads, kv_heads=heads, hd=hd), hw, EFF) > t
+
+
 def test_unfused_split_is_the_fixed_attention_rule():
     from c3kit.cost.opclass import (UNFUSED_BWD_MIN_SCORES, gpu_time_unfused_rows, is_held_out_attention,
                                     op_calibration)
