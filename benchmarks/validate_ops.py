@@ -70,11 +70,11 @@ NOT_YET_MODELLED = {
                              "adopted; rows at attention's shapes are not measured yet",
     "[unfused": "the timed code runs 7 kernels (matmul, scale, mask, triu, masked_fill, softmax, matmul) where Megatron's "
                 "path, which the kernel sum prices, runs 3-4 (matmul, fused scale-mask-softmax, dropout, matmul): not a "
-                "check of the sum. The rows run 8-11 ps a score element forward, 9.5-11 backward (d64 and d128 within "
-                "0-4%: streaming-bound); 4 x 16 heads x 4096, d64, forward: 10.68 ms measured, the sum's bmm, bmm and "
-                "softmax 0.65 + 0.52 + 1.25 ms, and the timed code's scale and masked_fill passes stream about 9 B an "
-                "element more (1.07G elements: about 2.2 ms at the residual add's 4.4 TB/s): which kernels run slower "
-                "than their bytes is not yet profiled",
+                "check of the sum. The rows past the L2 run 7.8-11.0 ps a score element forward, 9.5-11.4 backward (d64 "
+                "and d128 within 0-4%: streaming-bound). Priced kernel by kernel as the timed code runs them (its 2 or 4 bmm by the GEMM "
+                "model, the scale and masked_fill passes as measured copies, softmax as RMSNorm), the 4 x 16-head rows "
+                "come to 0.49-0.63 of the measured forward and 0.60-0.75 of the backward (4096 tokens, d64 forward: "
+                "5.26 of 10.68 ms): which kernels run slower than their prices is not yet profiled",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }

@@ -455,17 +455,17 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
 # Unfused attention's kernels stream the score matrix (batch x heads x q_len x kv_len) several times: with K = head_dim
 # <= 128 both batched GEMMs are bound by writing or reading it (d64 and d128 rows differ by 0-4%), and so are the scale,
 # masked_fill and softmax passes. What the score elements alone miss (attn_backends rows, device call 15):
-# - a score matrix inside the L2 is read back from it by the next kernel (1 x 8 heads x 512: 4 MB, 14 us of kernels
-#   past the fixed cost at 6 ps an element where 4 x 48 x 512, 100 MB, runs 8.3): the elements from HBM past the memory
-#   class's fitted L2 edge (L2Edge) are a column of their own;
+# - a score matrix inside the L2 is read back from it by the next kernel: 1 x 8, 16, 32 heads x 512 (4-17 MB of scores)
+#   run 30.2, 43.3, 71.3 us, 6-7 ps a marginal element, where 4 x 48 x 512 (101 MB) runs 8.3 ps an element: the
+#   elements from HBM past the memory class's fitted L2 edge (L2Edge) are a column of their own;
 # - PyTorch's softmax runs rows of up to SOFTMAX_PERSISTENT_MAX_ROW elements as one warp a row in registers and
 #   longer rows with a block a row (SoftMax.cu host_softmax: dim_size <= 2048 and <= 8192 bytes): the forwards step
 #   from 8.5-9.4 ps an element at 2048 tokens to 9.8-10.2 at 4096;
 # - the causal mask (q_len x kv_len bools) is read again for every batch x head by masked_fill (and its backward):
 #   from L2 while it fits, from HBM past the edge (8192 tokens: 67 MB, 10.8-11.0 ps an element against 10.0 at 4096).
 SOFTMAX_PERSISTENT_MAX_ROW = 2048  # longest softmax row (bf16 elements) of PyTorch's one-warp-a-row kernel
-# Eager backward rows of fewer score elements time autograd's host work, not kernels: 220-550 us whatever their size
-# (1 x 8 heads x 512, 2M scores: 362 us at d64, 547 us at d128), where rows from 2^26 scores on run 9.5-11 ps an
+# Eager backward rows of fewer score elements time autograd's host work, not kernels: 219-590 us whatever their size
+# (1 x 8 heads x 512, 2M scores: 362 us at d64, 547 us at d128), where rows from 2^26 scores on run 9.5-11.4 ps an
 # element.
 UNFUSED_BWD_MIN_SCORES = 2 ** 26
 
