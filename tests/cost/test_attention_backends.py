@@ -102,8 +102,10 @@ def test_unfused_class_grows_with_seq_and_batch(gpu, backward, batch, heads, hd,
 
 
 def test_unfused_split_is_the_fixed_attention_rule():
-    from c3kit.cost.opclass import (UNFUSED_BWD_MIN_SCORES, gpu_time_unfused_rows, is_held_out_attention,
-                                    op_calibration)
+    import json
+
+    from c3kit.cost.opclass import (UNFUSED_BWD_MIN_SCORES, family_rows, gpu_time_unfused_rows, is_held_out_attention,
+                                    op_calibration, ops_file)
 
     # the rule reads sizes only: bit lengths of kv_len, heads, batch sum to a multiple of 3
     r = {"pass": "fwd", "batch": 1, "heads": 8, "q_len": 512, "kv_len": 512}
@@ -113,8 +115,13 @@ def test_unfused_split_is_the_fixed_attention_rule():
     big = {**small, "batch": 2}
     assert 8 * 2048 ** 2 < UNFUSED_BWD_MIN_SCORES <= 16 * 2048 ** 2
     assert gpu_time_unfused_rows([small, big, {**small, "pass": "fwd"}]) == [big, {**small, "pass": "fwd"}]
+    # the shipped class is fitted on the fit split alone: rows that time kernels, none held out
+    rows = family_rows("attn_backends", json.loads(ops_file("H200-SXM", "attn_backends").read_text()))
+    fit = [r for r in gpu_time_unfused_rows(rows) if not is_held_out_attention(r)]
     cal = op_calibration("H200-SXM")
-    assert cal.unfused["fwd"].n_rows == 51 and cal.unfused["bwd"].n_rows == 30  # the fit split of the shipped rows
+    for ps in ("fwd", "bwd"):
+        assert cal.unfused[ps].n_rows == sum(r["pass"] == ps for r in fit) < sum(
+            r["pass"] == ps for r in rows if r.get("backend") == "unfused")
 
 
 def test_fit_unfused_recovers_its_coefficients():
