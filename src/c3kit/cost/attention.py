@@ -10,9 +10,9 @@
   pass: about the same traffic over the score matrix, not measured separately. Elsewhere the sum of its
   kernels (workload.attention.unfused_parts): the batched GEMMs by the cost model's GEMM pricing, the
   softmax and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes
-  at HBM bandwidth x mem_eff. On the H200 that sum prices a median 30% (forward) and 41% (backward) of
-  the measured rows' time (benchmarks/validate_ops.py, a reference: the timed code runs more kernels than
-  Megatron's path, and its kernels run slower than their bytes say, not yet profiled): optimistic.
+  at HBM bandwidth x mem_eff. On the H200 that sum is well below the measured rows' time
+  (benchmarks/validate_ops.py prints it as a reference: the timed code runs more kernels than Megatron's
+  path, and its kernels run slower than their prices, not yet profiled): optimistic.
 - An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
   (cost/data/attention_backends.toml).
 - Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries
