@@ -66,8 +66,12 @@ NOT_YET_MODELLED = {
     "bmm by the GEMM model": "the torch.bmm rows are MoE-like shapes (K 1024-4096, N 1536-14336), none at unfused "
                              "attention's (K = head_dim, or N = head_dim): the curve prices M <= 64 slow (bias +4.6%) and "
                              "M >= 1024 fast (bias -10.0%: 610-710 TFLOP/s measured); the small-M class over groups x N "
-                             "columns (one launch streaming every group's weights) gave 8.4 / 15.6%, bias -8.4%: not "
-                             "adopted; rows at attention's shapes are not measured yet",
+                             "columns (one launch streaming every group's weights) gave 8.4 / 15.6%, bias -8.4%; the small-M "
+                             "class's form fitted on the bmm rows themselves (gemmclass.fit_streaming, fit split by "
+                             "is_held_out_grouped: 49 rows; math at 660 TFLOP/s over M padded to a 15-row tile, "
+                             "operands streamed at 4.29 TB/s) gave 2.9 / 6.1% on the other 23: not adopted, as no "
+                             "workload op runs a bmm in their range (unfused attention's have K or N = head_dim, "
+                             "outside it); rows at attention's shapes are not measured yet",
     "[unfused": "the timed code runs 7 kernels (matmul, scale, mask, triu, masked_fill, softmax, matmul) where Megatron's "
                 "path, which the kernel sum prices, runs 3-4 (matmul, fused scale-mask-softmax, dropout, matmul): not a "
                 "check of the sum. The rows past the L2 run 7.8-11.0 ps a score element forward, 9.5-11.4 backward (d64 "
