@@ -25,9 +25,11 @@ def test_documented_decisions():
     for name in ("mtnlg-530b-2240", "mtnlg-530b-2800", "mtnlg-530b-3360"):
         assert pp_engine_of(name) == "deepspeed"
         assert layout_of(runs[runs["run"] == name].iloc[0]).pp_engine == "deepspeed"
-    for name in ("narayanan-530b", "narayanan-530b-2240", "korthikanti-530b"):
+    for name in ("narayanan-530b", "narayanan-530b-2240", "korthikanti-530b", "korthikanti-530b-full"):
+        assert pp_engine_of(name) == "megatron_2021"  # scatter/gather; a no-op with sequence parallelism
+        assert layout_of(runs[runs["run"] == name].iloc[0]).pp_engine == "megatron_2021"
+    for name in ("nemotron4-340b", "mbridge2511-h100-llama3-70b"):
         assert pp_engine_of(name) == "megatron"
-        assert layout_of(runs[runs["run"] == name].iloc[0]).pp_engine == "megatron"
 
 
 def test_deepspeed_exchanges_replace_the_whole_activation_sends(monkeypatch):

@@ -1,4 +1,5 @@
-"""DeepSpeed's pipeline engine (Parallelism.pp_engine): hand-checked transfers, meta sends and TP all-gathers."""
+"""Pipeline engines (Parallelism.pp_engine): DeepSpeed's and Megatron-LM 2021's scatter/gather, hand-checked transfers,
+meta sends and TP all-gathers."""
 
 import pytest
 from hypothesis import given, settings
@@ -67,7 +68,8 @@ def test_bad_engine_and_layouts_are_refused():
 def test_every_engine_is_sourced():
     assert set(PP_ENGINE_SOURCES) == set(PP_ENGINES)
     assert all(PP_ENGINE_SOURCES[e].startswith("https://github.com/microsoft/DeepSpeed/blob/")
-               for e in PP_ENGINES if e != "megatron")
+               for e in PP_ENGINES if e.startswith("deepspeed"))
+    assert "46c74b4ca06a7794db1e2615544095535cdf12c2" in PP_ENGINE_SOURCES["megatron_2021"]
 
 
 @settings(max_examples=15, deadline=None)
@@ -78,3 +80,21 @@ def test_pipeline_bytes_per_micro_batch_never_exceed_two_whole_exchanges_per_pha
         sends = [n for n in g.nodes if n.role == f"pp_{ph}" and n.stream == "pp"]
         assert sum(n.op.bytes * n.count for n in sends) / m <= 2 * S + 2 * 120
         assert all(n.count % m == 0 for n in sends)
+
+
+def test_megatron_2021_scatters_slices_and_gathers_them_without_sp():
+    g = build_step(L70, Parallelism(tp=8, pp=4, vpp=2, global_batch=8, pp_engine="megatron_2021"), "train", seq=4096)
+    n = nodes(g, "pp.")
+    assert set(n) == {"pp.fwd", "pp.fwd.gather", "pp.fwd.gather_copies", "pp.bwd", "pp.bwd.gather",
+                      "pp.bwd.gather_copies"}
+    f = n["pp.fwd"]
+    assert f.op.bytes == S // 8 and f.count == 16  # one exchange per micro-batch and virtual stage, not in turn
+    assert n["pp.fwd.gather"].op.bytes == S and n["pp.fwd.gather"].count == 16
+    assert n["pp.bwd.gather_copies"].op.bytes == 2 * S  # torch.empty, then the list all_gather's copy-out only
+
+
+def test_megatron_2021_with_sp_sends_the_slice_as_it_is():
+    a = build_step(L70, Parallelism(tp=8, sp=True, pp=4, global_batch=8, pp_engine="megatron_2021"), "train", seq=4096)
+    b = build_step(L70, Parallelism(tp=8, sp=True, pp=4, global_batch=8), "train", seq=4096)
+    assert set(nodes(a, "pp.")) == set(nodes(b, "pp.")) == {"pp.fwd", "pp.bwd"}
+    assert a.by_role("pp_fwd")[0].op.bytes == b.by_role("pp_fwd")[0].op.bytes == S // 8

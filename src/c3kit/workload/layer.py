@@ -1228,7 +1228,9 @@ class _Builder(_Ops):
         """The stage's exchanges with its neighbours in one phase (fwd: activations, bwd: gradients) per micro-batch, by
         Structure.pp_engine (parallel.PP_ENGINES): the transfers, a meta tensor before each, TP all-gathers after."""
         d, s = self.d, self.s
-        turns, share, meta, gathers = PP_ENGINES[s.pp_engine][ph]
+        # Megatron-LM's scatter/gather applies without sequence parallelism; with it the activation is already a slice
+        engine = "megatron" if s.pp_engine == "megatron_2021" and s.sp else s.pp_engine
+        turns, share, meta, gathers = PP_ENGINES[engine][ph]
         n = self.mb * d.vpp
         part = self.pp_bytes // d.tp if share == "tp" and s.tp else self.pp_bytes
         last = self.add(f"pp.{ph}", CollShape("send_recv", part, 2, "pp", self.pp_blk), (dep,), ph, "micro", "pp",
@@ -1240,12 +1242,14 @@ class _Builder(_Ops):
         if gathers and s.tp:  # PartitionedTensor.full(): the whole tensor gathered over the TP group
             last = self.add(f"pp.{ph}.gather", CollShape("all_gather", self.pp_bytes, d.tp, "tp", self.tp_blk),
                             (last,), ph, "micro", "tp", n * gathers, f"pp_{ph}")
-            # around it: torch.zeros of the flat buffer (a write), the list all_gather of torch's ProcessGroupNCCL
-            # (1.x: outputTensors[i][j].copy_(outputFlattened[i][j]) after the collective) copying the flat output
-            # into the views, and .clone() of the result (a read and a write each)
+            # around it, DeepSpeed: torch.zeros of the flat buffer (a write), the list all_gather of torch's
+            # ProcessGroupNCCL (1.x: outputTensors[i][j].copy_(outputFlattened[i][j]) after the collective) copying the
+            # flat output into the views, and .clone() of the result (a read and a write each); Megatron-LM 2021:
+            # torch.empty and the list all_gather's copy-out only
             el = self.pp_bytes / d.b
-            last = self.add(f"pp.{ph}.gather_copies", MemShape(5 * el * d.b, 0, (("copy", 2.5 * el, 1),)), (last,), ph,
-                            "micro", "compute", n * gathers, "glue")
+            units = 2.0 if engine == "megatron_2021" else 5.0
+            last = self.add(f"pp.{ph}.gather_copies", MemShape(units * el * d.b, 0, (("copy", units / 2 * el, 1),)),
+                            (last,), ph, "micro", "compute", n * gathers, "glue")
         return last
 
     def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:

@@ -99,6 +99,7 @@ TP_COMM_OVERLAP_SOURCES = {
 # prices each transfer, meta send and all-gather exposed, one after the other (workload.layer pipeline_sends).
 PP_ENGINES = {
     "megatron": {"fwd": (1, "whole", False, 0), "bwd": (1, "whole", False, 0)},
+    "megatron_2021": {"fwd": (1, "tp", False, 1), "bwd": (1, "tp", False, 1)},
     "deepspeed": {"fwd": (2, "tp", True, 1), "bwd": (2, "tp", True, 2)},
     "deepspeed_2020": {"fwd": (2, "tp", True, 1), "bwd": (2, "whole", False, 1)},
 }
@@ -107,6 +108,13 @@ PP_ENGINE_SOURCES = {
     "megatron": "Megatron-LM's 1F1B (megatron/p2p_communication.py): send_forward_recv_backward and "
                 "send_backward_recv_forward send and receive at once, one exchange of the whole activation per phase "
                 "and micro-batch, the library's default.",
+    "megatron_2021": "Megatron-LM of 2021 (Narayanan et al. 2021, arXiv 2104.04473, Sec. 4.1 'scatter/gather "
+                     "communication optimization'; NVIDIA/Megatron-LM megatron/p2p_communication.py @ "
+                     "46c74b4ca06a7794db1e2615544095535cdf12c2, scatter_gather_tensors_in_pipeline on unless "
+                     "--no-scatter-gather-tensors-in-pipeline): without sequence parallelism each TP rank sends a 1/tp "
+                     "slice (split_tensor_into_1d_equal_chunks) and the receiver all-gathers the whole tensor over "
+                     "TP (gather_split_1d_tensor: torch.empty, then a list all_gather into its chunks); with sequence "
+                     "parallelism the activation is already a 1/tp slice and is sent as it is.",
     "deepspeed": _DS + "559c4ce11a6b226f856664071d820a9c97feaf9e/deepspeed/runtime/pipe/engine.py (and schedule.py, "
                  "p2p.py; since 'Big science related changes', #1407, e2fdd254ed, 2021-09-29): TrainSchedule issues "
                  "RecvActivation then SendGrad before a forward and SendActivation then RecvGrad before a backward, "
@@ -303,7 +311,8 @@ class Parallelism:
     TP_COMM_OVERLAP_METHODS (TP_COMM_OVERLAP_SOURCES; step/tpcomm.py prices them); "none" (default) leaves the TP pairs
     to the step's overlap mode; a no-op without tp > 1.
     pp_engine (PP_ENGINES): how pipeline stages exchange activations and gradients: "megatron" (default, Megatron-LM's
-    1F1B) or DeepSpeed's pipeline engine ("deepspeed", "deepspeed_2020": serial blocking transfers of 1/tp slices
+    1F1B), "megatron_2021" (the same with 2021-22 Megatron-LM's scatter/gather of 1/tp slices without sequence
+    parallelism) or DeepSpeed's pipeline engine ("deepspeed", "deepspeed_2020": serial blocking transfers of 1/tp slices
     with meta sends and TP all-gathers, PP_ENGINE_SOURCES); DeepSpeed's engine needs vpp 1 and no p2p overlap.
     """
 
@@ -369,7 +378,7 @@ class Parallelism:
             object.__setattr__(self, "pp_p2p_overlap", False)  # no pipeline: nothing to send
         check_tp_comm_overlap(self.tp_comm_overlap)
         check_pp_engine(self.pp_engine)
-        if self.pp_engine != "megatron" and (self.vpp > 1 or self.pp_p2p_overlap):
+        if self.pp_engine.startswith("deepspeed") and (self.vpp > 1 or self.pp_p2p_overlap):
             raise WorkloadError(f"parallelism: pp_engine {self.pp_engine!r} (DeepSpeed's pipeline engine) has no "
                                 "interleaved stages and no overlapped sends: use vpp 1 and pp_p2p_overlap False")
         if self.tp == 1:
