@@ -161,7 +161,8 @@ def analyze(
                                              "priced by its method's overlap-engine schedule."),
     pp_engine: str = typer.Option(_D["pp_engine"], "--pp-engine",
                                   help="How pipeline stages exchange activations and gradients: megatron (Megatron-LM's "
-                                       "paired sends and receives), deepspeed (DeepSpeed's pipeline engine of late "
+                                       "paired sends and receives), megatron_2021 (the same with 2021-22 "
+                                       "Megatron-LM's scatter/gather of 1/tp slices without --sp), deepspeed (DeepSpeed's pipeline engine of late "
                                        "2021: one blocking transfer at a time, 1/tp slices re-gathered over TP) or "
                                        "deepspeed_2020 (the same before its sliced gradients); "
                                        "workload.parallel.PP_ENGINE_SOURCES."),
