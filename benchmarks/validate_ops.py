@@ -44,11 +44,6 @@ NOT_YET_MODELLED = {
                           "held-out 12; fitted on them alone the class priced all 72 moe_grad wgrads at 5.2 / 14.0%, "
                           "bias -4.7% (the wgrad inside autograd's backward runs longer than the lone _grouped_mm of "
                           "its shape): not adopted",
-    "gemm fp8 rowwise": "per-row scales at the small cubes do not follow size (which kernel ran was not profiled): FP8 / BF16 = 0.87 "
-                        "(1024^3), 1.07 (1536^3), 0.63 (2048^3) against 0.73 / 0.70 / 0.61 per-tensor; 1536^3 is a fit "
-                        "row and sets the fixed cost (7.3 us against 2.3 per-tensor), so the held-out 1024^3 and 2048^3 "
-                        "are priced +94% / +35% (the large shapes within -14 to +2%); the curve's fp8 fraction "
-                        "fitted on the same rows gave 3.6 / 9.1%, seen only after this split's result: not adopted",
     "fp8 cast": "1024 x 1024 (21.5 us eager) is the parts' own fixed costs, not a launch floor (fp8_cast_parts in "
                 "CUDA graphs: amax 9.7 + scale 3.8 + cast 6.8 = 20.3 us); at 64M-256M elements the graph parts run "
                 "5.8-6.1 ps an element against 6.4-7.0 eager (the eager composite divides where the parts multiply; "
