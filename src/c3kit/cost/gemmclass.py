@@ -45,7 +45,8 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   tile's wave quantization (waves x SMs / tiles, rowwise_wave_factor), which the BF16 curve's best tile does not
   have (1536^3: 144 tiles of 128 x 128 on 132 SMs, q = 1.83; the large shapes 1.00-1.03).
 - FP8 cast (amax + scale + cast of one BF16 tensor to e4m3, as PyTorch runs it unfused): t = fixed +
-  coef x elements.
+  coef x elements, both the sum of the cast's kernels (cost/fp8cast.py) where the GPU has fp8_cast_parts rows, else
+  fitted on the fp8_cast rows alone.
 
 Held-out rows (benchmarks/validate_ops.py prints their errors): small-M: the (N, K) shapes in
 SMALL_M_HELD_OUT (every third shape of the benchmark's list); grouped: rows picked by
@@ -408,9 +409,16 @@ def cast_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["kind"] == "fp8_cast" and r["time_s"]]
 
 
-def fit_cast(rows: list[dict], hold_out: bool = True) -> FeatureCost | None:
-    """t = fixed + coef x elements of the measured amax + scale + cast composition."""
+def fit_cast(rows: list[dict], hold_out: bool = True, part_rows: list[dict] | None = None) -> FeatureCost | None:
+    """t = fixed + coef x elements of the measured amax + scale + cast composition: the sum of its parts
+    (fp8cast.fit_cast_parts) where fp8_cast_parts rows are given, else a line through the fp8_cast rows."""
     cr = cast_rows(rows)
+    if part_rows:
+        from c3kit.cost.fp8cast import fit_cast_parts
+
+        parts = fit_cast_parts(part_rows, cr, hold_out)
+        if parts is not None:
+            return FeatureCost(parts.fixed_s, (parts.s_per_element,), parts.n_rows)
     keep = [r for r, h in zip(cr, held_out_every_third(cr)) if not (hold_out and h)]
     if len(keep) < 3:
         return None
@@ -538,7 +546,8 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     grouped = fit_grouped(rows + [f for f, _ in pairs], sms=sms)
     graph = graph_wgrad_rows(moe_grad_parts(gemm_rows(gpu_name, ("moe_grad",)) or []))
     wrows = graph if graph else (wgrad_rows(pairs, grouped) if grouped is not None else [])
-    return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
+    return GemmCalibration(gpu_name, fit_small_m(rows), grouped,
+                           fit_cast(rows, part_rows=gemm_rows(gpu_name, ("fp8_cast_parts",))),
                            op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms))
 
 
