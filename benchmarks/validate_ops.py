@@ -402,6 +402,9 @@ def fp8_gemm_errors(directory: Path | None, gemm_rows: list[dict], curve, gpu) -
         for f, b in gc.fp8_pairs(rows, kind):
             if gc.is_held_out_fp8(f):
                 add(f"gemm fp8 {label} (_scaled_mm)", cls, f, b)
+                if kind in gc.ROWWISE_TILE_KINDS:
+                    add(f"gemm fp8 {label} [before: no rowwise tile rule]",
+                        gc.fit_fp8_gemm(rows, curve, gpu, kind, rowwise_tiles=False), f, b)
                 if kind == "fp8_tensorwise":  # the measured time itself: the BF16 curve's own error included
                     p = cls(f["m"], f["n"], curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu))
                     out.setdefault("gemm fp8 tensorwise vs measured time [BF16 curve error included]", []).append(

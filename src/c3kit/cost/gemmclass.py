@@ -361,13 +361,16 @@ def fp8_pairs(rows: list[dict], kind: str = "fp8_tensorwise") -> list[tuple[dict
             if r["kind"] == kind and r["time_s"] and (r["m"], r["n"], r["k"]) in bf]
 
 
-def fit_fp8_gemm(rows: list[dict], curve, gpu, kind: str = "fp8_tensorwise", hold_out: bool = True) -> Fp8Gemm | None:
+def fit_fp8_gemm(rows: list[dict], curve, gpu, kind: str = "fp8_tensorwise", hold_out: bool = True,
+                 rowwise_tiles: bool | None = None) -> Fp8Gemm | None:
     """The FP8 GEMM class of one scaling from fp8_mm rows (held-out shapes left out unless hold_out is False),
-    on the normalised targets (fp8_target) with t_bf16 from `curve` on `gpu`."""
+    on the normalised targets (fp8_target) with t_bf16 from `curve` on `gpu`; rowwise_tiles: whether the math part
+    carries the rowwise kernel's wave quantization (default: the kinds in ROWWISE_TILE_KINDS)."""
     keep = [p for p in fp8_pairs(rows, kind) if not (hold_out and is_held_out_fp8(p[0]))]
     if len(keep) < 4:
         return None
-    shape = Fp8Gemm(0.0, 1.0, 0.0, int(gpu.sms), rowwise_tiles=kind in ROWWISE_TILE_KINDS)
+    tiles = kind in ROWWISE_TILE_KINDS if rowwise_tiles is None else bool(rowwise_tiles)
+    shape = Fp8Gemm(0.0, 1.0, 0.0, int(gpu.sms), rowwise_tiles=tiles)
     x = np.array([[shape(f["m"], f["n"], curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu)),
                    shape.waves(f["m"], f["n"])] for f, _ in keep])
     c = fit_nonneg(x, np.array([fp8_target(f, b, curve, gpu) for f, b in keep]))
