@@ -8,8 +8,9 @@ The fit uses the shipped ops files with the held-out rows left out (memory-bound
 opclass.is_held_out_norm_width (widths 5120, 6144, 12288 and 16k tokens); attention: every third shape by a fixed
 hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
-without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
-prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
+without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash; the FP8 cast: every third
+fp8_cast row, gemmclass.held_out_every_third, and every third fp8_cast_parts size, fp8cast.is_held_out_parts_size);
+this script prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
 Usage: python benchmarks/validate_ops.py [--dir DIR]

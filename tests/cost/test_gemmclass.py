@@ -146,7 +146,8 @@ def test_held_out_checks_run(load_benchmark):
     assert len(errs["gemm fp8 tensorwise on the ops-gemm rows held out before (out of sample)"]) == 4
     assert len(errs["gemm fp8 rowwise [before: no rowwise tile rule]"]) == 10
     # the cast: 4 held-out fp8_cast rows, amax / scale / cast at the held-out parts size, 48 ops-fp8 rows no fit reads
-    assert len(errs["fp8 cast (amax+scale+cast)"]) == len(errs["fp8 cast [before: a line through the fp8_cast rows]"]) == 4
+    before = errs["fp8 cast [before: a line through the fp8_cast rows]"]
+    assert len(errs["fp8 cast (amax+scale+cast)"]) == len(before) == 4
     assert len(errs["fp8 cast parts (fp8_cast_parts: amax, scale, cast)"]) == 3
     assert len(errs["fp8 cast (ops-fp8 cast_tensorwise rows, out of sample)"]) == 48
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))
