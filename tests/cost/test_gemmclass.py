@@ -51,7 +51,7 @@ def test_h200_classes_are_fitted_from_its_rows():
     wg = gc.graph_wgrad_rows(gc.moe_grad_parts(gc.gemm_rows("H200-SXM", ("moe_grad",))))
     assert cal.grouped_wgrad.n_rows == sum(not gc.is_held_out_grouped(r) for r in wg) >= 8
     assert 0.5 < fp8_fraction("H200-SXM") < 1.0 and fp8_fraction("B200") is None
-    assert cal.cast.n_rows == 8 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
+    assert cal.cast.n_rows == 20 and cal.cast.fixed_s > 0 and cal.cast.coefs[0] > 0
     assert gc.gemm_calibration("B200") is None
 
 
@@ -144,6 +144,12 @@ def test_held_out_checks_run(load_benchmark):
     assert len(errs["gemm fp8 tensorwise (_scaled_mm)"]) == len(errs["gemm fp8 rowwise (_scaled_mm)"]) == 10
     assert len(errs["gemm fp8 tensorwise on the ops-gemm rows (out of sample)"]) == 12
     assert len(errs["gemm fp8 tensorwise on the ops-gemm rows held out before (out of sample)"]) == 4
+    assert len(errs["gemm fp8 rowwise [before: no rowwise tile rule]"]) == 10
+    # the cast: 4 held-out fp8_cast rows, amax / scale / cast at the held-out parts size, 48 ops-fp8 rows no fit reads
+    before = errs["fp8 cast [before: a line through the fp8_cast rows]"]
+    assert len(errs["fp8 cast (amax+scale+cast)"]) == len(before) == 4
+    assert len(errs["fp8 cast parts (fp8_cast_parts: amax, scale, cast)"]) == 3
+    assert len(errs["fp8 cast (ops-fp8 cast_tensorwise rows, out of sample)"]) == 48
     assert np.all(np.isfinite(np.concatenate(list(errs.values()))))
 
 
@@ -276,6 +282,39 @@ def test_fp8_gemm_hand_checked():
     # on a GPU with twice the FP8 peak and twice the FP8 : BF16 ratio: the math part halves, the epilogue too
     g = f.scaled(2.0, 2.0)
     assert (g.ratio, g.per_wave_s, g.fixed_s) == (0.25, 1e-7, 1e-6)
+
+
+def test_rowwise_wave_factor_hand_checked():
+    # 1536^3: ceil(1536 / 128)^2 = 144 clusters > 66 cluster slots, so 128 x 128 tiles: 144 tiles on 132 slots, two
+    # waves: q = 2 x 132 / 144
+    assert gc.rowwise_wave_factor(1536, 1536, 132) == pytest.approx(264 / 144, rel=1e-12)
+    # 1024^2: 64 clusters fit the 66 slots, so 64 x 128 tiles: 16 x 8 = 128 tiles, one wave: q = 132 / 128
+    assert gc.rowwise_wave_factor(1024, 1024, 132) == pytest.approx(132 / 128, rel=1e-12)
+    # 2048^2: 128 x 128 tiles, 256 of them, two waves of 132
+    assert gc.rowwise_wave_factor(2048, 2048, 132) == pytest.approx(264 / 256, rel=1e-12)
+    # an exact multiple of the slots has no quantization loss
+    assert gc.rowwise_wave_factor(128 * 132, 128, 132) == 1.0
+    # the factor multiplies only the math part, and only where the class says its kernel is the rowwise one
+    f = gc.Fp8Gemm(fixed_s=1e-6, ratio=0.5, per_wave_s=2e-7, sms=132, rowwise_tiles=True)
+    assert f(1536, 1536, 1e-5) == pytest.approx(1e-6 + 0.5 * 264 / 144 * 1e-5 + 2 * 2e-7, rel=1e-12)
+    assert gc.Fp8Gemm(1e-6, 0.5, 2e-7, 132)(1536, 1536, 1e-5) == pytest.approx(1e-6 + 0.5e-5 + 4e-7, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 40000), n=st.integers(1, 40000), sms=st.sampled_from([78, 114, 132, 148]))
+def test_rowwise_wave_factor_is_at_least_one_and_bounded(m, n, sms):
+    q = gc.rowwise_wave_factor(m, n, sms)
+    # a partial last wave costs at most a whole wave: q in [1, slots / tiles], and at most 2 beyond one wave
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    assert 1.0 <= q <= 2 * (sms // 2) and (tiles <= sms // 2 or q < 2.0)
+
+
+def test_shipped_rowwise_class_uses_the_rowwise_tile_rule():
+    c = fp8_classes("H200-SXM")
+    assert c["fp8_rowwise"].rowwise_tiles and not c["fp8_tensorwise"].rowwise_tiles
+    # with the tile rule the 1536^3 fit row is priced by its waves, not by the fixed cost: the fitted fixed cost is
+    # below the per-tensor kernel's
+    assert c["fp8_rowwise"].fixed_s < c["fp8_tensorwise"].fixed_s
 
 
 def test_shipped_fp8_class_prices_fp8_gemms():

@@ -31,7 +31,7 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
 - FP8 GEMM (torch._scaled_mm e4m3, bf16 out; FP8_KINDS: per-tensor and per-row scales, each its own class,
   Fp8Gemm): the BF16 GEMM of the same shape priced by the calibrated curve, its math at the FP8 rate, plus what
   the FP8 kernel does not speed up, a fixed cost per call and an epilogue per wave of 128 x 128 output tiles:
-      t_fp8 = fixed + ratio x t_bf16 + per_wave x ceil(ceil(M / 128) ceil(N / 128) / SMs),
+      t_fp8 = fixed + ratio x q x t_bf16 + per_wave x ceil(ceil(M / 128) ceil(N / 128) / SMs),
   fitted (non-negative relative least squares) on the fp8_mm rows (runtime/bench/ops_heldout.py: Llama-3-like
   per-rank training GEMMs and 1024-2048 cubes, torch.mm bf16 and both scalings per shape, CUDA graphs) after
   normalising each FP8 time by the BF16 time of the same shape in the same run (t_fp8 x curve_bf16 /
@@ -39,8 +39,14 @@ the '<gpu>-ops-gemm.json' calibration file), never to step times:
   not the run's clock state. Per-tensor scaling prices the step model's FP8 GEMMs (Transformer Engine's delayed
   and current recipes and torchao's default scale per tensor). The curve's own fp8 peak fraction (fit_fp8_frac;
   cost/default_curve.py) is fitted on the same per-tensor fit rows and prices FP8 GEMMs the class does not cover.
+  q is 1 for per-tensor scales (cuBLAS picks its tile as the BF16 curve does); per-row scales run PyTorch's own
+  CUTLASS kernel (aten/src/ATen/native/cuda/RowwiseScaledMM.cu, SM90), whose tile is fixed by a rule on M and N:
+  64 x 128 tiles where clusters of two such tiles fill at most one wave over the SMs, else 128 x 128; q is that
+  tile's wave quantization (waves x SMs / tiles, rowwise_wave_factor), which the BF16 curve's best tile does not
+  have (1536^3: 144 tiles of 128 x 128 on 132 SMs, q = 1.83; the large shapes 1.00-1.03).
 - FP8 cast (amax + scale + cast of one BF16 tensor to e4m3, as PyTorch runs it unfused): t = fixed +
-  coef x elements.
+  coef x elements, both the sum of the cast's kernels (cost/fp8cast.py) where the GPU has fp8_cast_parts rows, else
+  fitted on the fp8_cast rows alone.
 
 Held-out rows (benchmarks/validate_ops.py prints their errors): small-M: the (N, K) shapes in
 SMALL_M_HELD_OUT (every third shape of the benchmark's list); grouped: rows picked by
@@ -294,6 +300,7 @@ def fit_grouped(rows: list[dict], kind: str = "grouped_mm", hold_out: bool = Tru
 
 
 FP8_KINDS = ("fp8_tensorwise", "fp8_rowwise")  # the fp8_mm family's FP8 rows: per-tensor and per-row scales
+ROWWISE_TILE_KINDS = frozenset({"fp8_rowwise"})  # kinds run by PyTorch's rowwise CUTLASS kernel (rowwise_wave_factor)
 
 
 @dataclass(frozen=True)
@@ -306,6 +313,7 @@ class Fp8Gemm:
     sms: int
     n_rows: int = 0
     min_mnk: float = 0.0  # the smallest M, N or K among the fitted rows
+    rowwise_tiles: bool = False  # math part quantized by the rowwise CUTLASS kernel's tile rule (rowwise_wave_factor)
 
     def covers(self, m, n, k):
         """True (elementwise) where M, N and K are at least half the smallest measured one."""
@@ -319,13 +327,26 @@ class Fp8Gemm:
 
     def __call__(self, m, n, t_bf16, batch=1):
         """Seconds of the FP8 GEMM whose BF16 twin (same M, N, K, batch) takes t_bf16 seconds."""
-        t = self.fixed_s + self.ratio * np.asarray(t_bf16, dtype=float) + self.per_wave_s * self.waves(m, n, batch)
+        q = rowwise_wave_factor(m, n, self.sms, batch) if self.rowwise_tiles else 1.0
+        t = self.fixed_s + self.ratio * q * np.asarray(t_bf16, dtype=float) + self.per_wave_s * self.waves(m, n, batch)
         return float(t) if np.ndim(t) == 0 else t
 
     def scaled(self, flops_ratio: float, fp8_rate_ratio: float) -> "Fp8Gemm":
         """The same kernel on a GPU with flops_ratio x the FP8 peak and fp8_rate_ratio x the FP8 : BF16 peak ratio
         (the math part's ratio shrinks by it, the epilogue runs at the math rate, the measured GPU's SM count)."""
         return replace(self, ratio=self.ratio / fp8_rate_ratio, per_wave_s=self.per_wave_s / flops_ratio)
+
+
+def rowwise_wave_factor(m, n, sms: int, batch=1):
+    """Wave quantization (waves x tile slots / tiles, >= 1) of PyTorch's SM90 rowwise-scaled FP8 kernel: clusters of
+    two tiles, 64 x 128 where ceil(M / 128) ceil(N / 128) clusters fit one wave over the SMs, else 128 x 128."""
+    m, n, b = (np.asarray(x, dtype=float) for x in (m, n, batch))
+    pairs = sms // 2  # cluster slots: every shape of the dispatch runs clusters of two CTAs
+    tm = np.where(np.ceil(m / 128) * np.ceil(n / 128) <= pairs, 64.0, 128.0)
+    tiles = np.ceil(m / tm) * np.ceil(n / 128) * b
+    slots = 2.0 * pairs
+    q = np.ceil(tiles / slots) * slots / tiles
+    return float(q) if np.ndim(q) == 0 else q
 
 
 def is_held_out_fp8(r: dict) -> bool:
@@ -340,18 +361,21 @@ def fp8_pairs(rows: list[dict], kind: str = "fp8_tensorwise") -> list[tuple[dict
             if r["kind"] == kind and r["time_s"] and (r["m"], r["n"], r["k"]) in bf]
 
 
-def fit_fp8_gemm(rows: list[dict], curve, gpu, kind: str = "fp8_tensorwise", hold_out: bool = True) -> Fp8Gemm | None:
+def fit_fp8_gemm(rows: list[dict], curve, gpu, kind: str = "fp8_tensorwise", hold_out: bool = True,
+                 rowwise_tiles: bool | None = None) -> Fp8Gemm | None:
     """The FP8 GEMM class of one scaling from fp8_mm rows (held-out shapes left out unless hold_out is False),
-    on the normalised targets (fp8_target) with t_bf16 from `curve` on `gpu`."""
+    on the normalised targets (fp8_target) with t_bf16 from `curve` on `gpu`; rowwise_tiles: whether the math part
+    carries the rowwise kernel's wave quantization (default: the kinds in ROWWISE_TILE_KINDS)."""
     keep = [p for p in fp8_pairs(rows, kind) if not (hold_out and is_held_out_fp8(p[0]))]
     if len(keep) < 4:
         return None
-    shape = Fp8Gemm(0.0, 0.0, 0.0, int(gpu.sms))
-    x = np.array([[curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu), shape.waves(f["m"], f["n"])]
-                  for f, _ in keep])
+    tiles = kind in ROWWISE_TILE_KINDS if rowwise_tiles is None else bool(rowwise_tiles)
+    shape = Fp8Gemm(0.0, 1.0, 0.0, int(gpu.sms), rowwise_tiles=tiles)
+    x = np.array([[shape(f["m"], f["n"], curve.gemm_time(f["m"], f["n"], f["k"], "bf16", gpu)),
+                   shape.waves(f["m"], f["n"])] for f, _ in keep])
     c = fit_nonneg(x, np.array([fp8_target(f, b, curve, gpu) for f, b in keep]))
     min_mnk = float(min(min(f["m"], f["n"], f["k"]) for f, _ in keep))
-    return Fp8Gemm(float(c[0]), float(c[1]), float(c[2]), int(gpu.sms), len(keep), min_mnk)
+    return Fp8Gemm(float(c[0]), float(c[1]), float(c[2]), int(gpu.sms), len(keep), min_mnk, shape.rowwise_tiles)
 
 
 def fit_fp8_frac(rows: list[dict], curve, gpu, hold_out: bool = True, kind: str = "fp8_tensorwise") -> float | None:
@@ -388,9 +412,16 @@ def cast_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["kind"] == "fp8_cast" and r["time_s"]]
 
 
-def fit_cast(rows: list[dict], hold_out: bool = True) -> FeatureCost | None:
-    """t = fixed + coef x elements of the measured amax + scale + cast composition."""
+def fit_cast(rows: list[dict], hold_out: bool = True, part_rows: list[dict] | None = None) -> FeatureCost | None:
+    """t = fixed + coef x elements of the measured amax + scale + cast composition: the sum of its parts
+    (fp8cast.fit_cast_parts) where fp8_cast_parts rows are given, else a line through the fp8_cast rows."""
     cr = cast_rows(rows)
+    if part_rows:
+        from c3kit.cost.fp8cast import fit_cast_parts
+
+        parts = fit_cast_parts(part_rows, cr, hold_out)
+        if parts is not None:
+            return FeatureCost(parts.fixed_s, (parts.s_per_element,), parts.n_rows)
     keep = [r for r, h in zip(cr, held_out_every_third(cr)) if not (hold_out and h)]
     if len(keep) < 3:
         return None
@@ -518,7 +549,8 @@ def gemm_calibration(gpu_name: str) -> GemmCalibration | None:
     grouped = fit_grouped(rows + [f for f, _ in pairs], sms=sms)
     graph = graph_wgrad_rows(moe_grad_parts(gemm_rows(gpu_name, ("moe_grad",)) or []))
     wrows = graph if graph else (wgrad_rows(pairs, grouped) if grouped is not None else [])
-    return GemmCalibration(gpu_name, fit_small_m(rows), grouped, fit_cast(rows),
+    return GemmCalibration(gpu_name, fit_small_m(rows), grouped,
+                           fit_cast(rows, part_rows=gemm_rows(gpu_name, ("fp8_cast_parts",))),
                            op_calibration_path(gpu_name, "gemm").name, fit_grouped_wgrad(wrows, sms=sms))
 
 
