@@ -111,8 +111,8 @@ def test_default_backend_per_gpu():
 
 
 def test_basis_per_backend():
-    assert attention_basis("H200-SXM") == {"cudnn": "measured", "flash2": "measured", "efficient": "measured",
-                                           "unfused": "measured"}
+    assert attention_basis("H200-SXM") == {"cudnn": "measured", "flash2": "measured", "flash1": "datasheet",
+                                           "efficient": "measured", "unfused": "measured"}
     h100 = attention_basis("H100-SXM")
     assert h100["flash2"] == "transferred from H200-SXM"
     a100 = attention_basis("A100-SXM-80G")

@@ -1,8 +1,10 @@
 """Attention priced by the backend that runs it (workload.attention.BACKENDS).
 
-- Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
-  own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
-  and mem_eff ("datasheet").
+- Fused backends (cudnn, flash2, flash1, efficient): the GPU's measured class of that backend (cost/opclass.py,
+  own or transferred through cost/basis.py); a backend that class lacks (or every backend, without one) runs
+  at the rate of the published rows of its kernel on this GPU (cost/published.py: flash1 on the A100 and the
+  H100 from FlashAttention (v1)'s published figures); without either, the roofline with the cost model's
+  attn_eff and mem_eff ("datasheet").
 - unfused: on a GPU with a measured unfused class (the H200's eager rows: matmul, scale, masked_fill,
   softmax, matmul; the H100 by transfer) that class. Megatron-LM's path has the same two batched GEMMs
   and instead of the scale and masked_fill passes one fused scale-mask-softmax and a dropout pass: about
@@ -71,7 +73,8 @@ def resolve_backend(backend: str, gpu_name: str) -> str:
 def attention_basis(gpu_name: str) -> dict[str, str]:
     """backend -> "measured" | "transferred from X" | ... | "datasheet" on this GPU, for every backend.
 
-    Fused backends: the basis of the attention class where that backend has rows, else datasheet;
+    Fused backends: the basis of the attention class where that backend has rows in it, else published rows of
+    its kernel on this GPU, else datasheet;
     unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
     from c3kit.cost.basis import basis, source_gpu
     from c3kit.cost.opclass import op_calibration
@@ -81,7 +84,7 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     src = source_gpu(gpu_name, "attention")
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
-    _published = attention_labels(gpu_name) if src is None else {}  # cost/published.py
+    _published = attention_labels(gpu_name)  # cost/published.py
     out = {k: (b["attention"] if k in measured else _published.get(k, "datasheet")) for k in BACKENDS if k != "unfused"}
     out["unfused"] = (b["attention"] if cal is not None and cal.unfused else
                       f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}")
@@ -183,7 +186,7 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
     if model.kind == "roofline":
         return None
     cal = _cal(hw, "attention")
-    if cal is None:
-        return published_rows(a, shape, backend, hw, model, price)  # cost/published.py; None without rows
-    return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
-                  shape.backward, shape.balanced, backend, 2.0)
+    t = None if cal is None else _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"],
+                                         a["head_dim"], shape.causal, shape.backward, shape.balanced, backend, 2.0)
+    # a backend the measured class lacks: its published rows (cost/published.py); None without rows
+    return t if t is not None else published_rows(a, shape, backend, hw, model, price)
