@@ -124,7 +124,13 @@ def azure_h200_check():
 ROW_CLASS = {"gemm": lambda r: {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}[r.dtype],
              "sustained": lambda r: "gemm (sustained clock)",
              "attention": lambda r: "attention", "memory": lambda r: "memory, fp8_cast",
-             "collective": lambda r: "collective"}
+             "collective": lambda r: _collective_class(r.kind)}
+
+
+def _collective_class(kind: str) -> str:
+    from c3kit.cost.published import FIT_KINDS
+
+    return FIT_KINDS.get(kind, "collective")
 
 
 def sources_block() -> str:

@@ -4,7 +4,9 @@ GEMMs of unfused attention (torch.bmm rows priced by the GEMM model, which was c
 shapes: every row is out of sample), and the kernel floor.
 
 The fit uses the shipped ops files with the held-out rows left out (memory-bound: every row of width
-5120, and the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens; attention: every third shape by a fixed hash, opclass.is_held_out_attention, for the backends
+5120, the CUDA-graph memory_graph rows of opclass.MEMORY_GRAPH_HELD_OUT_TOKENS tokens, and the norm_width rows of
+opclass.is_held_out_norm_width (widths 5120, 6144, 12288 and 16k tokens); attention: every third shape by a fixed
+hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
 without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
@@ -33,9 +35,6 @@ NOT_YET_MODELLED = {
     "attention cudnn fwd": "few blocks run longer than their FLOPs say (1 x 8 heads x 4096: -22%, 1 x 16 x 2048: "
                            "-16%); flash2's makespan feature passes these rows (d64 1.2 / 4.4%, d128 3.8 / 6.6%) but "
                            "worsened the whole-layer check, where SDPA runs cudnn: not adopted (opclass.py)",
-    "attention decode": "the misses are rows of 6-16 us: 16 x 32 heads x 512 KV (d128) runs 8.4 us where a fixed cost "
-                        "plus bytes prices 13.4 us, 1 x 8 x 512 runs 7.9 us where it prices 6.2 us; smooth-max forms "
-                        "(fixed, bytes) fitted on the training split did no better",
     "gemm grouped wgrad": "rows are differences of two timings (forward + wgrad - forward), and one shape timed twice "
                           "differs by up to 16% where the routing cannot matter (mixtral-8x7b ep8 gate_up, one "
                           "group: 3396 us random, 3955 us balanced); the direct _grouped_mm rows (grouped_wgrad) show "
@@ -55,17 +54,14 @@ NOT_YET_MODELLED = {
                 "5.8-6.1 ps an element against 6.4-7.0 eager (the eager composite divides where the parts multiply; "
                 "not yet separated): "
                 "joined to the fit they moved the eager held-out rows to 11.2 / 18.1%: not adopted",
-    "memory rmsnorm.bwd": "width 5120 runs 1.43-1.51 TB/s at 8k-32k tokens where 4096 runs 1.72-1.82 (eager and "
-                          "graph rows alike); the weight gradient's waves with eager rows from 2^25 passed both "
-                          "held-out sets (n 3, 4) but priced all norm_bwd graph rows at 7.4 / 16.2%: not adopted",
-    "memory rmsnorm": "width 8192 streams at 2.7 TB/s where 2048-5120 run 3.3-3.5 (graph rows alike): a per-width "
-                      "kernel effect the fitted form does not carry",
+    "memory rmsnorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -11%, x 8192: +12%) and 16384 x 8192 "
+                                        "runs 2.7 TB/s, priced -8%: the one re-read edge of forwards and backwards is "
+                                        "still rising at 8192; the fit's own rows show the same strain (width 2048: "
+                                        "-12% at 4k tokens, +12% at 32k)",
     "memory residual_add": "the rows step from L2 to HBM speed between 25 and 50 MB (1024 x 4096: 6.8 TB/s, "
                            "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
-    "memory layernorm": "width 5120 streams at 2.4-2.9 TB/s like 4096, 8192 at 2.3-2.5: a per-width kernel effect the "
-                        "power-of-two fitted widths do not pin (the graph rows of 4096 and 8192 alike)",
-    "memory layernorm.bwd (CUDA-graph rows)": "the two widths stream differently (4096: 1.6 TB/s, 8192: 1.5) and the "
-                                              "weight gradient's waves are priced on eager rows",
+    "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -14%, x 8192: +10%); 16384 x 8192 "
+                                          "-7%",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }
@@ -111,32 +107,37 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
     gpu = get_gpu("H200-SXM")
     sms = gpu.sms
     l2 = gpu.l2_bytes
+    mem_rows += oc.norm_width_rows(_family_rows(directory, "norm_width"))
     edge = oc.fit_l2_edge(mem_rows, l2_bytes=l2, sms=sms)
-    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms, edge=edge)
+    row_edge = oc.fit_row_edge(mem_rows, l2_bytes=l2, sms=sms, edge=edge)
+    fit = oc.fit_memory(mem_rows, l2_bytes=l2, sms=sms, edge=edge, row_edge=row_edge)
     for r in oc.gpu_time_memory_rows(mem_rows):  # eager rows of width 5120, CUDA-graph rows of the held-out tokens
         kind = oc._memory_kind(r)
-        graph = oc.is_held_out_memory_graph(r)
-        if kind not in fit or not (graph or r.get("mode") != "graph" and int(r["width"]) == oc.HELD_OUT_WIDTH):
+        widths = oc.is_held_out_norm_width(r)
+        graph = oc.is_held_out_memory_graph(r) and not widths
+        if kind not in fit or not (widths or graph or r.get("mode") != "graph" and int(r["width"]) == oc.HELD_OUT_WIDTH):
             continue
         elements = float(r["tokens"]) * float(r["width"])
-        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms, edge=edge))
-        out.setdefault("memory " + kind + (" (CUDA-graph rows)" if graph else ""), []).append(p / r["time_s"] - 1)
+        p = fit[kind](oc.memory_features(kind, elements, r["width"], l2, sms=sms, edge=edge, row_edge=row_edge))
+        label = " (norm_width CUDA-graph rows)" if widths else " (CUDA-graph rows)" if graph else ""
+        out.setdefault("memory " + kind + label, []).append(p / r["time_s"] - 1)
     norm = _check_doc(directory, "norm_bwd")
     for r in oc._rows(norm) if norm else []:  # CUDA-graph norm backwards: no fit reads them (out of sample)
         kind = r["norm"] + ".bwd"
         if r["part"] == "bwd" and r["mode"] == "graph" and kind in fit:
             el = float(r["rows"]) * float(r["hidden"])
-            p = fit[kind](oc.memory_features(kind, el, r["hidden"], l2, sms=sms, edge=edge))
+            p = fit[kind](oc.memory_features(kind, el, r["hidden"], l2, sms=sms, edge=edge, row_edge=row_edge))
             out.setdefault(f"memory {kind} (norm_bwd CUDA-graph rows, out of sample)", []).append(p / r["time_s"] - 1)
     dec_rows = oc.decode_kernel_rows(_family_rows(directory, "decode_kernels"))
     for r in dec_rows:  # the decode kernels: each row against a fit of its kind without it (leave-one-out)
         kind = r["op"]
         fit = oc.fit_memory(mem_rows + [q for q in dec_rows if q is not r], l2_bytes=l2, sms=sms, held_out_width=None,
-                            edge=edge)
+                            edge=edge, row_edge=row_edge)
         m = fit.get(kind)
         if m is not None:
             elements = float(r["tokens"]) * float(r["width"])
-            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"), edge=edge)
+            f = oc.memory_features(kind, elements, r["width"], l2, sms=sms, cache_bytes=r.get("cache_bytes"), edge=edge,
+                                   row_edge=row_edge)
             out.setdefault(f"memory {kind} (decode kernels, leave-one-out)", []).append(m(f) / r["time_s"] - 1)
     # kernels right after a weight stream: each row's cold time against its own warm time plus the extra fitted
     # without it (leave-one-out), over the rows the extra is priced for (up to AFTER_STREAM_MAX_ROWS rows)
@@ -151,16 +152,19 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
                 (warm + float(m(r["rows"], r["width"]))) / r["time_s"] - 1)
     att_rows = oc.gpu_time_rows(_family_rows(directory, *oc.ATTENTION_FAMILIES))
     att, dec = oc.fit_attention(att_rows, sms=sms)
-    dec_hd = oc.fit_decode_by_head_dim(att_rows)
+    shape = oc.fit_decode_shape(att_rows, l2_bytes=l2, sms=sms)
+    dec_hd = oc.fit_decode_by_head_dim(att_rows, shape=shape, l2_bytes=l2, sms=sms)
     hashed = oc.hash_held_out_backends(att_rows)
     for r in att_rows:
         backend = oc.attention_row_backend(r)
         if backend is None or r["time_s"] is None:
             continue
+        f = None  # the row's features (decode rows: with the fitted decode shape)
         if r["pass"] == "decode":
             if backend != "cudnn" or not oc.is_held_out_attention(r):
                 continue
             name, m = "attention decode", dec_hd[oc.nearest(dec_hd, r["head_dim"])] if dec_hd else dec
+            f = oc._row_features(r, sms, shape, l2) if dec_hd else oc._row_features(r, sms)
         elif backend in hashed:
             if not oc.is_held_out_attention(r):
                 continue
@@ -171,7 +175,8 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
             name = f"attention {backend} {r['pass']} d{r['head_dim']} (leave-one-out)"
             m = loo.get((backend, r["pass"], int(r["head_dim"])))
         if m is not None:
-            out.setdefault(name, []).append(m(oc._row_features(r, sms)) / r["time_s"] - 1)
+            f = f if f is not None else oc._row_features(r, sms)
+            out.setdefault(name, []).append(m(f) / r["time_s"] - 1)
             if r.get("mode") == "graph":  # the same class on its held-out CUDA-graph rows alone (attn_graph)
                 out.setdefault(name + " (CUDA graph rows)", []).append(out[name][-1])
     from c3kit.cost import time as op_time
@@ -449,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = oc.fit_floor(oc._rows(_doc(a.dir, "floor")))
     print(f"kernel floor: {floor[0] * 1e6:.2f} us per kernel in a CUDA graph, {floor[1] * 1e6:.2f} us eager")
     print("memory kinds: launch shapes by PyTorch's kernel configuration for index_copy, embedding, argmax, and the "
-          "norm backward's weight-gradient waves")
+          "norm backward's weight-gradient waves; the norms' rows and second-pass re-read past L1 (fitted edge)")
     ok = True
     for name, e in sorted(held_out_errors(a.dir).items()):
         e = np.abs(e) * 100

@@ -110,7 +110,8 @@ def config_dict(cfg) -> dict:
     """A resolved StepConfig as plain data (every option that changes the priced step, so a --json answer says what
     was asked)."""
     p = cfg.par
-    return {"model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
+    facts = framework_facts_dict(cfg)  # the framework facts validation prices per run, by analyze's option names
+    return {**facts, "model": cfg.model.name, "hw": cfg.hw.name, "phase": cfg.phase, "seq": cfg.seq, "dtype": cfg.dtype,
             "gpus": p.gpus, "tp": p.tp, "sp": p.sp, "dp": p.dp, "fsdp": p.fsdp, "pp": p.pp, "vpp": p.vpp, "ep": p.ep,
             "cp": p.cp, "pp_split": p.pp_split,
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
@@ -119,6 +120,14 @@ def config_dict(cfg) -> dict:
             "cp_impl": p.cp_impl,
             "moe_a2a_overlap": p.moe_a2a_overlap, "moe_imbalance": p.moe_imbalance,
             "train_metrics": getattr(cfg, "train_metrics", 0), "flat_param_grads": getattr(cfg, "flat_param_grads", False)}
+
+
+def framework_facts_dict(cfg) -> dict:
+    """The framework facts of a resolved StepConfig by their analyze option names (gradient reduce dtype, loss
+    kernel, bias gradients, training-metrics dtype; ZeRO-2)."""
+    return {"zero2": bool(getattr(cfg.par, "zero2", False)), "grad_reduce_dtype": getattr(cfg, "grad_dtype", "fp32"),
+            "loss_kernel": getattr(cfg, "loss_kernel", "eager"), "bias_grads": getattr(cfg, "bias_grads", False),
+            "train_metrics_dtype": "fp32" if getattr(cfg, "metrics_fp32", True) else "bf16"}
 
 
 def attention_dict(cfg) -> dict:
@@ -152,6 +161,16 @@ def check_request(hw: str, gpus: int | None, dp: int | None, fsdp: bool | None, 
                          "use --dtype bf16, or a GPU with FP8 such as H100-SXM")
 
 
+def _metrics_fp32(train_metrics_dtype: str, train_metrics: int) -> bool:
+    """Whether the training metrics score fp32 logits (Structure.metrics_fp32), from the dtype asked for."""
+    from c3kit.workload.layer import check_train_metrics_dtype
+
+    if check_train_metrics_dtype(train_metrics_dtype) != "fp32" and not train_metrics:
+        raise C3kitError(f"--train-metrics-dtype {train_metrics_dtype} is the dtype of the training metrics' passes: "
+                         "use it with --train-metrics > 0")
+    return train_metrics_dtype == "fp32"
+
+
 def with_power(cost_model: str, power: str):
     """(CostModel, label) for a cost model name and a GEMM clock mode; roofline stays the ideal (no clock factor)."""
     from c3kit.cost.model import as_model
@@ -171,6 +190,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             cost_model: str = "efficiency", power: str = "sustained",
             attention_backend: str | None = None, norm_rope: str = "fused", fp8_scaling: str = "delayed",
             glue: str = "split", grad_acc: str = "", fsdp_sync: str = "micro",
+            loss_kernel: str = "eager", bias_grads: bool = False, grad_reduce_dtype: str = "fp32",
+            train_metrics_dtype: str = "fp32", zero2: bool = False,
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
             flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
             moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
@@ -216,6 +237,12 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     behind compute (Megatron-Core overlap_p2p_comm): workload.parallel.DP_OVERLAP_SOURCES, PP_P2P_OVERLAP_SOURCE.
     optimizer_impl: AdamW as one fused kernel, foreach, or a per-tensor loop ("unfused": Composer's DecoupledAdamW);
     it sets the default overheads' OverheadModel.optimizer_impl (step.overheads.OPTIMIZER_IMPLS).
+    loss_kernel: the training loss's cross-entropy kernels (workload.layer.LOSS_KERNELS: eager, xentropy as
+    llm-foundry's fused_crossentropy); bias_grads: a biased model's linears reduce their bias gradients in kernels of
+    their own (workload.layer.BIAS_GRADS); grad_reduce_dtype: the dtype DP gradients are reduced and held in
+    (workload.layer.GRAD_REDUCE_DTYPES); train_metrics_dtype: the logits' dtype in the train_metrics passes
+    (workload.layer.TRAIN_METRICS_DTYPES; bf16: METRICS_BF16, needs train_metrics > 0). zero2: ZeRO-2, gradients
+    sharded over DP as well as the optimizer state (workload.parallel.Parallelism.zero2).
     tp_comm_overlap: Transformer Engine's userbuffers TP overlap, by the forward reduce-scatters' method: none,
     pipeline (TE's defaults), pipeline_margin (NeMo's H100 configs) or ring_exchange (Megatron-Bridge's FP8 H100
     configs); each tensor-parallel pair is then priced by its method's overlap-engine schedule (step/tpcomm.py,
@@ -239,6 +266,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     if grad_acc:
         check_grad_acc(grad_acc)
     check_request(hw, gpus, dp, fsdp, dist_opt, dtype)
+    metrics_fp32 = _metrics_fp32(train_metrics_dtype, train_metrics)
     if isinstance(overheads, str):
         if overheads != "default":
             raise C3kitError(f"overheads {overheads!r}: give 'default', an OverheadModel or None")
@@ -258,6 +286,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     cfg = resolve(model=model, hw=hw, gpus=gpus, tp=tp, sp=sp, dp=dp, fsdp=fsdp, pp=pp, ep=ep, seq=seq,
                   batch=batch, micro_batch=micro_batch, dtype=dtype, phase=phase, recompute=recompute, vpp=vpp,
                   dist_optimizer=dist_opt, cp=cp, pp_split=pp_split, cost_model=cm, policy=search,
+                  grad_dtype=grad_reduce_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads,
+                  metrics_fp32=metrics_fp32, zero2=zero2,
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
                   flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,

@@ -8,23 +8,25 @@ from c3kit.cost.basis import DATASHEET, OP_CLASSES, basis, basis_sources, source
 from c3kit.hw.catalog import list_gpus
 
 # Every catalog GPU x op class (OP_CLASSES order: gemm, attention, memory, floor, collective, gemm_small_m,
-# gemm_grouped, gemm_fp8, fp8_cast). M measured, T transferred from H200-SXM, P published microbenchmark,
+# gemm_grouped, gemm_fp8, fp8_cast, collective_a2a, collective_ag, collective_rs). M measured, T transferred from H200-SXM, P published microbenchmark,
 # D datasheet. Reviewed by hand against what exists: H200 has every op-level file but no multi-GPU comm file;
-# H100 SXM takes all of the H200's (same die, same 700 W), the 500 W H100 only the four classes its transfer
+# H100 SXM takes all of the H200's (same die, same 700 W) and has published all-to-all, all-gather and
+# reduce-scatter rows (XLA's sm_90 table),
+# the 500 W H100 only the four classes its transfer
 # lists; A100 has published GEMM (BF16), FlashAttention-2, BabelStream and nccl-tests rows; B200 BF16 and FP8 GEMM
 # and cuDNN-frontend SDPA rows; MI300X BF16 and FP8 GEMM, BabelStream and rccl-tests rows; MI325X / MI355X a
 # BF16 GEMM row only; MI250X and the simulated T3 GPU nothing.
 EXPECTED = {
-    "H200-SXM": "MMMMDMMMM",
-    "H100-SXM": "TTTTDTTTT",
-    "H100-SXM-96G-500W": "TTTTDDDDD",
-    "A100-SXM-80G": "PPPDPDDDP",
-    "B200": "PPDDDDDPD",
-    "MI300X": "PDPDPDDPP",
-    "MI325X": "PDDDDDDDD",
-    "MI355X": "PDDDDDDDD",
-    "MI250X": "DDDDDDDDD",
-    "T3-SIM": "DDDDDDDDD",
+    "H200-SXM": "MMMMDMMMMDDD",
+    "H100-SXM": "TTTTDTTTTPPP",
+    "H100-SXM-96G-500W": "TTTTDDDDDDDD",
+    "A100-SXM-80G": "PPPDPDDDPPPP",
+    "B200": "PPDDDDDPDDDD",
+    "MI300X": "PDPDPDDPPPPP",
+    "MI325X": "PDDDDDDDDDDD",
+    "MI355X": "PDDDDDDDDDDD",
+    "MI250X": "DDDDDDDDDDDD",
+    "T3-SIM": "DDDDDDDDDDDD",
 }
 LABEL = {"M": "measured", "T": "transferred from H200-SXM", "P": "published microbenchmark", "D": "datasheet"}
 
@@ -79,8 +81,9 @@ def test_h200_is_measured_h100_transferred_a100_published_or_datasheet():
     assert {h200[c] for c in ("gemm", "attention", "memory", "floor")} == {"measured"}
     assert {h100[c] for c in ("gemm", "attention", "memory", "floor")} == {"transferred from H200-SXM"}
     # A100: GEMMs, attention and bandwidth-bound ops from published microbenchmarks (cost/data/published_ops),
-    # collectives from published nccl-tests rows, kernel floors and the H200-only GEMM classes from the datasheet
-    pub = {"gemm", "attention", "memory", "fp8_cast", "collective"}
+    # collectives (every kind, at the all-reduce rows' level) from published nccl-tests rows, kernel floors and
+    # the H200-only GEMM classes from the datasheet
+    pub = {"gemm", "attention", "memory", "fp8_cast", "collective", "collective_a2a", "collective_ag", "collective_rs"}
     assert {c for c, v in a100.items() if v == "published microbenchmark"} == pub
     assert {v for c, v in a100.items() if c not in pub} == {"datasheet"}
     assert set(basis("MI250X").values()) == {"datasheet"}

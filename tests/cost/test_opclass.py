@@ -40,7 +40,59 @@ def test_attention_flops_hand_checked():
     assert attention_flops(2, 8, 1024, 1024, 128, True, True) == pytest.approx(4294967296 * 2.5)
     f = attention_features(2, 8, 2, 1024, 1024, 128, True, False)
     assert list(f) == [4294967296, 2 * 8 * 1024 * 128, 2 * 2 * 1024 * 128]
-    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32]
+    # [KV bytes, query heads, bytes from HBM (no shape: 0), split (1000 > 512 KV rows), KV rows x head_dim]
+    assert list(decode_features(4, 32, 8, 1000, 128)) == [2 * 4 * 8 * 1000 * 128 * 2, 4 * 32, 0.0, 1.0, 1000 * 128,
+                                                          0.0]
+    # unsplit (KV 256): 64 x 8 = 512 CTAs on 132 SMs, one each: 4 waves, 3 past the first; split (KV 1000): none
+    assert decode_features(64, 32, 8, 256, 128, sms=132)[5] == 3.0
+    assert decode_features(64, 32, 8, 1000, 128, sms=132)[5] == 0.0
+
+
+def test_decode_features_with_a_shape_by_hand():
+    from c3kit.cost.opclass import DecodeShape, L2Edge
+
+    shape = DecodeShape(512.0, L2Edge(0.5, 0.1))
+    # 1 sequence x 8 KV heads x 256 KV rows, d128: 1 MiB of KV, unsplit; the chain 256 x 128 x 512 B = 16 MiB is larger
+    f = decode_features(1, 32, 8, 256, 128, shape=shape, l2_bytes=60e6)
+    kv = 2 * 8 * 256 * 128 * 2
+    assert f[0] == 256 * 128 * 512 and f[1] == 32 and f[3] == 0.0 and f[4] == 256 * 128 and f[5] == 0.0
+    assert f[2] == pytest.approx(kv / (1 + (30e6 / kv) ** (1 / 0.1)), rel=1e-9)  # far below the edge: ~0
+    # 64 sequences x 8 x 1024 KV rows: split (no chain), 268 MB of KV, nearly all from HBM past a 30 MB edge
+    g = decode_features(64, 32, 8, 1024, 128, shape=shape, l2_bytes=60e6)
+    big = 2 * 64 * 8 * 1024 * 128 * 2
+    assert g[0] == big and g[3] == 1.0 and g[2] == pytest.approx(big, rel=1e-6)
+    with pytest.raises(CostError):
+        decode_features(1, 32, 8, 256, 128, shape=shape)
+    # on a GPU of half the bandwidth the byte columns double; the chain (latency) does not
+    h = decode_features(64, 32, 8, 1024, 128, shape=shape, l2_bytes=60e6, bw_ratio=0.5)
+    assert h[0] == 2 * big and h[2] == pytest.approx(2 * g[2], rel=1e-12) and list(h[3:]) == list(g[3:])
+    assert decode_features(1, 32, 8, 256, 128, shape=shape, l2_bytes=60e6, bw_ratio=0.5)[0] == f[0]
+
+
+def test_memory_scaling_by_hand():
+    from c3kit.cost.opclass import memory_scaling
+
+    assert list(memory_scaling("gelu", 0.5)) == [2.0, 1.0, 2.0]
+    # a norm's rows and re-read bytes scale like its bytes; the weight-gradient waves do not
+    assert list(memory_scaling("rmsnorm", 0.5)) == [2.0, 1.0, 2.0, 2.0, 2.0]
+    assert list(memory_scaling("layernorm.bwd", 0.5)) == [2.0, 1.0, 2.0, 1.0, 2.0, 2.0]
+    assert list(memory_scaling("softmax", 0.5, 5)) == [2.0, 1.0, 2.0, 2.0, 2.0]  # priced by rmsnorm's model
+    assert list(memory_scaling("softmax.bwd", 0.5)) == [2.0, 1.0, 2.0, 1.0, 2.0, 2.0]  # rmsnorm.bwd's columns
+    assert list(memory_scaling("rmsnorm", 0.5, 3)) == [2.0, 1.0, 2.0]  # a model without the norm columns
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 8), st.integers(1, 1 << 17), st.integers(1, 1 << 17))
+def test_shipped_decode_attention_grows_with_the_batch_and_past_the_split(b, hk, kv1, kv2):
+    from c3kit.cost.opclass import DECODE_UNSPLIT_MAX_KV, calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "attention")
+    t = lambda bb, kv: float(cal.attention_time(bb, 4 * hk, hk, 1, kv, 128, False, False))  # noqa: E731
+    assert t(b + 1, kv1) >= t(b, kv1)
+    lo, hi = sorted((kv1, kv2))
+    if lo > DECODE_UNSPLIT_MAX_KV or hi <= DECODE_UNSPLIT_MAX_KV:  # on one side of the split: monotone in the KV
+        assert t(b, hi) >= t(b, lo)
 
 
 def test_attention_flops_match_the_op():
@@ -276,8 +328,9 @@ def test_norm_backward_weight_gradient_waves_by_hand():
     assert float(dgamma_wave_rows(2 ** 17, 2048, 132)) == 0.0
     assert float(dgamma_wave_rows(2 ** 17, 4096, 132)) == 2.0 ** 17  # 128 blocks >= 66: not split
     f = memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf, sms=132)
-    assert f.shape == (4,) and float(f[3]) == 2048.0
-    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf).shape == (3,)  # not adopted there
+    # then the norms' rows (1024) and re-read bytes past L1 (0: no row edge given)
+    assert f.shape == (6,) and list(map(float, f[3:])) == [2048.0, 1024.0, 0.0]
+    assert memory_features("rmsnorm.bwd", 1024 * 5120, 5120, np.inf, sms=132).shape == (6,)  # the same kernel
     with pytest.raises(CostError):
         memory_features("layernorm.bwd", 1024 * 5120, 5120, np.inf)
 
@@ -293,12 +346,12 @@ def test_norm_backward_waves_monotone_in_rows_and_width(rows, w1, w2):  # up to 
 
 
 def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_waves():
-    from c3kit.cost.opclass import OpCalibration, ScaledCalibration, calibration_for
+    from c3kit.cost.opclass import OpCalibration, RowEdge, ScaledCalibration, calibration_for
     from c3kit.hw.catalog import get_gpu
 
     cal = calibration_for(get_gpu("H200-SXM"), "memory")
     m = cal.cal.memory["layernorm.bwd"]
-    assert len(m.coefs) == 4 and m.coefs[3] > 0
+    assert len(m.coefs) == 6 and m.coefs[3] > 0  # bytes, width, HBM bytes, waves, rows, re-read bytes
     # same bytes per row, one more wave: 5120 costs more per element than 4096 at equal rows
     t4, t5 = (float(cal.kind_time("layernorm.bwd", 16384 * w, w)) for w in (4096, 5120))
     assert t5 / 5120 > t4 / 4096
@@ -306,8 +359,16 @@ def test_shipped_h200_prices_width_5120_norm_backward_as_two_weight_gradient_wav
     proxy = OpCalibration("x", {"layernorm.bwd": FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-9))}, {}, None, 0.0, 0.0, {},
                           1e9, sms=132)
     sc = ScaledCalibration(proxy, 1.0, 1.0, 1e9, 132)
-    assert sc._fitted("softmax.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
-        1e-6 + 6e6 * 1e-12, rel=1e-12)  # softmax.bwd moves 3 x 2 B an element
+    assert sc._fitted("dropout.bwd", proxy.memory["layernorm.bwd"], 1e6, 1000, 2.0) == pytest.approx(
+        1e-6 + 5e6 * 1e-12, rel=1e-12)  # dropout.bwd moves 2.5 x 2 B an element
+    # a row-wise proxy of a norm (softmax.bwd -> rmsnorm.bwd) takes the norm's rows and re-read columns
+    norm = FeatureCost(1e-6, (1e-12, 0.0, 0.0, 1e-7, 1e-9, 1e-13))  # its weight-gradient waves: not the proxy's
+    edge = RowEdge(8192.0, 0.1)
+    sc = ScaledCalibration(OpCalibration("x", {"rmsnorm.bwd": norm}, {}, None, 0.0, 0.0, {}, 1e9, sms=132,
+                                         row_edge=edge), 1.0, 1.0, 1e9, 132)
+    reread = 2 * 1e6 * 2.0 * float(edge.past_l1(2 * 1000 * 2.0))
+    assert sc.kind_time("softmax.bwd", 1e6, 1000) == pytest.approx(1e-6 + 6e6 * 1e-12 + 1000 * 1e-9 + reread * 1e-13,
+                                                                   rel=1e-12)
 
 
 def test_forward_makespan_by_hand():
@@ -586,3 +647,99 @@ def test_shipped_elementwise_prices_never_drop_when_tokens_grow():
         for width in (2048, 4096, 5120, 8192):
             t = cal.kind_time(kind, tokens * width, width)
             assert np.all(np.diff(t) >= 0), (kind, width)
+
+
+def test_norm_reread_and_rows_by_hand():
+    from c3kit.cost.opclass import REREAD_ALL, RowEdge
+
+    e = RowEdge(16384.0, 0.1)
+    assert float(e.past_l1(16384.0)) == pytest.approx(0.5)  # at the centre: half the re-read misses L1
+    assert float(e.past_l1(8192.0)) == pytest.approx(1 / (1 + 2 ** 10), rel=1e-12)  # ln 2 / 0.1 below: e^-6.93
+    # RMSNorm forward, 4096 rows of 8192 (bf16): re-reads X, 16 KiB a row, at the centre
+    f = memory_features("rmsnorm", 4096 * 8192, 8192, np.inf, row_edge=e)
+    el = 4096 * 8192
+    assert list(f[:2]) == [4.0 * el, 8192.0] and f[2] == 0.0  # bytes (read + write 2 B), width; no L2 term at inf
+    assert f[3] == 4096.0 and f[4] == pytest.approx(el * 2.0 * 0.5, rel=1e-12)  # rows, half the X re-read
+    # the backward re-reads X and dY: twice the bytes a row, so it crosses the same edge at half the width
+    b = memory_features("rmsnorm.bwd", 4096 * 4096, 4096, np.inf, sms=132, row_edge=e)
+    assert b[3] == 4096.0 and b[4] == 4096.0  # one weight-gradient wave (128 blocks on 132 SMs) x 4096 rows
+    assert b[5] == pytest.approx(4096 * 4096 * 2.0 * 2 * 0.5, rel=1e-12)
+    assert memory_features("rmsnorm", el, 8192, np.inf, row_edge=REREAD_ALL)[4] == el * 2.0  # the fit's raw column
+    assert memory_features("rmsnorm", el, 8192, np.inf)[4] == 0.0  # no edge: no re-read priced
+    with pytest.raises(CostError):
+        memory_features("rmsnorm", el, 8192, np.inf, row_edge="some")
+
+
+def test_norm_width_held_out_rule_is_fixed():
+    from c3kit.cost.opclass import (NORM_WIDTH_HELD_OUT_TOKENS, NORM_WIDTH_HELD_OUT_WIDTHS, is_held_out_norm_width,
+                                    norm_width_rows)
+
+    assert NORM_WIDTH_HELD_OUT_WIDTHS == (5120, 6144, 12288) and NORM_WIDTH_HELD_OUT_TOKENS == (16384,)
+    row = {"op": "rmsnorm", "pass": "fwd", "mode": "graph", "tokens": 8192, "width": 8192, "bytes": 1.0, "time_s": 1.0}
+    rows = norm_width_rows([row, {**row, "mode": "eager"}, {**row, "width": 6144}, {**row, "tokens": 16384}])
+    assert len(rows) == 3 and all(r["family"] == "norm_width" for r in rows)  # the eager row time the host: left out
+    assert [is_held_out_norm_width(r) for r in rows] == [False, True, True]
+    assert not is_held_out_norm_width({**row, "width": 6144})  # a row of another family: its own rules
+
+
+def _norm_rows(edge, widths=(2048, 3072, 4096, 7168, 8192, 16384), tokens=(4096, 8192, 32768)):
+    """CUDA-graph norm_width rows of RMSNorm forward and backward made from known costs and a known row edge."""
+    from c3kit.workload.memops import memop_traffic
+
+    rows = []
+    for kind, op, ps in (("rmsnorm", "rmsnorm", "fwd"), ("rmsnorm.bwd", "rmsnorm", "bwd")):
+        for T in tokens:
+            for w in widths:
+                el = float(T * w)
+                nbytes = memop_traffic(kind, el, 2.0)[0]
+                reread = float(memory_features(kind, el, w, np.inf, sms=132, row_edge=edge)[-1])
+                t = 3e-6 + nbytes / 4e12 + T * 2e-10 + reread / 5e12
+                rows.append({"op": op, "pass": ps, "mode": "graph", "tokens": T, "width": w, "bytes": nbytes,
+                             "time_s": t, "family": "norm_width"})
+    return rows
+
+
+def test_fit_row_edge_recovers_a_known_edge():
+    from c3kit.cost.opclass import ROW_EDGE_CENTERS, RowEdge, fit_row_edge
+
+    true = RowEdge(ROW_EDGE_CENTERS[16], 0.15)
+    rows = _norm_rows(true)
+    assert fit_row_edge(rows, l2_bytes=np.inf, sms=132) == true
+    m = fit_memory(rows, l2_bytes=np.inf, sms=132, row_edge=true)["rmsnorm"]
+    assert m.rate == pytest.approx(4e12, rel=1e-6) and m.coefs[3] == pytest.approx(2e-10, rel=1e-6)
+    assert m.coefs[4] == pytest.approx(1 / 5e12, rel=1e-6)
+    assert fit_row_edge(_norm_rows(true, widths=(2048, 4096, 8192)), l2_bytes=np.inf, sms=132) is None  # 3 widths
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["rmsnorm", "rmsnorm.bwd", "layernorm", "layernorm.bwd"]), st.integers(1, 1 << 16),
+       st.integers(1, 1 << 16), st.sampled_from([1024, 2048, 3072, 4096, 5120, 6144, 8192, 12288, 16384]))
+def test_shipped_norms_grow_with_the_tokens(kind, t1, t2, width):
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    lo, hi = sorted((t1, t2))
+    assert float(cal.kind_time(kind, hi * width, width)) >= float(cal.kind_time(kind, lo * width, width))
+
+
+def test_shipped_h200_norms_have_a_row_edge_and_wide_rows_stream_slower():
+    from c3kit.cost.opclass import calibration_for
+    from c3kit.hw.catalog import get_gpu
+
+    cal = calibration_for(get_gpu("H200-SXM"), "memory")
+    assert cal.cal.row_edge is not None and len(cal.cal.memory["rmsnorm"].coefs) == 5
+    # per element at 32k tokens: width 12288 costs more than 4096 (the re-read past L1), as the rows show
+    t4, t12 = (float(cal.kind_time("rmsnorm", 32768 * w, w)) / w for w in (4096, 12288))
+    assert t12 > 1.2 * t4
+
+
+def test_graph_decode_rows_leave_the_eager_training_rows_of_their_backend():
+    from c3kit.cost.opclass import gpu_time_rows, is_held_out_attention
+
+    train = {"backend": "default", "pass": "fwd", "batch": 1, "heads": 8, "kv_heads": 8, "q_len": 512,
+             "kv_len": 512, "head_dim": 128, "causal": 1, "time_s": 1e-5}
+    dec = {**train, "pass": "decode", "mode": "graph", "q_len": 1, "causal": 0}
+    assert gpu_time_rows([train, dec]) == [train, dec]  # graph decode rows do not mark the training rows host-bound
+    # graph decode rows are held out by the sizes' hash like the eager ones (q_len 1 would never meet the seq rule)
+    assert is_held_out_attention(dec) == is_held_out_attention({**dec, "mode": "eager"})

@@ -216,8 +216,8 @@ def test_collective_fit_rows_set_the_scaleup_efficiency_hand_checked():
     mi = [(c.nbytes, c.busbw_gbps) for c in pub.published_ops("MI300X").collective if c.role == "fit"]
     assert len(mi) == 4 and 0.6 < pub.scaleup_fraction("MI300X") < 0.75
     assert pub.scaleup_fraction("B200") is None and pub.scaleup_fraction("H100-SXM") is None
-    row = {"kind": "all_gather", "ranks": 8, "bytes": 1 << 30, "busbw_gbps": 230.0, "source": "s", "role": "fit"}
-    with pytest.raises(CostError, match="only all_reduce rows"):
+    row = {"kind": "send_recv", "ranks": 2, "bytes": 1 << 30, "busbw_gbps": 230.0, "source": "s", "role": "fit"}
+    with pytest.raises(CostError, match="only all_reduce, all_to_all, all_gather, reduce_scatter rows set a scale-up"):
         pub.parse({"gpu": "X", "collective": [row]}, "x.toml")
     with pytest.raises(CostError, match="gbps must be positive"):
         pub.parse({"gpu": "X", "memory": [{"kernel": "Copy", "gbps": 0, "source": "s", "role": "fit"}]}, "x.toml")
@@ -227,11 +227,73 @@ def test_h100_nvls_rows_are_checks_and_would_not_fit_the_model():
     # NVLS reduces in the switch: 478.87 GB/s bus bandwidth at 8 GiB, above what ring / tree / direct reach on
     # 450 GB/s links, so the rows set nothing and H100 collectives stay on the datasheet basis
     ops = pub.published_ops("H100-SXM")
-    assert ops.collective and all(c.role == "check" for c in ops.collective)
-    assert ops.classes() == frozenset({"attention"})  # FlashAttention (v1)'s rows price flash1 only
-    top = max(ops.collective, key=lambda c: c.nbytes)
+    ar = [c for c in ops.collective if c.kind == "all_reduce"]
+    assert len(ar) == 14 and all(c.role == "check" for c in ar)
+    # attention: FlashAttention (v1)'s rows price flash1 only (the class itself stays transferred)
+    assert ops.classes() == frozenset({"collective_a2a", "collective_ag", "collective_rs", "attention"})
+    top = max(ar, key=lambda c: c.nbytes)
     assert top.busbw_gbps * 1e9 > get_gpu("H100-SXM").scaleup.bw
     assert basis("H100-SXM")["collective"] == "datasheet" and basis("H100-SXM")["gemm"] == "transferred from H200-SXM"
+
+
+def _direct_by_hand(rows, bw):
+    """The median of (model at efficiency 1 / published) over 8-rank all-to-all, all-gather or reduce-scatter rows
+    on a switch of bw B/s: direct, 6.6 us launch + 0.6 us + 7/8 S / bw, against 7/8 S / busbw."""
+    r = sorted((6.6e-6 + 0.6e-6 + 0.875 * s / bw) / (0.875 * s / (b * 1e9)) for s, b in rows)
+    mid = len(r) // 2
+    return r[mid] if len(r) % 2 else 0.5 * (r[mid - 1] + r[mid])
+
+
+@pytest.mark.parametrize("kind, top, second, at_128m, xla_128m, level", [
+    # XLA's sm_90 table: one NCCL collective of 8 H100s, S = 16 MiB .. 2 GiB; busbw = algbw x 7/8
+    ("all_to_all", 339.63, 335.96, 284.61, 325265917022, 0.7526),
+    ("all_gather", 351.66, 344.11, 300.94, 343936367363, 0.7751),
+    ("reduce_scatter", 329.08, 321.66, 285.38, 326151166407, 0.7249),
+])
+def test_h100_xla_rows_set_each_kinds_efficiency_hand_checked(kind, top, second, at_128m, xla_128m, level):
+    ops = pub.published_ops("H100-SXM")
+    rows = [(c.nbytes, c.busbw_gbps, c.role) for c in ops.collective if c.kind == kind]
+    assert [r[0] for r in rows] == [1 << k for k in range(24, 32)]
+    assert rows[-1] == (1 << 31, top, "fit") and rows[-2] == (1 << 30, second, "fit")
+    assert all(role == "check" for s, _, role in rows if s < 1 << 30)
+    assert rows[3][1] == at_128m == pytest.approx(xla_128m * 7 / 8 / 1e9, abs=0.005)  # 128 MiB, the table's throughput
+    fit = [(s, b) for s, b, role in rows if role == "fit"]
+    frac = pub.scaleup_fraction("H100-SXM", kind)
+    assert frac == pytest.approx(_direct_by_hand(fit, 450e9), rel=1e-9) and frac == pytest.approx(level, abs=1e-4)
+    assert basis("H100-SXM")[pub.FIT_KINDS[kind]] == "published microbenchmark"
+    assert ops.sources(pub.FIT_KINDS[kind])[0].startswith("openxla/xla xla/service/gpu/model/collective_interpolator")
+
+
+def test_h100_all_reduce_stays_on_the_datasheet():
+    # only NVLS all-reduce rows (checks): no all-reduce level, so the all-reduce keeps comm_eff
+    assert pub.scaleup_fraction("H100-SXM") is None and pub.published_ops("H100-SXM").sources("collective") == ()
+    assert pub.comm_eff(get_gpu("H100-SXM"), EFF, "all_reduce") == EFF.comm_eff
+
+
+def test_all_to_all_prices_at_its_own_level_else_the_all_reduce_level():
+    from c3kit.workload.ops import Collective
+
+    h100, a100, b200 = get_gpu("H100-SXM"), get_gpu("A100-SXM-80G"), get_gpu("B200")
+    s = float(1 << 27)
+    a2a = Collective("d", "all_to_all", s, 8, span="intra")
+    ag = Collective("g", "all_gather", s, 8, span="intra")
+    frac, f_ag = pub.scaleup_fraction("H100-SXM", "all_to_all"), pub.scaleup_fraction("H100-SXM", "all_gather")
+    # direct on the NVSwitch: launch 6.6 us + 0.6 us + 7/8 S / (450 GB/s x the kind's own level)
+    assert cost.time(a2a, h100, EFF) == pytest.approx(7.2e-6 + 0.875 * s / (450e9 * frac), rel=1e-12)
+    assert cost.time(ag, h100, EFF) == pytest.approx(7.2e-6 + 0.875 * s / (450e9 * f_ag), rel=1e-12)
+    # the all-reduce has no level of its own on H100 (NVLS checks only): two-shot direct at comm_eff
+    ar = Collective("r", "all_reduce", s, 8, span="intra")
+    assert cost.time(ar, h100, EFF) == pytest.approx(7.8e-6 + 1.75 * s / (450e9 * EFF.comm_eff), rel=1e-12)
+    assert cost.explain(a2a, h100, EFF).detail["scaleup_eff"] == frac
+    assert pub.comm_eff(h100, EFF, "all_to_all") == frac and pub.comm_eff(h100, EFF) == EFF.comm_eff
+    assert cost.time(a2a, h100, "roofline") == pytest.approx(7.2e-6 + 0.875 * s / 450e9, rel=1e-12)
+    # A100: no all-to-all rows, its all-reduce rows' level prices every kind, all-to-all included
+    assert pub.scaleup_fraction("A100-SXM-80G", "all_to_all") == pub.scaleup_fraction("A100-SXM-80G")
+    assert pub.comm_eff(b200, EFF, "all_to_all") == EFF.comm_eff
+    # the vectorized step model takes the same level per kind
+    rows = pub.comm_eff_rows([h100, b200], [0, 1, 0], EFF, "all_to_all")
+    assert list(rows) == [frac, EFF.comm_eff, frac]
+    assert list(pub.comm_eff_rows([h100], [0], EFF)) == [EFF.comm_eff]
 
 
 def test_published_scaleup_efficiency_prices_intra_node_collectives_only_off_roofline():

@@ -31,3 +31,28 @@ def test_inference_batches_into_one_forward():
 def test_bad_requests(kw):
     with pytest.raises((C3kitError, WorkloadError)):
         resolve(**kw)
+
+
+def test_fsdp_over_context_parallel_ranks_alone_is_kept():
+    # dp 1 x cp 8: the 8 ranks hold the same weights, so FSDP shards over them (workload.memory, Structure.dp)
+    cfg = resolve(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, cp=8, dp=1, fsdp=True, seq=65536,
+                  batch=1, micro_batch=1, recompute="full")
+    assert cfg.par.fsdp and cfg.par.dp == 1 and cfg.par.cp == 8
+    plain = resolve(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, cp=1, dp=8, fsdp=True, seq=8192,
+                    batch=8, micro_batch=1, recompute="full")
+    assert cfg.memory.weights == pytest.approx(plain.memory.weights)  # sharded 8 ways either way
+
+
+def test_framework_facts_reach_the_graph_and_memory():
+    base = resolve(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, dp=8, fsdp=True, seq=2048, batch=8,
+                   micro_batch=1, recompute="none")
+    cfg = resolve(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, dp=8, fsdp=True, seq=2048, batch=8,
+                  micro_batch=1, recompute="none", grad_dtype="bf16", loss_kernel="xentropy", train_metrics=2,
+                  metrics_fp32=False)
+    assert (cfg.grad_dtype, cfg.loss_kernel, cfg.metrics_fp32) == ("bf16", "xentropy", False)
+    assert cfg.memory.gradients == pytest.approx(base.memory.gradients / 2)
+    assert {n.op.name for n in cfg.graph.nodes} >= {"train_metrics", "loss"}
+    with pytest.raises(WorkloadError, match="has no biases"):
+        resolve(model="Llama-3-8B", gpus=8, tp=1, pp=1, dp=8, seq=2048, bias_grads=True)
+    with pytest.raises(C3kitError, match="drop --zero2"):
+        resolve(model="Llama-3-8B", gpus=8, tp=1, pp=1, dp=8, seq=2048, fsdp=True, zero2=True)

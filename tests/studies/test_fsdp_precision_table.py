@@ -4,8 +4,9 @@ import pandas as pd
 import pytest
 
 from c3kit.errors import StudyError
-from c3kit.studies.validation import (FSDP_PRECISION_COLUMNS, REDUCE_DTYPES, fsdp_precision, grad_reduce_dtype_of,
+from c3kit.studies.validation import (FSDP_PRECISION_COLUMNS, fsdp_precision, grad_reduce_dtype_of,
                                       load_runs, predict)
+from c3kit.workload.layer import GRAD_REDUCE_DTYPES
 
 
 def test_every_row_is_sourced_and_names_an_fsdp_run():
@@ -16,7 +17,7 @@ def test_every_row_is_sourced_and_names_an_fsdp_run():
     runs = load_runs()
     fsdp = list(runs.loc[runs["fsdp"].astype(int) == 1, "run"])
     for _, r in t.iterrows():
-        assert str(r["reduce_dtype"]) in REDUCE_DTYPES
+        assert str(r["reduce_dtype"]) in GRAD_REDUCE_DTYPES
         assert str(r["source"]).startswith("https://github.com/mosaicml/"), r["runs"]
         assert len(str(r["reason"])) > 80, r["runs"]
         assert any(fnmatchcase(x, r["runs"]) for x in fsdp), r["runs"]

@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from c3kit.errors import StudyError
-from c3kit.studies.validation import MOE_OPTION_COLUMNS, load_runs, moe_a2a_overlap_of, moe_options, run_objects
+from c3kit.studies.validation import (MOE_OPTION_COLUMNS, load_runs, moe_a2a_overlap_of, moe_dispatcher_of, moe_options,
+                                      run_objects)
 
 
 def test_every_row_is_sourced_and_names_a_moe_run():
@@ -29,11 +30,34 @@ def test_documented_decisions():
     assert run_objects(row)[1].moe_a2a_overlap
 
 
+def test_recipe_dispatcher_and_cuda_graphs():
+    # every Qwen3-30B-A3B recipe ran the alltoall dispatcher: 26.02 names the deepep flex backend but never calls
+    # apply_flex_dispatcher_backend; only the B200 config captures CUDA graphs, over the router and preprocess
+    t = moe_options().set_index("runs")
+    for run in ("mbridge2602-h100-qwen3-30b-a3b", "mbridge2511-h100-qwen3-30b-a3b", "mbridge2602-b200-qwen3-30b-a3b"):
+        assert moe_dispatcher_of(run) == "alltoall"
+        assert "apply_flex_dispatcher_backend" in t.loc[run, "reason"] or "provider" in t.loc[run, "reason"]
+    assert t.loc["mbridge2602-b200-qwen3-30b-a3b", "cuda_graph_scope"] == "moe_router moe_preprocess"
+    assert t.loc["mbridge2602-h100-qwen3-30b-a3b", "cuda_graph_scope"] == "none"
+    assert t.loc["mbridge2511-h100-qwen3-30b-a3b", "cuda_graph_scope"] == "none"
+    assert moe_dispatcher_of("korthikanti-22b") == "alltoall"  # not listed: Megatron-Core's default
+
+
 def test_bad_table_is_refused(tmp_path):
     p = tmp_path / "m.csv"
-    pd.DataFrame({"runs": ["x"], "framework": ["f"], "a2a_overlap": ["yes"], "source": ["s"],
-                  "reason": ["r"]}).to_csv(p, index=False)
+    row = {"runs": ["x"], "framework": ["f"], "a2a_overlap": ["yes"], "dispatcher": ["alltoall"],
+           "cuda_graph_scope": ["none"], "source": ["s"], "reason": ["r"]}
+    pd.DataFrame(row).to_csv(p, index=False)
     with pytest.raises(StudyError, match="a2a_overlap must be 0 or 1"):
+        moe_options(p)
+    pd.DataFrame({**row, "a2a_overlap": ["0"], "dispatcher": ["deepep"]}).to_csv(p, index=False)
+    with pytest.raises(StudyError, match="unknown dispatcher 'deepep'"):
+        moe_options(p)
+    pd.DataFrame({**row, "a2a_overlap": ["0"], "cuda_graph_scope": ["moe_router everything"]}).to_csv(p, index=False)
+    with pytest.raises(StudyError, match="unknown cuda_graph_scope 'everything'"):
+        moe_options(p)
+    pd.DataFrame({**row, "a2a_overlap": ["0"], "cuda_graph_scope": [""]}).to_csv(p, index=False)
+    with pytest.raises(StudyError, match="unknown cuda_graph_scope"):
         moe_options(p)
     p.write_text("runs,a2a_overlap\nx,1\n")
     with pytest.raises(StudyError, match="lack column"):

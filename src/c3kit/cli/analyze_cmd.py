@@ -37,6 +37,9 @@ def analyze(
                               "(ZeRO-3).", show_default="when fastest"),
     dist_opt: bool = typer.Option(_D["dist_opt"], "--dist-opt/--no-dist-opt",
                                   help="Shard the optimizer state over DP (ZeRO-1).", show_default="when needed to fit"),
+    zero2: bool = typer.Option(_D["zero2"], "--zero2/--no-zero2",
+                               help="Shard the gradients as well as the optimizer state over DP (ZeRO-2: DeepSpeed "
+                                    "stage 2; gradients reduce-scattered, each rank keeps its shard)."),
     pp: int = typer.Option(_D["pp"], "--pp", help="Pipeline stages.", show_default="the fewest that fit"),
     vpp: int = typer.Option(_D["vpp"], "--vpp", help="Virtual pipeline stages per GPU (interleaved 1F1B)."),
     ep: int = typer.Option(_D["ep"], "--ep", help="Expert-parallel size (MoE models)."),
@@ -103,6 +106,27 @@ def analyze(
                                        "gradients reduce-scattered, every micro-batch) or step (gathered once and kept "
                                        "unsharded over the step's micro-batches, gradients reduce-scattered once after "
                                        "the last backward: torchtitan with pipeline parallelism)."),
+    loss_kernel: str = typer.Option(_D["loss_kernel"], "--loss-kernel",
+                                    help="The training loss's cross-entropy kernels: eager (torch CrossEntropyLoss "
+                                         "under autocast, the logits cast to fp32: the measured cross_entropy "
+                                         "kernels) or xentropy (flash-attn's fused softmax cross-entropy, "
+                                         "llm-foundry's loss_fn fused_crossentropy: priced at its HBM bytes; "
+                                         "workload.layer.LOSS_KERNELS)."),
+    bias_grads: bool = typer.Option(_D["bias_grads"], "--bias-grads/--no-bias-grads",
+                                    help="A model with biases: each linear's bias gradient summed over the tokens by "
+                                         "a kernel of its own (torch.nn.Linear under autograd, llm-foundry's MPT in "
+                                         "bf16: priced at its HBM bytes); off where it is fused (Transformer Engine's "
+                                         "FP8 Linear; workload.layer.BIAS_GRADS)."),
+    grad_reduce_dtype: str = typer.Option(_D["grad_reduce_dtype"], "--grad-reduce-dtype",
+                                          help="The dtype data-parallel gradients are reduced and held in: fp32 "
+                                               "(Megatron-Core's fp32 main_grad, FSDP reduce_dtype fp32, Composer's "
+                                               "FSDP mixed_precision DEFAULT) or bf16 (Composer's PURE; per "
+                                               "validation run: studies/data/fsdp_precision.csv)."),
+    train_metrics_dtype: str = typer.Option(_D["train_metrics_dtype"], "--train-metrics-dtype",
+                                            help="With --train-metrics: the logits' dtype in those passes: fp32 "
+                                                 "(inside torch.autocast, which casts cross_entropy's input up: "
+                                                 "the measured kernels) or bf16 (Composer's amp_fp8, te.fp8_autocast "
+                                                 "alone: priced at its HBM bytes; workload.layer.METRICS_BF16)."),
     moe_a2a_overlap: bool = typer.Option(_D["moe_a2a_overlap"], "--moe-a2a-overlap/--no-moe-a2a-overlap",
                                          help="MoE with --ep > 1: the expert-parallel all-to-alls run behind another "
                                               "micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm; "
@@ -155,6 +179,8 @@ def analyze(
                       cost_model=cost_model, fsdp_impl=fsdp_impl, power=power, attention_backend=attention_backend,
                       norm_rope=norm_rope, fp8_scaling=fp8_scaling, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                       recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap,
+                      loss_kernel=loss_kernel, bias_grads=bias_grads, grad_reduce_dtype=grad_reduce_dtype,
+                      train_metrics_dtype=train_metrics_dtype, zero2=zero2,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
                       moe_experts=moe_experts, moe_imbalance=moe_imbalance,
                       dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl,

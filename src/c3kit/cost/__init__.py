@@ -124,7 +124,7 @@ def time(op: Op, hw: GPU, model: CostModel | str | None = None) -> float:
             t = hit[0] if hit is not None else curve.gemm_time(op.m, op.n, op.k, op.dtype, hw, op.batch)
         return _sustained(op, hw, t) if m.power == "sustained" else t
     if cls is Collective:
-        return collective_estimate(op, hw, m.algo, m.comm_eff, published_comm_eff(hw, m))[0]  # cost/published.py
+        return collective_estimate(op, hw, m.algo, m.comm_eff, published_comm_eff(hw, m, op.kind))[0]  # cost/published.py
     if cls is Attention:
         from c3kit.cost.attention import attention_time
 
@@ -167,7 +167,7 @@ def explain(op: Op, hw: GPU, model: CostModel | str | None = None) -> Estimate:
             detail["curve"] = origin
         return Estimate(time(op, hw, m), m.kind, detail)
     if isinstance(op, Collective):
-        su = published_comm_eff(hw, m)
+        su = published_comm_eff(hw, m, op.kind)
         t, algo = collective_estimate(op, hw, m.algo, m.comm_eff, su)
         return Estimate(t, "collective", {"algo": algo, "scaleup_eff": su, "comm_eff": m.comm_eff})
     if isinstance(op, Attention):

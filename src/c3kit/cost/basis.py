@@ -16,7 +16,10 @@ from functools import lru_cache
 GEMM_CLASSES = {"gemm_small_m": "small_m", "gemm_grouped": "grouped_mm", "gemm_fp8": "fp8_tensorwise",
                 "fp8_cast": "fp8_cast"}
 GEMM_CLASS_FAMILY = {"gemm_fp8": "fp8_mm"}
-OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective", *GEMM_CLASSES)
+# all-reduces are class collective; all-to-alls, all-gathers and reduce-scatters have classes of their own, whose
+# published level may differ from the all-reduce's (cost/published.FIT_KINDS)
+COLLECTIVE_CLASSES = ("collective", "collective_a2a", "collective_ag", "collective_rs")
+OP_CLASSES = ("gemm", "attention", "memory", "floor", "collective", *GEMM_CLASSES, *COLLECTIVE_CLASSES[1:])
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def _measured(gpu_name: str, op_class: str) -> bool:
 
     if op_class in GEMM_CLASSES:
         return GEMM_CLASSES[op_class] in _ops_gemm_kinds(gpu_name, GEMM_CLASS_FAMILY.get(op_class, "gemm"))
-    if op_class in ("gemm", "collective"):
+    if op_class == "gemm" or op_class in COLLECTIVE_CLASSES:
         path = calibration_path(gpu_name, "gemm" if op_class == "gemm" else "comm")
     else:
         path = op_calibration_path(gpu_name, op_class)
@@ -130,7 +133,7 @@ def basis_sources(gpu_name: str) -> dict[str, str]:
             if c in GEMM_CLASSES or c == "gemm":
                 path = (op_calibration_path(src, GEMM_CLASS_FAMILY.get(c, "gemm")) if c in GEMM_CLASSES
                         else calibration_path(src, "gemm"))
-            elif c == "collective":
+            elif c in COLLECTIVE_CLASSES:
                 path = calibration_path(src, "comm")
             else:
                 path = op_calibration_path(src, c)

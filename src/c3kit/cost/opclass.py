@@ -8,7 +8,8 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   latency inside normalisation kernels), and the bytes served from HBM instead of L2 (beyond the L2; for the
   elementwise kinds of L2_EDGE_KINDS a smooth edge fitted on CUDA-graph rows, fit_l2_edge); kinds whose
   kernel PyTorch configures from the size add their launch shape (KERNEL_SHAPE_FEATURES: index_copy, embedding,
-  argmax, and the norm backward's weight-gradient waves).
+  argmax, and the norm backward's weight-gradient waves); the norms add their rows (one CTA each) and the bytes
+  their second pass over a row reads past L1 (NORM_REREAD_TENSORS, an edge in the row's bytes, fit_row_edge).
 - attention forward / backward per backend and head_dim (fused, causal): the causal FLOPs, the query
   rows x head_dim (per-row prologue / epilogue and the diagonal tiles' waste) and the KV rows x
   head_dim. The rows' `backend` column is what SDPA ran (ATTN_BACKEND_OF_ROW maps it to
@@ -17,8 +18,9 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   graphs too (attn_graph: flash) has those rows in its fit in place of its host-bound eager rows (gpu_time_rows).
 - unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
   softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
-- decode attention (q_len 1): the KV-cache bytes and the number of query heads in the batch, per head_dim
-  where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
+- decode attention (q_len 1): the larger of the KV-cache bytes and an unsplit CTA's serial walk, the query heads
+  in the batch, the KV bytes from HBM past a fitted L2 edge, the split's combine and walk, the waves of unsplit
+  CTAs (decode_features, fit_decode_shape), per head_dim where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
 - kernel floor: the marginal one-element kernel inside a CUDA graph and launched eagerly.
 
 The measured files are found through the calibration store; a GPU without them (and without a
@@ -145,11 +147,13 @@ def l2_column(kind: str, nbytes, l2_bytes: float, edge: L2Edge | None = None):
 
 
 def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float = 2.0, *, sms: int | None = None,
-                    cache_bytes=None, edge: L2Edge | None = None):
+                    cache_bytes=None, edge: L2Edge | None = None, row_edge=None):
     """[bytes, width, bytes from HBM (l2_column)] of a memory-bound kind, then the launch-shape columns of the kinds
-    whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES); arrays or scalars, stacked on the last
-    axis. sms: the GPU's SM count (the argmax reduction's blocks per SM); cache_bytes: the byte span of the KV cache
-    an index_copy writes into (kv_cache_span; None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge)."""
+    whose kernel PyTorch configures from the size (KERNEL_SHAPE_FEATURES), then the norms' re-read bytes past L1
+    (NORM_REREAD_TENSORS; a MEMORY_PROXY kind of a norm takes them too); arrays or scalars, stacked on the last axis. sms: the GPU's SM count (the argmax
+    reduction's blocks per SM); cache_bytes: the byte span of the KV cache an index_copy writes into (kv_cache_span;
+    None: under 2 GiB, one launch); edge: the fitted L2 edge (fit_l2_edge); row_edge: the norms' fitted RowEdge
+    (fit_row_edge; None: no re-read priced, REREAD_ALL: every re-read byte, the fit's raw column)."""
     from c3kit.workload.memops import memop_traffic
 
     nbytes = np.asarray(memop_traffic(kind, np.asarray(elements, dtype=float), itemsize)[0])
@@ -167,6 +171,12 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
         if not sms:
             raise CostError(f"{kind}'s launch shape needs the GPU's SM count (sms): pass the catalog GPU's sms")
         cols += [dgamma_wave_rows(np.asarray(elements, float) / np.maximum(w, 1.0), w, sms)]
+    rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
+    if rowwise in NORM_REREAD_TENSORS:  # a norm, or a row-wise kind priced as one (softmax: the same row passes)
+        if rowwise != kind:  # a proxy runs none of the norm's launch-shape work: those columns 0, in their place
+            cols += [np.zeros_like(nbytes)] * len(KERNEL_SHAPE_FEATURES.get(rowwise, ()))
+        cols += [np.asarray(elements, float) / np.maximum(w, 1.0),
+                 norm_reread_bytes(rowwise, elements, w, itemsize, row_edge)]
     if all(getattr(c, "shape", None) == nbytes.shape for c in cols):  # the sweep's case: skip broadcasting
         return np.stack(cols, axis=-1)
     return np.stack(np.broadcast_arrays(*cols), axis=-1)
@@ -188,14 +198,15 @@ def memory_features(kind: str, elements, width, l2_bytes: float, itemsize: float
 #   columns over all M rows; one block per SM fits the rows (two did worse on the fitted rows), so that kernel
 #   takes ceil(ceil(N / 32) / SMs) waves of M rows: width 4096 is one wave on 132 SMs, 5120 two (the held-out rows'
 #   lower bandwidth). Above 64 Ki rows with N / 32 < SMs / 2 it splits M over blocks too (column 0 there).
-#   rms_norm's backward runs the same kernel, but the term fitted on its rows missed its held-out check (7.3 / 11.9%
-#   against 9.1 / 13.9% without it) and moved the whole-layer check (benchmarks/validate_layers.py, fwd_bwd median
-#   1.89% -> 1.92%): not adopted there.
+#   rms_norm's backward runs the same kernel; fitted on its memory rows alone the term missed its held-out check
+#   (7.3 / 11.9%), and was left out until the norm_width rows (device call 37, nine widths): with them and the norms'
+#   re-read edge it passes every rmsnorm.bwd check (width 5120 eager rows 1.5 / 2.0%, norm_width rows 1.1 / 2.0%).
 KERNEL_SHAPE_FEATURES = {"index_copy": ("steps per thread", "extra 32-bit launches"),
                          "embedding": ("small-index loop",),
                          "argmax": ("values per thread", "global reduce", "blocks per SM x values per thread"),
-                         "layernorm.bwd": ("weight-gradient waves x rows",)}
-NORM_BWD_KINDS = ("layernorm.bwd",)
+                         "layernorm.bwd": ("weight-gradient waves x rows",),
+                         "rmsnorm.bwd": ("weight-gradient waves x rows",)}
+NORM_BWD_KINDS = ("layernorm.bwd", "rmsnorm.bwd")
 DGAMMA_COLS, DGAMMA_SPLIT_ROWS = 32, 64 * 1024  # the weight-gradient kernel's block width, its split-M threshold
 INDEX_NT, INDEX_VT = 128, 4  # index kernels' block size and elements per thread (launch_size_nd, launch_bound2)
 SMALL_INDEX_MAX = 16  # index_select's small-index kernel takes at most this many indices
@@ -237,6 +248,53 @@ def dgamma_wave_rows(rows, width, sms: int):
     return np.where(split, 0.0, np.ceil(blocks / sms) * rows)
 
 
+# The norm kernels read each row twice (layer_norm_kernel.cu of the torch the rows were timed with, which runs
+# rms_norm through the same kernels): the forward (vectorized_layer_norm_kernel) runs one CTA of 128 threads per row,
+# a first pass over the row for its statistics and a second over the same row to normalise it; the backward's dX
+# kernel (layer_norm_grad_input_kernel_vectorized, one CTA of 128 threads per row) sums over X and dY, then reads both
+# again to write dX. The second pass finds the row in the SM's L1 while the rows of the CTAs resident on the SM fit
+# there, and goes to L2 once they do not: the norm_width rows (device call 37, CUDA graphs) show a bandwidth that
+# falls with the row width at any token count (RMSNorm forward 3.3-3.5 TB/s up to width 5120, 2.7 at 8192, 2.5 at
+# 12288-16384; the backwards 1.8-1.9 TB/s at 3072-4096, 1.5-1.6 from 5120). What a CTA keeps for its second pass
+# is its row of each tensor it re-reads (the forward: X; the backward: X and dY), so the backward, re-reading two
+# tensors, outgrows L1 at half the forward's width. The column is the re-read bytes past L1: elements x itemsize x
+# tensors re-read x a logistic in ln(row bytes / center) (RowEdge; row bytes = tensors x width x itemsize), one edge
+# for the forwards and backwards together, fitted on the fit split (fit_row_edge). On another GPU the rows and
+# re-read columns scale with the HBM bandwidth like the bytes (memory_scaling): the split of a memory-bound kernel's
+# time between them is the fit's, and the kernel streams at the HBM's pace.
+NORM_REREAD_TENSORS = {"rmsnorm": 1, "layernorm": 1, "rmsnorm.bwd": 2, "layernorm.bwd": 2}
+REREAD_ALL = "all"  # row_edge value that prices every re-read byte (the fit's raw column, scaled by the edge later)
+ROW_EDGE_CENTERS = tuple(float(x) for x in np.round(np.geomspace(4096, 65536, 33)))  # row bytes a CTA re-reads, tried
+ROW_EDGE_SCALES = (0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.7)  # ln-bytes scales tried
+
+
+@dataclass(frozen=True)
+class RowEdge:
+    """Share of a norm kernel's second pass served past L1: 1 / (1 + exp(-ln(row bytes / center) / scale)), row bytes
+    = tensors re-read x width x itemsize."""
+
+    center: float
+    scale: float
+
+    def past_l1(self, row_bytes):
+        """Fraction of the re-read bytes that miss L1 for CTAs re-reading row_bytes each (0 small, 1 large)."""
+        z = np.log(np.maximum(np.asarray(row_bytes, dtype=float), 1.0) / self.center) / self.scale
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + np.exp(-z))
+
+
+def norm_reread_bytes(kind: str, elements, width, itemsize: float = 2.0, row_edge=None):
+    """Bytes of a norm kernel's second pass over its rows served past L1 (NORM_REREAD_TENSORS; row_edge: the fitted
+    RowEdge, REREAD_ALL for every re-read byte, None for none)."""
+    tensors = NORM_REREAD_TENSORS[kind]
+    full = np.asarray(elements, dtype=float) * itemsize * tensors
+    if isinstance(row_edge, str):
+        if row_edge != REREAD_ALL:
+            raise CostError(f"row_edge is a RowEdge, None or {REREAD_ALL!r}, not {row_edge!r}")
+        return full
+    return full * row_edge.past_l1(tensors * np.asarray(width, float) * itemsize) if row_edge is not None else full * 0.0
+
+
 def _last_pow2(n):
     return np.exp2(np.floor(np.log2(np.maximum(n, 1.0))))
 
@@ -267,9 +325,16 @@ def argmax_shape(rows, vocab, sms: int) -> list:
 
 def memory_scaling(kind: str, bw_ratio: float, n_coefs: int | None = None) -> np.ndarray:
     """Per-column factor of a kind's coefficients on a GPU with bw_ratio times the bandwidth: byte terms / bw_ratio,
-    the width and launch-shape terms as measured (n_coefs: the model's column count, when it is another kind's)."""
-    extra = len(KERNEL_SHAPE_FEATURES.get(kind, ())) if n_coefs is None else n_coefs - 3
-    return np.array([1.0 / bw_ratio, 1.0, 1.0 / bw_ratio] + [1.0] * extra)
+    the width and launch-shape terms as measured, a norm's rows and re-read bytes / bw_ratio (n_coefs: the model's
+    column count, when it is another kind's)."""
+    rowwise = kind if kind in NORM_REREAD_TENSORS else MEMORY_PROXY.get(kind)
+    norm = 2 if rowwise in NORM_REREAD_TENSORS else 0
+    n = 3 + len(KERNEL_SHAPE_FEATURES.get(rowwise if norm else kind, ())) + norm if n_coefs is None else n_coefs
+    out = np.ones(n)
+    out[[0, 2]] = 1.0 / bw_ratio
+    if norm and n >= 3 + norm:
+        out[n - norm:] = 1.0 / bw_ratio
+    return out
 
 
 # The fused forward kernels (FlashAttention-2's kBlockM for head dims 64 and 128 on sm90) run one CTA
@@ -332,10 +397,56 @@ def attention_features(batch, heads, kv_heads, q_len, kv_len, head_dim, causal: 
     return np.stack(np.broadcast_arrays(f, q_rows, kv_rows), axis=-1)
 
 
-def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0):
-    """[KV-cache bytes read, query heads in the batch] of one decode attention (q_len 1)."""
-    kv_bytes = 2.0 * np.asarray(batch, float) * kv_heads * kv_len * head_dim * itemsize
-    return np.stack(np.broadcast_arrays(kv_bytes, np.asarray(batch, float) * heads), axis=-1)
+# Decode attention (q_len 1) as SDPA's default kernel runs it, from the decode rows (attention, decode_attention and
+# the CUDA-graph decode_attn_small families, device call 37). Three things the bytes alone do not carry:
+# - the KV cache of a (sequence, KV head) up to DECODE_UNSPLIT_MAX_KV rows is walked by one CTA, a serial chain of KV
+#   tiles that sets the time while the cache is small (q_len 1, batch 1, 8 KV heads, d128, in graphs: KV 128 4.1 us,
+#   256 6.0 us, 512 7.5 us), and a longer one is split over CTAs, each walking a part, then combined (KV 1024:
+#   6.3 us, 2048: 7.1 us; the eager rows at head dims 64, 128 and 256 alike: KV 512 above KV 2048). The chain and the
+#   bytes overlap (a CTA streams while it walks), so the first column is the larger of the two, the chain in bytes
+#   (KV rows x head_dim x `chain`, DecodeShape); a split pays its combine (split column) and each split's walk
+#   grows with the cache at a bounded split count (KV rows x head_dim: 1 sequence x 1 KV head x 65536 KV, d128,
+#   33.6 MB: 16.2 us where 16 x 8 x 512, the same bytes, runs 8.4 us);
+# - a cache read again and again from the same tensors (a CUDA-graph replay, a timing loop) stays in the 60 MB L2 up
+#   to about half of it: 33.6 MB runs at 3.0-4.0 TB/s, 67 MB at 2.9-3.2, and 4.5 TB/s far past it; the bytes from
+#   HBM past an edge (L2Edge) fitted on the decode rows themselves (fit_decode_shape);
+# - unsplit CTAs beyond one an SM queue in waves, each wave paying a CTA's fixed work again (Q load, epilogue, output
+#   write): 64 sequences x 8 KV heads at KV 128 (512 CTAs, 4 waves) run 12.0 us where their bytes (33.6 MB, in L2)
+#   say 9.7; one CTA an SM, as the forwards' makespan (MAKESPAN_BACKENDS), fits the fit split better than two or four
+#   (relative SSR 0.53 against 0.62, 0.79; half an SM a CTA 0.52);
+# - the query heads (GQA groups share the KV reads; the heads column, kept, mostly fits to 0).
+DECODE_UNSPLIT_MAX_KV = 512
+DECODE_CHAIN_RATIOS = (128.0, 256.0, 512.0, 1024.0, 2048.0)  # chain bytes a KV row x head_dim, tried
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """The decode kernel's fitted shape: the unsplit chain's bytes a KV row x head_dim, and the L2 edge of its cache."""
+
+    chain: float
+    edge: L2Edge
+
+
+def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 2.0,
+                    shape: DecodeShape | None = None, l2_bytes: float | None = None, bw_ratio: float = 1.0,
+                    sms: int | None = None):
+    """[max(KV-cache bytes, unsplit chain in bytes), query heads in the batch, KV bytes from HBM past the L2 edge,
+    1 when the KV is split over CTAs, KV rows x head_dim, waves of unsplit CTAs past the first] of one decode
+    attention (q_len 1); shape: the fitted DecodeShape (None: no chain and no L2 term), l2_bytes: the GPU's L2 (needed
+    with a shape); bw_ratio: the GPU's HBM bandwidth over the measured one's (the byte terms / it; the rest as
+    measured); sms: the GPU's SM count (one unsplit CTA an SM; None: no wave term)."""
+    b, h, hk, kv, d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, heads, kv_heads, kv_len,
+                                                                                  head_dim)))
+    kv_bytes = 2.0 * b * hk * kv * d * itemsize
+    unsplit = kv <= DECODE_UNSPLIT_MAX_KV
+    first, hbm = kv_bytes / bw_ratio, np.zeros_like(kv_bytes)
+    if shape is not None:
+        if not l2_bytes:
+            raise CostError("decode_features with a fitted shape needs the GPU's L2 (l2_bytes)")
+        first = np.maximum(first, np.where(unsplit, kv * d * shape.chain, 0.0))
+        hbm = kv_bytes * shape.edge.hbm_fraction(kv_bytes, l2_bytes) / bw_ratio
+    waves = np.where(unsplit, np.maximum(np.ceil(b * hk / sms) - 1.0, 0.0), 0.0) if sms else np.zeros_like(kv_bytes)
+    return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d, waves], axis=-1)
 
 
 def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
@@ -370,6 +481,8 @@ class OpCalibration:
     sms: int | None = None  # the GPU's SM count (hw catalog): the launch shapes of its measured kernels
     after_stream: dict = field(default_factory=dict)  # COLD_KINDS kind -> AfterStream (fit_after_stream)
     l2_edge: L2Edge | None = None  # the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)
+    decode_shape: DecodeShape | None = None  # decode_by_hd's chain and L2 edge (fit_decode_shape)
+    row_edge: RowEdge | None = None  # the norms' L1 re-read edge (fit_row_edge; None: no re-read term)
 
     def decode_model(self, head_dim) -> FeatureCost | None:
         """The decode-attention model at the nearest measured head_dim with a fit of its own, else the pooled one."""
@@ -389,12 +502,32 @@ class OpCalibration:
 
 
 def fit_memory(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
-               held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None) -> dict:
-    """kind -> FeatureCost from ops-memory rows (rows of held_out_width and memory_graph rows of
-    MEMORY_GRAPH_HELD_OUT_TOKENS are left out of the fit); l2_bytes and sms: the measured GPU's; edge: the L2 edge
-    of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes)."""
+               held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None,
+               row_edge: RowEdge | None = None) -> dict:
+    """kind -> FeatureCost from ops-memory rows (rows of held_out_width, memory_graph rows of
+    MEMORY_GRAPH_HELD_OUT_TOKENS and norm_width rows of is_held_out_norm_width are left out of the fit); l2_bytes and
+    sms: the measured GPU's; edge: the L2 edge of L2_EDGE_KINDS (fit_l2_edge; None: the hinge at l2_bytes);
+    row_edge: the norms' RowEdge (fit_row_edge; None: no re-read term)."""
     pts = _memory_points(rows, sms, held_out_width)
-    return {k: v[0] for k, v in _fit_memory_kinds(pts, l2_bytes, edge).items()}
+    return {k: v[0] for k, v in _fit_memory_kinds(pts, l2_bytes, edge, row_edge).items()}
+
+
+def fit_row_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
+                 held_out_width: int | None = HELD_OUT_WIDTH, edge: L2Edge | None = None) -> RowEdge | None:
+    """The RowEdge (center, scale from ROW_EDGE_CENTERS x ROW_EDGE_SCALES) whose fits of the NORM_REREAD_TENSORS
+    kinds leave the least summed squared relative residual over the fit split, the L2 edge fixed; None when their
+    rows span fewer than NORM_EDGE_MIN_WIDTHS widths (nothing to place an edge between)."""
+    pts = {k: v for k, v in _memory_points(rows, sms, held_out_width).items() if k in NORM_REREAD_TENSORS}
+    if not pts or max(len(np.unique(X[:, 1])) for X, _ in pts.values()) < NORM_EDGE_MIN_WIDTHS:
+        return None
+    best = None
+    for center in ROW_EDGE_CENTERS:
+        for scale in ROW_EDGE_SCALES:
+            e = RowEdge(center, scale)
+            ssr = sum(v[1] for v in _fit_memory_kinds(pts, l2_bytes, edge, e).values())
+            if best is None or ssr < best[0]:
+                best = (ssr, e)
+    return best[1]
 
 
 def fit_l2_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
@@ -413,6 +546,26 @@ def fit_l2_edge(rows: list[dict], *, l2_bytes: float, sms: int | None = None,
             if best is None or ssr < best[0]:
                 best = (ssr, edge)
     return best[1]
+
+
+# norm_width rows (device call 37) held out of every fit (benchmarks/validate_ops.py checks them): whole widths, one
+# inside the re-read edge and one past it, besides the memory rows' held-out width, and the memory_graph rows'
+# held-out token count
+NORM_WIDTH_HELD_OUT_WIDTHS = (HELD_OUT_WIDTH, 6144, 12288)
+NORM_WIDTH_HELD_OUT_TOKENS = (16384,)
+NORM_EDGE_MIN_WIDTHS = 4  # fewest distinct widths a row edge is fitted on (centre and scale need both sides)
+
+
+def norm_width_rows(rows: list[dict]) -> list[dict]:
+    """The norm_width family's CUDA-graph rows as memory rows (tagged family 'norm_width'); its eager rows time the
+    host at 4k tokens (RMSNorm 4096 x 2048: 15.3 us eager, 9.4 us in a graph) and are left out."""
+    return [{**r, "family": "norm_width"} for r in rows if r.get("mode") == "graph"]
+
+
+def is_held_out_norm_width(r: dict) -> bool:
+    """norm_width rows held out of the fits (NORM_WIDTH_HELD_OUT_WIDTHS, NORM_WIDTH_HELD_OUT_TOKENS)."""
+    return r.get("family") == "norm_width" and (int(r["width"]) in NORM_WIDTH_HELD_OUT_WIDTHS
+                                                or int(r["tokens"]) in NORM_WIDTH_HELD_OUT_TOKENS)
 
 
 def is_held_out_memory_graph(r: dict) -> bool:
@@ -438,9 +591,13 @@ def gpu_time_memory_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+ROW_ITEMSIZE = 2.0  # the memory rows' element size (bf16): what _memory_points prices them at
+
+
 def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None) -> dict:
-    """kind -> (features with an L2 of infinite capacity, times) of the rows a fit uses: the third column (bytes
-    from HBM) is filled in by _fit_memory_kinds."""
+    """kind -> (features with an L2 of infinite capacity and every norm re-read byte past L1, times) of the rows a fit
+    uses: the third column (bytes from HBM) and the norms' last (re-read bytes past L1) are filled in by
+    _fit_memory_kinds."""
     from c3kit.workload.memops import MEMOP_KINDS
 
     groups: dict = {}
@@ -450,10 +607,13 @@ def _memory_points(rows: list[dict], sms: int | None, held_out_width: int | None
             continue
         if held_out_width is not None and int(r["width"]) == held_out_width or is_held_out_memory_graph(r):
             continue
+        if is_held_out_norm_width(r):
+            continue
         if r.get("mode") == "graph" and kind not in L2_EDGE_KINDS:
             continue
         elements = float(r["tokens"]) * float(r["width"])
-        f = memory_features(kind, elements, r["width"], np.inf, sms=sms, cache_bytes=r.get("cache_bytes"))
+        f = memory_features(kind, elements, r["width"], np.inf, ROW_ITEMSIZE, sms=sms, cache_bytes=r.get("cache_bytes"),
+                            row_edge=REREAD_ALL)
         groups.setdefault(kind, []).append((f, float(r["time_s"])))
     return {k: (np.array([p[0] for p in v]), np.array([p[1] for p in v])) for k, v in groups.items()}
 
@@ -468,13 +628,17 @@ def constant_columns(X: np.ndarray) -> np.ndarray:
     return const
 
 
-def _fit_memory_kinds(points: dict, l2_bytes: float, edge: L2Edge | None = None) -> dict:
-    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity and edge."""
+def _fit_memory_kinds(points: dict, l2_bytes: float, edge: L2Edge | None = None, row_edge: RowEdge | None = None) -> dict:
+    """kind -> (FeatureCost, sum of squared relative residuals over its fitted rows) at one L2 capacity and edge and
+    the norms' row edge (None: their re-read column 0, i.e. no such term)."""
     out = {}
     for kind, (X, t) in points.items():
         if len(t) >= max(4, X.shape[1] + 1):
             X = X.copy()
             X[:, 2] = l2_column(kind, X[:, 0], l2_bytes, edge)
+            if kind in NORM_REREAD_TENSORS:
+                rb = NORM_REREAD_TENSORS[kind] * X[:, 1] * ROW_ITEMSIZE  # row bytes re-read (column 1: the width)
+                X[:, -1] = X[:, -1] * row_edge.past_l1(rb) if row_edge is not None else 0.0
             c = fit_nonneg(np.where(constant_columns(X), 0.0, X), t)
             out[kind] = (FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(t)),
                          float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2)))
@@ -608,9 +772,10 @@ def attention_row_backend(r: dict) -> str | None:
 
 
 def is_held_out_attention(r: dict) -> bool:
-    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes (CUDA-graph rows,
-    whose batch x sequence is fixed and so defeats that rule: those of GRAPH_HELD_OUT_SEQS tokens a sequence)."""
-    if r.get("mode") == "graph":
+    """Attention rows held out of the fit: about every third shape, by a fixed rule on its sizes (CUDA-graph training
+    rows, whose batch x sequence is fixed and so defeats that rule: those of GRAPH_HELD_OUT_SEQS tokens a sequence;
+    decode rows, graph or not, by the sizes)."""
+    if r.get("mode") == "graph" and r["pass"] != "decode":
         return int(r["q_len"]) in GRAPH_HELD_OUT_SEQS
     return (int(r["kv_len"]).bit_length() + int(r["heads"]).bit_length() + int(r["batch"]).bit_length()) % 3 == 0
 
@@ -641,7 +806,7 @@ def graph_attention_rows(rows: list[dict], backend: str = "flash") -> list[dict]
 def gpu_time_rows(rows: list[dict]) -> list[dict]:
     """The attention rows that time kernels: all but the eager training rows of <= EAGER_HOST_BOUND_SEQ tokens a
     sequence of a backend that has CUDA-graph rows (those time the host; see graph_attention_rows)."""
-    graphed = {r.get("backend") for r in rows if r.get("mode") == "graph"}
+    graphed = {r.get("backend") for r in rows if r.get("mode") == "graph" and r["pass"] in ("fwd", "bwd")}
     return [r for r in rows if not (r.get("backend") in graphed and r.get("mode") != "graph"
                                     and r["pass"] in ("fwd", "bwd") and int(r["q_len"]) <= EAGER_HOST_BOUND_SEQ)]
 
@@ -653,9 +818,10 @@ def family_rows(family: str, doc: dict) -> list[dict]:
     return rows if backend is None else graph_attention_rows(rows, backend)
 
 
-def _row_features(r: dict, sms: int | None = None):
+def _row_features(r: dict, sms: int | None = None, shape: DecodeShape | None = None, l2_bytes: float | None = None):
     if r["pass"] == "decode":
-        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"])
+        return decode_features(r["batch"], r["heads"], r["kv_heads"], r["kv_len"], r["head_dim"], shape=shape,
+                               l2_bytes=l2_bytes, sms=sms)
     return attention_features(r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
                               bool(r["causal"]), r["pass"] == "bwd",
                               makespan_sms(attention_row_backend(r) or "", sms))
@@ -724,33 +890,68 @@ def fit_attention(rows: list[dict], hold_out: bool = True,
         if cost is not None:
             att[key] = cost
     decode = None
-    if len(decode_pts) >= 4:
+    if len(decode_pts) >= 4:  # the pooled fallback: fixed + KV bytes + heads (the other decode columns 0)
         X = np.array([p[0] for p in decode_pts])
-        c = fit_nonneg(X, np.array([p[1] for p in decode_pts]))
-        decode = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(decode_pts))
+        c = fit_nonneg(X[:, :2], np.array([p[1] for p in decode_pts]))
+        decode = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]) + (0.0,) * (X.shape[1] - 2), len(decode_pts))
     return att, decode
 
 
 DECODE_MIN_ROWS = 8  # fewest fitted decode rows for a head_dim to get a model of its own
 
 
-def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True) -> dict:
-    """head_dim -> FeatureCost over decode_features from the cuDNN (SDPA default) decode rows of that head_dim, every
-    third shape held out as in fit_attention: SDPA's decode kernel changes its tiling with the head dim (head dim
-    256 runs about 20% slower than the pooled fit prices it)."""
+def _decode_groups(rows: list[dict], hold_out: bool) -> dict:
+    """head_dim -> the cuDNN (SDPA default) decode rows a fit uses (every third shape held out by hold_out)."""
     groups: dict = {}
     for r in rows:
         if r["pass"] != "decode" or attention_row_backend(r) != "cudnn" or not r["time_s"]:
             continue
         if hold_out and is_held_out_attention(r):
             continue
-        groups.setdefault(int(r["head_dim"]), []).append((_row_features(r), float(r["time_s"])))
+        groups.setdefault(int(r["head_dim"]), []).append(r)
+    return {hd: g for hd, g in groups.items() if len(g) >= DECODE_MIN_ROWS}
+
+
+def fit_decode_by_head_dim(rows: list[dict], hold_out: bool = True, shape: DecodeShape | None = None,
+                           l2_bytes: float | None = None, sms: int | None = None) -> dict:
+    """head_dim -> FeatureCost over decode_features (with the fitted shape, the GPU's L2 and SMs) from the cuDNN (SDPA
+    default) decode rows of that head_dim, every third shape held out as in fit_attention: SDPA's decode kernel
+    changes its tiling with the head dim (head dim 256 runs about 20% slower than the pooled fit prices it)."""
     out = {}
-    for hd, pts in groups.items():
-        if len(pts) >= DECODE_MIN_ROWS:
-            c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
-            out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
+    for hd, g in _decode_groups(rows, hold_out).items():
+        X = np.array([_row_features(r, sms, shape, l2_bytes) for r in g])
+        c = fit_nonneg(X, np.array([float(r["time_s"]) for r in g]))
+        out[hd] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(g))
     return out
+
+
+def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True,
+                     sms: int | None = None) -> DecodeShape | None:
+    """The DecodeShape (chain from DECODE_CHAIN_RATIOS, L2 edge from L2_EDGE_CENTERS x L2_EDGE_WIDTHS) whose per-head-dim
+    decode fits leave the least summed squared relative residual over the fit split; None without decode rows."""
+    groups = _decode_groups(rows, hold_out)
+    if not groups:
+        return None
+    data = []
+    for g in groups.values():
+        f = np.array([_row_features(r, sms) for r in g])  # [KV bytes, heads, 0, split, KV rows x head_dim, waves]
+        walk = np.where(f[:, 3] == 0.0, f[:, 4], 0.0)  # the unsplit chain's KV rows x head_dim
+        data.append((f, walk, np.array([float(r["time_s"]) for r in g])))
+    best = None
+    for chain in DECODE_CHAIN_RATIOS:
+        for center in L2_EDGE_CENTERS:
+            for width in L2_EDGE_WIDTHS:
+                edge = L2Edge(center, width)
+                ssr = 0.0
+                for f, walk, t in data:
+                    X = f.copy()
+                    X[:, 0] = np.maximum(f[:, 0], walk * chain)
+                    X[:, 2] = f[:, 0] * edge.hbm_fraction(f[:, 0], l2_bytes)
+                    c = fit_nonneg(X, t)
+                    ssr += float(np.sum(((c[0] + X @ c[1:]) / t - 1.0) ** 2))
+                if best is None or ssr < best[0]:
+                    best = (ssr, DecodeShape(chain, edge))
+    return best[1]
 
 
 def fit_unfused(rows: list[dict], hold_out: bool = True) -> dict:
@@ -787,13 +988,13 @@ def fit_floor(rows: list[dict]) -> tuple[float, float]:
 
 
 # the op families each class reads: attention from the SDPA-default file (default, flash, efficient, decode),
-# the forced-backend file and the long-KV decode file; memory kinds from the memory, eager_ops, act_chunked and
-# memory_graph files, copies
+# the forced-backend file, the long-KV decode file and the short-KV CUDA-graph decode file; memory kinds from the memory, eager_ops, act_chunked and
+# memory_graph files, the norms' widths from the norm_width file's CUDA-graph rows (norm_width_rows), copies
 # from the floor family's copy ladder, AdamW from the memory, optimizer and optimizer_mix files, KV-cache writes, argmax and small
 # embedding gathers from the decode_kernels file (the gemm family: gemmclass)
-ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", *GRAPH_ATTENTION_FAMILIES)
+ATTENTION_FAMILIES = ("attention", "attn_backends", "decode_attention", "decode_attn_small", *GRAPH_ATTENTION_FAMILIES)
 MEMORY_FAMILIES = ("memory", "eager_ops", "act_chunked", "memory_graph", "optimizer", "optimizer_mix", "floor", "decode_kernels",
-                   "decode_cold", "decode_fresh", "after_stream_large")
+                   "decode_cold", "decode_fresh", "after_stream_large", "norm_width")
 
 
 def ops_file(gpu_name: str, family: str):
@@ -819,13 +1020,17 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
                                               docs.get("after_stream_large", [])))
     mem_rows += adamw_rows([r for fam in ("memory", "optimizer", "optimizer_mix") for r in docs.get(fam, ())])
     gpu = get_gpu(gpu_name)
+    mem_rows += norm_width_rows(docs.get("norm_width", []))
     edge = fit_l2_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if mem_rows else None
-    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else {}
+    row_edge = fit_row_edge(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge) if mem_rows else None
+    mem = fit_memory(mem_rows, l2_bytes=gpu.l2_bytes, sms=gpu.sms, edge=edge, row_edge=row_edge) if mem_rows else {}
     arows = [r for fam in ATTENTION_FAMILIES for r in docs.get(fam, ())] if "attention" in docs else []
     att, dec = fit_attention(arows, sms=gpu.sms) if arows else ({}, None)
+    shape = fit_decode_shape(arows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if arows else None
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows), gpu.sms, after, edge)
+                         fit_unfused(arows), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes, sms=gpu.sms), gpu.sms,
+                         after, edge, decode_shape=shape, row_edge=row_edge)
 
 
 @dataclass(frozen=True)
@@ -861,11 +1066,13 @@ class ScaledCalibration:
 
     def _fitted(self, kind: str, m: FeatureCost, elements, width, itemsize: float, cache_bytes=None):
         """The class's fitted seconds, bandwidth terms scaled to this GPU."""
-        f = memory_features(kind, elements, width, self.l2_bytes, itemsize,
-                            sms=self.sms or self.cal.sms, cache_bytes=cache_bytes, edge=self.cal.l2_edge)
+        f = memory_features(kind, elements, width, self.l2_bytes, itemsize, sms=self.sms or self.cal.sms,
+                            cache_bytes=cache_bytes, edge=self.cal.l2_edge, row_edge=self.cal.row_edge)
         n = len(m.coefs)
         if f.shape[-1] < n:  # a proxy kind (MEMORY_PROXY) has none of its model's launch-shape work
             f = np.concatenate([f, np.zeros(f.shape[:-1] + (n - f.shape[-1],))], axis=-1)
+        elif f.shape[-1] > n:  # a model given without the later columns (by hand, or older) prices none of them
+            f = f[..., :n]
         return m.fixed_s + f @ _scaled_coefs(m.coefs, kind, self.bw_ratio, n)
 
     def parts_time(self, parts, itemsize: float = 2.0):
@@ -887,9 +1094,10 @@ class ScaledCalibration:
         cal = self.cal
         dm = cal.decode_model(head_dim) if np.all(np.asarray(q_len) == 1) else None
         if dm is not None:
-            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize)
-            c = np.asarray(dm.coefs) * np.array([1.0 / self.bw_ratio, 1.0])
-            return dm.fixed_s + f @ c
+            shape = cal.decode_shape if cal.decode_by_hd else None  # the pooled model was fitted without one
+            f = decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize, shape, self.l2_bytes, self.bw_ratio,
+                                self.sms or cal.sms)
+            return dm(f)
         m = cal.attention_model(bool(backward), int(np.max(head_dim)), backend)
         if m is None:
             return None

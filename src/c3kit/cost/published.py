@@ -19,6 +19,10 @@ with published rows of role "fit" is priced from them; the rest stay on the data
   the catalog's scale-up bandwidth that makes cost/collectives.py's model reproduce the published time (the
   median over fit rows). It replaces the cost model's assumed comm_eff on the scale-up fabric only (NICs keep
   comm_eff); the other sizes are checks. Used by cost.time and the vectorized step model alike (comm_eff_rows).
+  All-to-all, all-gather and reduce-scatter fit rows (op classes collective_a2a, collective_ag, collective_rs) set
+  their own kind's efficiency the same way: NCCL runs each kind with its own algorithms (an all-reduce may reduce
+  in the switch, an all-to-all moves every byte point to point), so one kind's level is not another's; a kind
+  without rows of its own takes the all-reduce rows' level, and without either the datasheet's.
 
 - sustained_gemm: steady-state GEMM figures (run back to back long enough for the power controller to settle).
   Rows of role "fit" set the GPU's sustained-clock factor (cost/power.py, published_sustained): the published time
@@ -44,6 +48,10 @@ PUBLISHED = "published microbenchmark"
 # the measured GPU whose GEMM curve shape the published levels are set on (cost/data/calib)
 SHAPE_FROM = "H200-SXM"
 ROLES = ("fit", "check")
+# collective kinds whose fit rows set a scale-up efficiency, with the cost/basis.py op class each prices: all_reduce
+# (also the level of every kind without rows of its own) and the others, their own
+FIT_KINDS = {"all_reduce": "collective", "all_to_all": "collective_a2a", "all_gather": "collective_ag",
+             "reduce_scatter": "collective_rs"}
 GEMM_DTYPE_CLASS = {"bf16": "gemm", "fp16": "gemm", "fp8": "gemm_fp8"}
 # the name sources() gives the steady-state GEMM rows that set the sustained-clock factor (not a priced op class)
 SUSTAINED = "gemm_sustained"
@@ -149,6 +157,11 @@ class PublishedOps:
         """GEMM rows of role fit (of one dtype)."""
         return tuple(p for p in self.gemm if p.role == "fit" and (dtype is None or p.dtype == dtype))
 
+    def fit_collective(self, kind: str) -> tuple[CollectivePoint, ...]:
+        """The fit rows that set kind's scale-up efficiency: its own, else the all-reduce's (FIT_KINDS)."""
+        own = tuple(c for c in self.collective if c.role == "fit" and c.kind == kind)
+        return own or tuple(c for c in self.collective if c.role == "fit" and c.kind == "all_reduce")
+
     def classes(self) -> frozenset:
         """The op classes (cost/basis.py names) these rows price."""
         out = {GEMM_DTYPE_CLASS[p.dtype] for p in self.fit_gemm() if p.dtype in GEMM_DTYPE_CLASS}
@@ -156,8 +169,10 @@ class PublishedOps:
             out.add("attention")
         if any(m.role == "fit" for m in self.memory):
             out.update(("memory", "fp8_cast"))
-        if any(c.role == "fit" for c in self.collective):
-            out.add("collective")
+        fit = {c.kind for c in self.collective if c.role == "fit"}
+        if "all_reduce" in fit:  # a kind without rows of its own takes the all-reduce rows' level
+            out.update(FIT_KINDS.values())
+        out.update(FIT_KINDS[k] for k in fit)
         return frozenset(out)
 
     def sources(self, op_class: str) -> tuple[str, ...]:
@@ -168,7 +183,7 @@ class PublishedOps:
                 "attention": [a for a in self.attention if a.role == "fit"],
                 "memory": [m for m in self.memory if m.role == "fit"],
                 "fp8_cast": [m for m in self.memory if m.role == "fit"],
-                "collective": [c for c in self.collective if c.role == "fit"],
+                **{cls: self.fit_collective(kind) for kind, cls in FIT_KINDS.items()},
                 SUSTAINED: [s for s in self.sustained if s.role == "fit"]}.get(op_class, [])
         return tuple(dict.fromkeys(f"{cite(r.source)}, retrieved {r.retrieved or self.retrieved}" for r in rows))
 
@@ -239,8 +254,9 @@ def parse(doc: dict, origin: str) -> PublishedOps:
     for i, r in enumerate(doc.get("collective", [])):
         _need(r, ("kind", "ranks", "bytes", "busbw_gbps", "source", "role"), f"{origin} collective row {i + 1}",
               "busbw_gbps")
-        if r["role"] == "fit" and r["kind"] != "all_reduce":
-            raise CostError(f"{origin} collective row {i + 1}: only all_reduce rows set the scale-up efficiency")
+        if r["role"] == "fit" and r["kind"] not in FIT_KINDS:
+            raise CostError(f"{origin} collective row {i + 1}: only {', '.join(FIT_KINDS)} rows set a scale-up "
+                            f"efficiency, got a fit row of {r['kind']!r}")
         coll.append(CollectivePoint(str(r["kind"]), int(r["ranks"]), int(r["bytes"]), float(r["busbw_gbps"]),
                                     str(r["source"]), str(r["role"]), _row_date(r, doc, f"{origin} collective row {i + 1}")))
     steady = []
@@ -444,12 +460,13 @@ def mem_eff_rows(gpus, index, model):
 # ------------------------------------------------------------------------------------------ collectives
 
 @lru_cache(maxsize=64)
-def scaleup_fraction(gpu_name: str) -> float | None:
-    """The scale-up bandwidth efficiency the published all-reduce fit rows imply (None without fit rows): per
-    row, the model's time at efficiency 1 over the published time (cost/collectives.py, one node; its launch
-    base is below 0.1% at the fit rows' sizes), the median over rows. A projection keeps its base GPU's fraction."""
+def scaleup_fraction(gpu_name: str, kind: str = "all_reduce") -> float | None:
+    """The scale-up bandwidth efficiency a collective of `kind` runs at from the published fit rows (None without
+    any): its own kind's rows, else the all-reduce's (PublishedOps.fit_collective); per row, the model's time at
+    efficiency 1 over the published time (cost/collectives.py, one node; its launch base is below 1% at the fit
+    rows' sizes), the median over rows. A projection keeps its base GPU's fraction."""
     ops = published_ops(gpu_name)
-    rows = [c for c in ops.collective if c.role == "fit"] if ops is not None else []
+    rows = ops.fit_collective(kind) if ops is not None else ()
     if not rows:
         return None
     from c3kit.cost.collectives import busbw_factor, collective_estimate
@@ -471,15 +488,15 @@ def scaleup_fraction(gpu_name: str) -> float | None:
     return frac
 
 
-def comm_eff(hw, model) -> float:
-    """The scale-up bandwidth efficiency collectives run at on hw: the published one where fit rows exist (cost
-    models other than roofline), else the cost model's comm_eff."""
-    return _published_or_model(hw, model, "comm_eff", scaleup_fraction)
+def comm_eff(hw, model, kind: str = "all_reduce") -> float:
+    """The scale-up bandwidth efficiency a collective of `kind` runs at on hw: the published one where fit rows
+    price it (cost models other than roofline), else the cost model's comm_eff."""
+    return _published_or_model(hw, model, "comm_eff", lambda name: scaleup_fraction(name, kind))
 
 
-def comm_eff_rows(gpus, index, model):
-    """comm_eff per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
-    return _per_scenario(comm_eff, gpus, index, model)
+def comm_eff_rows(gpus, index, model, kind: str = "all_reduce"):
+    """comm_eff of `kind` per scenario for the vectorized step model (gpus: GPU objects, index: each scenario's GPU)."""
+    return _per_scenario(lambda g, m: comm_eff(g, m, kind), gpus, index, model)
 
 
 def clear() -> None:

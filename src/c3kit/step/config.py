@@ -28,6 +28,10 @@ class StepConfig:
     grad_acc: str = ""  # gradient accumulation into .grad (workload.layer.GRAD_ACC; "" = from glue, micro-batches)
     train_metrics: int = 0  # training-metric cross-entropy passes per micro-batch (workload.layer.check_train_metrics)
     flat_param_grads: bool = False  # FSDP1's per-unit gradient concatenation (workload.layer.FLAT_PARAM_GRADS)
+    grad_dtype: str = "fp32"  # the dtype DP gradients are reduced and held in (workload.layer.GRAD_REDUCE_DTYPES)
+    loss_kernel: str = "eager"  # the training loss's cross-entropy kernels (workload.layer.LOSS_KERNELS)
+    bias_grads: bool = False  # the biased linears' own bias-gradient reductions (workload.layer.BIAS_GRADS)
+    metrics_fp32: bool = True  # training metrics on fp32 logits, else bf16 (workload.layer.METRICS_BF16)
 
 
 @dataclass(frozen=True)
@@ -51,13 +55,13 @@ def _positive(name: str, v) -> None:
         raise C3kitError(f"--{name} must be a positive whole number, got {v!r}")
 
 
-def check_memory(model, par, phase: str, seq: int, dtype: str, hw):
+def check_memory(model, par, phase: str, seq: int, dtype: str, hw, grad_dtype: str = "fp32"):
     """The workload layer's memory verdict (raises MemoryFitError when it does not fit); None if unavailable."""
     try:
         from c3kit.workload import memory
     except ImportError:
         return None
-    return memory.check_fits(model, hw, par=par, phase=phase, seq=seq, dtype=dtype)
+    return memory.check_fits(model, hw, par=par, phase=phase, seq=seq, dtype=dtype, grad_dtype=grad_dtype)
 
 
 def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None = None, tp: int | None = None,
@@ -69,7 +73,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             grad_acc: str = "", fsdp_sync: str = "micro", recompute_every: int = 2,
             moe_a2a_overlap: bool = False, train_metrics: int = 0, flat_param_grads: bool = False,
             cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
-            pp_p2p_overlap: bool = False, tp_comm_overlap: str = "none") -> StepConfig:
+            pp_p2p_overlap: bool = False, tp_comm_overlap: str = "none", grad_dtype: str = "fp32",
+            loss_kernel: str = "eager", bias_grads: bool = False, metrics_fp32: bool = True,
+            zero2: bool = False) -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -90,6 +96,10 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     graph (workload.graph.build_step); cp_impl: how context parallelism runs (workload.parallel.CP_IMPLS).
     dp_overlap False: DP gradients reduced after the backward (workload.parallel.DP_OVERLAP_SOURCES; the search then
     skips FSDP); pp_p2p_overlap: pipeline sends and receives behind compute (PP_P2P_OVERLAP_SOURCE).
+    grad_dtype, loss_kernel, bias_grads, metrics_fp32: framework facts of the graph (workload.graph.build_step;
+    their choices: workload.layer.GRAD_REDUCE_DTYPES, LOSS_KERNELS, BIAS_GRADS, METRICS_BF16); grad_dtype also sizes
+    the gradients in the memory check. zero2: ZeRO-2, gradients sharded over DP as well as the optimizer state
+    (Parallelism.zero2; the search then tries that sharding only).
     tp_comm_overlap: Transformer Engine's userbuffers TP overlap (workload.parallel.TP_COMM_OVERLAPS; needs sp with
     tp > 1, a no-op with tp 1).
     """
@@ -101,11 +111,16 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
                    pp, vpp, dp_overlap, pp_split, cp, seq, phase, moe_a2a_overlap,
                    (("gpus", gpus), ("tp", tp), ("dp", dp), ("pp", pp), ("ep", ep), ("seq", seq), ("batch", batch),
                     ("micro-batch", micro_batch), ("vpp", vpp), ("cp", cp), ("recompute-every", recompute_every)))
+    _check_framework_facts(grad_dtype, loss_kernel)
+    _check_zero2(zero2, fsdp, dist_optimizer)
     from c3kit.workload.parallel import check_tp_comm_overlap
 
     check_tp_comm_overlap(tp_comm_overlap)
     dtype_bytes(dtype)
     m = get_model(model)
+    if bias_grads and not m.bias:
+        raise WorkloadError(f"--bias-grads prices the linears' bias gradients: model {m.name} has no biases "
+                            "(drop --bias-grads)")
     gpu = get_gpu(hw)
     gpu.peak_flops(dtype)
     node = gpu.gpus_per_node
@@ -121,8 +136,11 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
+    if zero2:  # ZeRO-2: the optimizer state sharded as ZeRO-1 shards it, the gradients as well
+        fixed["zero2"], shardings = True, ["zero1"]
     graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads)
+    graph_opts.update(grad_dtype=grad_dtype, loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32)
     tried: list[Candidate] = []
     last_fit: Exception | None = None
     for n in counts:
@@ -130,14 +148,16 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         if not pps and pp is None:
             continue
         layout = partial(_layout, n=n, fixed=fixed, dp=dp, pp=pp, micro_batch=micro_batch, batch=batch, train=train)
-        fitting, last_fit = _fitting(n, pps, shardings, rcs, layout, m, phase, seq, dtype, gpu, tried, last_fit)
+        fitting, last_fit = _fitting(n, pps, shardings, rcs, layout, m, phase, seq, dtype, gpu, tried, last_fit,
+                                     grad_dtype)
         if not fitting:
             continue
         tried, par, mem, graph = _fastest(fitting, tried, m, phase, seq, dtype, gpu, cost_model, policy, graph_opts)
         chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
                                train, len(tried))
         return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
-                          norm_rope, glue, grad_acc, train_metrics, flat_param_grads)
+                          norm_rope, glue, grad_acc, train_metrics, flat_param_grads, grad_dtype=grad_dtype,
+                          loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32)
     if last_fit is None:
         raise WorkloadError(f"{m.name}: no pipeline depth divides its {m.layers} layers with tp {tp} on "
                             f"{gpus} GPUs: change --gpus, --tp or --pp")
@@ -187,6 +207,22 @@ def _check_request(attn_backend, norm_rope, glue, grad_acc, train_metrics, cp_im
         raise C3kitError(f"unknown phase {phase!r}: use one of {', '.join(PHASES)}")
     if recompute is not None and recompute not in RECOMPUTE:
         raise C3kitError(f"unknown recompute {recompute!r}: use one of {', '.join(RECOMPUTE)}")
+
+
+def _check_framework_facts(grad_dtype: str, loss_kernel: str) -> None:
+    """Reject an unknown gradient reduce dtype or loss kernel (one clear error)."""
+    from c3kit.workload.layer import check_grad_reduce_dtype, check_loss_kernel
+
+    check_grad_reduce_dtype(grad_dtype)
+    check_loss_kernel(loss_kernel)
+
+
+def _check_zero2(zero2: bool, fsdp, dist_optimizer) -> None:
+    """Reject ZeRO-2 with FSDP or without optimizer sharding (one clear error)."""
+    if zero2 and fsdp:
+        raise C3kitError("--fsdp already shards the gradients (ZeRO-3 includes ZeRO-2): drop --zero2")
+    if zero2 and dist_optimizer is False:
+        raise C3kitError("--zero2 shards the optimizer state as well as the gradients: drop --no-dist-opt")
 
 
 def _fill_sizes(m, node: int, train: bool, gpus, tp, sp, dp, pp, cp: int) -> tuple[int, int, bool]:
@@ -271,12 +307,13 @@ def _layout(p: int, sharding: str, rc: str, n: int, fixed: dict, dp, pp, micro_b
         gb = mb * (n // (tp * cp)) * 8
     else:
         gb = mb * d * max(8, 4 * p)
-    return Parallelism(dp=d, fsdp=sharding == "fsdp" and d > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
+    # FSDP shards over the dp x cp ranks that hold the same weights (memory, Structure.dp), so cp alone can carry it
+    return Parallelism(dp=d, fsdp=sharding == "fsdp" and d * cp > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
                        dist_optimizer=sharding == "zero1" and d > 1, **fixed)
 
 
 def _fitting(n: int, pps, shardings, rcs, layout, m, phase: str, seq: int, dtype: str, gpu, tried: list,
-             last_fit):
+             last_fit, grad_dtype: str = "fp32"):
     """For every pipeline depth and sharding, the least recomputation that fits in memory: ([(par, memory,
     index in tried)], the last memory error). Appends every layout looked at to `tried`."""
     fitting = []
@@ -289,7 +326,7 @@ def _fitting(n: int, pps, shardings, rcs, layout, m, phase: str, seq: int, dtype
                         break  # with dp 1 ZeRO-1 and FSDP are plain data parallelism: already tried
                 par.validate(m, n)
                 try:
-                    mem = check_memory(m, par, phase, seq, dtype, gpu)
+                    mem = check_memory(m, par, phase, seq, dtype, gpu, grad_dtype)
                 except MemoryFitError as e:
                     last_fit = e
                     tried.append(Candidate(n, p, sharding, rc, "does not fit: " + _short_fit(e)))

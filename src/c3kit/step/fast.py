@@ -293,7 +293,7 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
             if key not in memo:
                 nbytes, ranks, intra, g = sh.collective(op.name)
                 memo[key] = _collective(op.kind, nbytes, ranks, intra, g, h, cm.algo, cm.comm_eff,
-                                        comm_eff_rows(h["gpu_objs"], h["gpu_index"], cm))  # cost/published.py
+                                        comm_eff_rows(h["gpu_objs"], h["gpu_index"], cm, op.kind))  # cost/published.py
             t[i] = memo[key]
             continue
         (f, by), dims = sh.compute(op.name)

@@ -181,7 +181,11 @@ BACKEND_COLUMNS = ("runs", "framework", "backend", "source", "reason")
 NORM_ROPE_COLUMNS = ("runs", "framework", "norm_rope", "source", "reason")
 FP8_RECIPE_COLUMNS = ("runs", "framework", "fp8_scaling", "source", "reason")
 RECOMPUTE_COLUMNS = ("runs", "framework", "recompute", "source", "reason")
-MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "source", "reason")
+MOE_OPTION_COLUMNS = ("runs", "framework", "a2a_overlap", "dispatcher", "cuda_graph_scope", "source", "reason")
+# Megatron-Core moe_token_dispatcher_type values, and the Transformer Engine CUDA-graph scopes of Megatron-Core
+# (cuda_graph_scope; "none": no CUDA graphs) that moe_options.csv may name
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+CUDA_GRAPH_SCOPES = ("none", "full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess")
 MOE_EXPERT_COLUMNS = ("runs", "framework", "experts", "source", "reason")
 
 
@@ -373,12 +377,13 @@ def dp_overlap_of(framework: str, source: str, fsdp: bool = False) -> bool:
 
 
 FSDP_PRECISION_COLUMNS = ("runs", "framework", "reduce_dtype", "source", "reason")
-REDUCE_DTYPES = ("fp32", "bf16")
 
 
 def _check_reduce_dtype(v: str) -> str:
-    if v not in REDUCE_DTYPES:
-        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {v!r}")
+    from c3kit.workload.layer import GRAD_REDUCE_DTYPES
+
+    if v not in GRAD_REDUCE_DTYPES:
+        raise StudyError(f"fsdp precision: reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {v!r}")
     return v
 
 
@@ -399,9 +404,22 @@ def grad_reduce_dtype_of(run: str, fsdp: bool = True, table: pd.DataFrame | None
 
 def moe_options(path=None) -> pd.DataFrame:
     """The MoE options of each MoE run's recipe (studies/data/moe_options.csv: run glob, framework, a2a_overlap 0/1 =
-    Megatron-Core overlap_moe_expert_parallel_comm, source, reason), decided from the recipe whose layout matches
-    the published one."""
-    return _run_table("moe_options.csv", MOE_OPTION_COLUMNS, _check_flag, path)
+    Megatron-Core overlap_moe_expert_parallel_comm, dispatcher (MOE_DISPATCHERS), cuda_graph_scope (CUDA_GRAPH_SCOPES,
+    space-separated), source, reason), decided from the recipe whose layout matches the published one."""
+    df = _run_table("moe_options.csv", MOE_OPTION_COLUMNS, _check_flag, path)
+    for d, scope in zip(df["dispatcher"].astype(str), df["cuda_graph_scope"].astype(str)):
+        if d not in MOE_DISPATCHERS:
+            raise StudyError(f"moe options: unknown dispatcher {d!r}: use one of {', '.join(MOE_DISPATCHERS)}")
+        bad = [x for x in scope.split() if x not in CUDA_GRAPH_SCOPES] or ([] if scope.split() else [scope])
+        if bad:
+            raise StudyError(f"moe options: unknown cuda_graph_scope {' '.join(bad)!r}: use 'none' or scopes of "
+                             f"{', '.join(CUDA_GRAPH_SCOPES[1:])}")
+    return df
+
+
+def moe_dispatcher_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """The token dispatcher a MoE run's recipe ran (first matching row; Megatron-Core's default alltoall when none)."""
+    return _first_match(run, moe_options() if table is None else table, "dispatcher", "alltoall")
 
 
 def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
@@ -786,7 +804,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
              "and the rest from the datasheet: B200 memory-bound ops and FP8 casts at an assumed 85% of HBM bandwidth, "
              "B200 collectives at an assumed 80% of link bandwidth, no measured per-kernel cost, no sustained-clock "
-             "(power) factor. On H100, where "
+             "(power) factor. H100 all-to-alls, all-gathers and reduce-scatters run at the levels of XLA's published "
+             "NCCL table (sm_90; classes collective_a2a, _ag, _rs), its all-reduces at the assumed 80%. On H100, where "
              "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
              "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured. "
              "Attention per backend (table 'Attention basis per GPU and backend'): llm-foundry's Triton kernel runs as "

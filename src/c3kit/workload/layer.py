@@ -419,6 +419,31 @@ METRICS_BF16 = ("https://github.com/mosaicml/composer/blob/v0.16.4/composer/core
                 "te.fp8_autocast only); composer/metrics/nlp.py LanguageCrossEntropy (torch.nn.CrossEntropyLoss)")
 
 
+# The logits' dtype in the training metrics' cross-entropy: "fp32" (inside torch.autocast, which casts cross_entropy's
+# input up: the measured kind cross_entropy) or "bf16" (outside autocast: METRICS_BF16). Structure.metrics_fp32.
+TRAIN_METRICS_DTYPES = ("fp32", "bf16")
+
+# The dtype data-parallel gradients are reduced (and held) in: "fp32" (the layer description's default: Megatron-Core's
+# fp32 main_grad buffers, FSDP MixedPrecision with reduce_dtype fp32, Composer's FSDP mixed_precision DEFAULT) or "bf16"
+# (gradients reduced as computed: Composer's FSDP mixed_precision PURE). build_step's grad_dtype; which each validation
+# run used: studies/data/fsdp_precision.csv, with its sources.
+GRAD_REDUCE_DTYPES = ("fp32", "bf16")
+
+
+def check_train_metrics_dtype(name) -> str:
+    """The dtype name itself (one of TRAIN_METRICS_DTYPES), or a WorkloadError."""
+    if name not in TRAIN_METRICS_DTYPES:
+        raise WorkloadError(f"unknown training-metrics dtype {name!r}: use one of {', '.join(TRAIN_METRICS_DTYPES)}")
+    return name
+
+
+def check_grad_reduce_dtype(name) -> str:
+    """The dtype name itself (one of GRAD_REDUCE_DTYPES), or a WorkloadError."""
+    if name not in GRAD_REDUCE_DTYPES:
+        raise WorkloadError(f"unknown gradient reduce dtype {name!r}: use one of {', '.join(GRAD_REDUCE_DTYPES)}")
+    return name
+
+
 def check_train_metrics(passes) -> int:
     """The number of training-metric cross-entropy passes itself (an int >= 0), or a WorkloadError.
 

@@ -36,9 +36,12 @@ def published_params(name: str) -> float:
 
 
 def get_model(name: str) -> ModelConfig:
-    """A preset by name or alias (case-insensitive), or a Hugging Face config.json when name ends in .json."""
+    """A preset by name or alias (case-insensitive), a Hugging Face config.json when name ends in .json, or a model
+    TOML file (load_model_toml) when it ends in .toml."""
     if str(name).lower().endswith(".json"):
         return load_hf_config(name)
+    if str(name).lower().endswith(".toml"):
+        return load_model_toml(name)
     table = {}
     for canon, (m, aliases, _) in _presets().items():
         for n in (canon, *aliases):
@@ -50,3 +53,24 @@ def get_model(name: str) -> ModelConfig:
     hint = f"; did you mean {', '.join(dict.fromkeys(table[c].name for c in close))}?" if close else ""
     raise WorkloadError(f"unknown model {name!r}{hint} (known: {', '.join(list_models())}; "
                         "or pass a path to a Hugging Face config.json)")
+
+
+def load_model_toml(path) -> ModelConfig:
+    """A model TOML file: ModelConfig's fields at the top level, as one [model.NAME] table of the shipped presets
+    (name, hidden, layers, heads required; an optional [sources] table)."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such model file") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{p}: not a text file (a model file is UTF-8 TOML)") from None
+    except OSError as e:
+        raise WorkloadError(f"{p}: cannot read ({e.strerror or e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise WorkloadError(f"{p}: not valid TOML ({e})") from None
+    if not isinstance(doc.get("sources", {}), dict):
+        raise WorkloadError(f"{p}: 'sources' must be a table of field = source")
+    return model_from_dict(doc, str(p))
