@@ -8,7 +8,8 @@ The fit uses the shipped ops files with the held-out rows left out (memory-bound
 opclass.is_held_out_norm_width (widths 5120, 6144, 12288 and 16k tokens); attention: every third shape by a fixed
 hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), for the backends
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
-without it; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
+without it; unfused attention: the same rule, its eager backward rows under opclass.UNFUSED_BWD_MIN_SCORES score
+elements (host-bound) in neither fit nor check, printed as a reference; FP8 GEMMs: the fp8_mm shapes gemmclass.is_held_out_fp8 picks by a hash); this script
 prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.
 
@@ -62,6 +63,22 @@ NOT_YET_MODELLED = {
                            "1024 x 8192: 4.1 TB/s); priced with the fitted L2 edge of the memory_graph rows",
     "memory layernorm (CUDA-graph rows)": "1536 tokens sit on the L2 edge (x 4096: -14%, x 8192: +10%); 16384 x 8192 "
                                           "-7%",
+    "bmm by the GEMM model": "the torch.bmm rows are MoE-like shapes (K 1024-4096, N 1536-14336), none at unfused "
+                             "attention's (K = head_dim, or N = head_dim): the curve prices M <= 64 slow (bias +4.6%) and "
+                             "M >= 1024 fast (bias -10.0%: 610-710 TFLOP/s measured); the small-M class over groups x N "
+                             "columns (one launch streaming every group's weights) gave 8.4 / 15.6%, bias -8.4%; the small-M "
+                             "class's form fitted on the bmm rows themselves (gemmclass.fit_streaming, fit split by "
+                             "is_held_out_grouped: 49 rows; math at 660 TFLOP/s over M padded to a 15-row tile, "
+                             "operands streamed at 4.29 TB/s) gave 2.9 / 6.1% on the other 23: not adopted, as no "
+                             "workload op runs a bmm in their range (unfused attention's have K or N = head_dim, "
+                             "outside it); rows at attention's shapes are not measured yet",
+    "[unfused": "the timed code runs 7 kernels (matmul, scale, mask, triu, masked_fill, softmax, matmul) where Megatron's "
+                "path, which the kernel sum prices, runs 3-4 (matmul, fused scale-mask-softmax, dropout, matmul): not a "
+                "check of the sum. The rows past the L2 run 7.8-11.0 ps a score element forward, 9.5-11.4 backward (d64 "
+                "and d128 within 0-4%: streaming-bound). Priced kernel by kernel as the timed code runs them (its 2 or 4 bmm by the GEMM "
+                "model, the scale and masked_fill passes as measured copies, softmax as RMSNorm), the 4 x 16-head rows "
+                "come to 0.49-0.63 of the measured forward and 0.60-0.75 of the backward (4096 tokens, d64 forward: "
+                "5.26 of 10.68 ms): which kernels run slower than their prices is not yet profiled",
     "memory rmsnorm_eager": "64-token rows are eager host floors, not monotone in width (64 x 2048: 17.6 us, "
                             "64 x 5120: 24.2 us, 64 x 8192: 17.8 us)",
 }
@@ -186,17 +203,18 @@ def held_out_errors(directory: Path | None = None) -> dict[str, np.ndarray]:
 
     from c3kit.cost.attention import unfused_breakdown
 
-    unf = oc.fit_unfused(att_rows)
+    unf = oc.fit_unfused(att_rows, l2_bytes=l2, edge=edge)
     h200 = get_gpu("H200-SXM")
-    for r in att_rows:  # measured (eager) unfused attention: its class on held-out rows; the kernel sum on all
+    timed_kernels = {id(r) for r in oc.gpu_time_unfused_rows(att_rows)}
+    for r in att_rows:  # unfused attention: its class on held-out rows that time kernels; the kernel sum on all
         if r.get("backend") == "unfused" and r["time_s"]:
             bwd = r["pass"] == "bwd"
-            if oc.is_held_out_attention(r) and r["pass"] in unf:
-                f = oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd)
+            if oc.is_held_out_attention(r) and r["pass"] in unf and id(r) in timed_kernels:
+                f = oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, l2, edge)
                 out.setdefault(f"attention unfused {r['pass']}", []).append(unf[r["pass"]](f) / r["time_s"] - 1)
             parts = unfused_breakdown(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], bwd, False, h200,
                                       as_model("efficiency"), price=op_time)
-            out.setdefault(f"unfused {r['pass']} as its kernels (no class)", []).append(
+            out.setdefault(f"[unfused {r['pass']} as Megatron's kernels (no class): not the code timed]", []).append(
                 sum(t for _, t in parts) / r["time_s"] - 1)
 
     h200, burst = get_gpu("H200-SXM"), as_model("efficiency")  # as timed: a short window, burst clocks
@@ -435,11 +453,30 @@ def moe_out_of_sample_errors(directory: Path | None = None) -> dict[str, np.ndar
     return {k: np.array(v, dtype=float) for k, v in out.items()}
 
 
+def unfused_host_bound_errors(directory: Path | None = None) -> np.ndarray:
+    """Relative errors of the unfused class on the eager backward rows it leaves out as host-bound
+    (opclass.UNFUSED_BWD_MIN_SCORES): what a step that waits on its host would see; a reference, not a check."""
+    from c3kit.cost import opclass as oc
+    from c3kit.hw.catalog import get_gpu
+
+    gpu = get_gpu("H200-SXM")
+    edge = oc.fit_l2_edge(_family_rows(directory, "memory", "eager_ops", "memory_graph")
+                          + oc.norm_width_rows(_family_rows(directory, "norm_width")), l2_bytes=gpu.l2_bytes, sms=gpu.sms)
+    rows = _family_rows(directory, "attn_backends")
+    m = oc.fit_unfused(rows, l2_bytes=gpu.l2_bytes, edge=edge).get("bwd")
+    kept = {id(r) for r in oc.gpu_time_unfused_rows(rows)}
+    return np.array([m(oc.unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], True,
+                                           gpu.l2_bytes, edge)) / r["time_s"] - 1
+                     for r in rows if m is not None and r.get("backend") == "unfused" and r["pass"] == "bwd"
+                     and r["time_s"] and id(r) not in kept])
+
+
 def _note(name: str, good: bool) -> None:
     """Print what the rows show about a failing class that is not modelled yet (NOT_YET_MODELLED)."""
     if good:
         return
-    hit = next((v for k, v in NOT_YET_MODELLED.items() if name == k or name.startswith(k + " ")), None)
+    hit = next((v for k, v in NOT_YET_MODELLED.items() if name == k or name.startswith(k + " ")
+                or k.startswith("[") and name.startswith(k)), None)
     if hit:
         print(f"    not yet modelled: {hit}")
 
@@ -460,9 +497,15 @@ def main(argv: list[str] | None = None) -> int:
         e = np.abs(e) * 100
         med, p90 = float(np.median(e)), float(np.percentile(e, 90))
         good = med <= TARGET_MEDIAN and p90 <= TARGET_P90
-        ok &= good
-        print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {'PASS' if good else 'FAIL'}")
+        check = not name.startswith("[")  # '[...]': a reference, not a check of a class
+        ok &= good or not check
+        verdict = ("PASS" if good else "FAIL") if check else "(reference)"
+        print(f"{name:28s} n={len(e):3d}  median {med:5.1f}%  p90 {p90:5.1f}%  -> {verdict}")
         _note(name, good)
+    e = np.abs(unfused_host_bound_errors(a.dir)) * 100
+    if len(e):
+        print(f"{'[attention unfused bwd, eager rows under 2^26 scores: host-bound, in no fit or check]':28s} "
+              f"n={len(e):3d}  median {float(np.median(e)):5.1f}%  p90 {float(np.percentile(e, 90)):5.1f}%  -> (reference)")
     print("GEMM classes (cost/gemmclass.py; '[before: ...]' rows: the same held-out rows as priced before them; "
           "other '[...]' rows: references, not checks of a class):")
     for name, e in gemm_held_out_errors(a.dir).items():

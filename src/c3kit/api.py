@@ -117,6 +117,7 @@ def config_dict(cfg) -> dict:
             "micro_batch": p.micro_batch, "global_batch": p.global_batch, "micro_batches": p.grad_accum,
             "recompute": p.recompute, "dist_optimizer": p.dist_optimizer, "fsdp_sync": p.fsdp_sync,
             "dp_overlap": p.dp_overlap, "pp_p2p_overlap": p.pp_p2p_overlap, "tp_comm_overlap": p.tp_comm_overlap,
+            "pp_engine": p.pp_engine,
             "cp_impl": p.cp_impl,
             "moe_a2a_overlap": p.moe_a2a_overlap, "moe_imbalance": p.moe_imbalance,
             "train_metrics": getattr(cfg, "train_metrics", 0), "flat_param_grads": getattr(cfg, "flat_param_grads", False)}
@@ -195,7 +196,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
             recompute_every: int = 2, moe_a2a_overlap: bool = False, train_metrics: int = 0,
             flat_param_grads: bool = False, cp_impl: str = "ring", moe_experts: str = "grouped",
             moe_imbalance: float = 1.0, dp_overlap: bool = True, pp_p2p_overlap: bool = False,
-            optimizer_impl: str = "fused", tp_comm_overlap: str = "none") -> AnalyzeResult:
+            optimizer_impl: str = "fused", tp_comm_overlap: str = "none", pp_engine: str = "megatron") -> AnalyzeResult:
     """Project one training or inference step per operator, with memory per GPU (the `c3kit analyze` call).
 
     overlap: none, simple, contended (default: step.policy.DEFAULT_MODE), auto, a schedule family or a schedule
@@ -291,7 +292,8 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
                   attn_backend=backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc, fsdp_sync=fsdp_sync,
                   recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, train_metrics=train_metrics,
                   flat_param_grads=flat_param_grads, cp_impl=cp_impl, moe_imbalance=moe_imbalance,
-                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
+                  dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap,
+                  pp_engine=pp_engine)
     step = project(cfg.graph, cfg.hw, policy=policy_for(mode, pw), cost_model=cm, overheads=overheads)
     modes = ()
     if compare_overlap:

@@ -126,3 +126,26 @@ def test_bad_models_and_layouts_exit_2(tmp_path, capsys, args, needle):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
     assert not out.exists()
+
+
+PP_LAYOUT = ["--hw", "A100-SXM-80G", "--gpus", "16", "--tp", "2", "--sp", "--pp", "4", "--dp", "2", "--seq", "2048",
+             "--batch", "32", "--micro-batch", "1", "--recompute", "full"]
+
+
+def test_pp_engine_reaches_the_step_and_deepspeed_changes_its_sends(tmp_path, capsys, mpt):
+    base = _run(tmp_path, capsys, "--model", mpt, *PP_LAYOUT)
+    ds = _run(tmp_path, capsys, "--model", mpt, *PP_LAYOUT, "--pp-engine", "deepspeed")
+    assert (base["config"]["pp_engine"], ds["config"]["pp_engine"]) == ("megatron", "deepspeed")
+    assert ds["totals"]["step_time"] != base["totals"]["step_time"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--pp-engine", "gpipe"], "pp_engine 'gpipe'"),
+    (["--pp-engine", "deepspeed", "--vpp", "2"], "pp_engine 'deepspeed'"),
+])
+def test_bad_pp_engine_exits_2_and_writes_nothing(tmp_path, capsys, mpt, extra, needle):
+    out = tmp_path / "bad"
+    assert main(["analyze", "--model", mpt, *PP_LAYOUT, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -55,24 +55,89 @@ def test_unfused_uses_the_measured_class_where_there_is_one(gpu, backward):
     hw = get_gpu(gpu)
     cal = calibration_for(hw, "attention")
     m = cal.cal.unfused["bwd" if backward else "fwd"]
-    f = unfused_features(2, 16, 2048, 2048, 128, backward)
-    scale = [1 / cal.flops_ratio, 1 / cal.bw_ratio]
-    want = m.fixed_s + m.coefs[0] * f[0] * scale[0] + m.coefs[1] * f[1] * scale[1]
+    f = unfused_features(2, 16, 2048, 2048, 128, backward, hw.l2_bytes, cal.cal.l2_edge)
+    scale = [1 / cal.flops_ratio] + [1 / cal.bw_ratio] * 4
+    want = m.fixed_s + sum(c * x * k for c, x, k in zip(m.coefs, f, scale))
     assert time(_att("unfused", 2048, backward, True, batch=2, heads=16), hw, EFF) == pytest.approx(want, rel=1e-12)
+
+
+def test_unfused_features_by_hand():
+    from c3kit.cost.opclass import L2Edge, unfused_features
+
+    # 2 x 4 heads x 4096^2 scores, d64: 134M scores, 268 MB (past a 60 MB L2: all from HBM by the hinge); rows of 4096
+    # (> 2048: the block softmax); the 16.8 MB mask fits the L2 (hinge: 0 from HBM)
+    f = unfused_features(2, 4, 4096, 4096, 64, False, 60e6)
+    s = 2 * 4 * 4096 * 4096
+    assert list(f) == [4.0 * s * 64, s, s, s, 0.0]
+    assert unfused_features(2, 4, 4096, 4096, 64, True, 60e6)[0] == 8.0 * s * 64
+    # 1 x 1 x 8192^2: a 67 MB mask (past the L2), rows of 8192; 1 x 1 x 1024^2: 2 MB of scores in L2, rows of 1024
+    assert list(unfused_features(1, 1, 8192, 8192, 64, False, 60e6)[2:]) == [8192 ** 2] * 3
+    assert list(unfused_features(1, 1, 1024, 1024, 64, False, 60e6)[2:]) == [0.0, 0.0, 0.0]
+    # with an edge: the share past it; without an L2: no L2 columns (the long rows stay)
+    e = L2Edge(0.5, 0.2)
+    assert unfused_features(1, 1, 4096, 4096, 64, False, 60e6, e)[2] == pytest.approx(
+        4096 ** 2 / (1 + (2.0 * 4096 ** 2 / 30e6) ** (-1 / 0.2)))
+    assert list(unfused_features(1, 1, 8192, 8192, 64, False)[2:]) == [0.0, 8192 ** 2, 0.0]
+
+
+@pytest.mark.parametrize("gpu", ["H200-SXM", "H100-SXM"])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("hd", [64, 128])
+def test_unfused_class_is_monotone_in_seq(gpu, backward, hd):
+    hw = get_gpu(gpu)
+    ts = [time(_att("unfused", s, backward, True, batch=1, heads=16, hd=hd), hw, EFF)
+          for s in (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 16384)]
+    assert all(b > a for a, b in zip(ts, ts[1:]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["H200-SXM", "H100-SXM"]), st.booleans(), st.integers(1, 8), st.integers(1, 64),
+       st.sampled_from([64, 96, 128, 160]), st.integers(64, 32768), st.integers(1, 4096))
+def test_unfused_class_grows_with_seq_and_batch(gpu, backward, batch, heads, hd, s, ds):
+    hw = get_gpu(gpu)
+    t = time(_att("unfused", s, backward, False, batch=batch, heads=heads, kv_heads=heads, hd=hd), hw, EFF)
+    assert time(_att("unfused", s + ds, backward, False, batch=batch, heads=heads, kv_heads=heads, hd=hd), hw,
+                EFF) > t > 0
+    assert time(_att("unfused", s, backward, False, batch=batch + 1, heads=heads, kv_heads=heads, hd=hd), hw, EFF) > t
+
+
+def test_unfused_split_is_the_fixed_attention_rule():
+    import json
+
+    from c3kit.cost.opclass import (UNFUSED_BWD_MIN_SCORES, family_rows, gpu_time_unfused_rows, is_held_out_attention,
+                                    op_calibration, ops_file)
+
+    # the rule reads sizes only: bit lengths of kv_len, heads, batch sum to a multiple of 3
+    r = {"pass": "fwd", "batch": 1, "heads": 8, "q_len": 512, "kv_len": 512}
+    assert is_held_out_attention(r)  # 10 + 4 + 1 = 15
+    assert not is_held_out_attention({**r, "heads": 16})  # 10 + 5 + 1 = 16
+    small = {"backend": "unfused", "pass": "bwd", "batch": 1, "heads": 8, "q_len": 2048, "kv_len": 2048, "time_s": 1e-3}
+    big = {**small, "batch": 2}
+    assert 8 * 2048 ** 2 < UNFUSED_BWD_MIN_SCORES <= 16 * 2048 ** 2
+    assert gpu_time_unfused_rows([small, big, {**small, "pass": "fwd"}]) == [big, {**small, "pass": "fwd"}]
+    # the shipped class is fitted on the fit split alone: rows that time kernels, none held out
+    rows = family_rows("attn_backends", json.loads(ops_file("H200-SXM", "attn_backends").read_text()))
+    fit = [r for r in gpu_time_unfused_rows(rows) if not is_held_out_attention(r)]
+    cal = op_calibration("H200-SXM")
+    for ps in ("fwd", "bwd"):
+        assert cal.unfused[ps].n_rows == sum(r["pass"] == ps for r in fit) < sum(
+            r["pass"] == ps for r in rows if r.get("backend") == "unfused")
 
 
 def test_fit_unfused_recovers_its_coefficients():
     from c3kit.cost.opclass import fit_unfused, unfused_features
 
     rows = []
-    for b, h, s, hd in [(1, 8, 1024, 64), (4, 16, 2048, 128), (1, 32, 4096, 64), (2, 12, 8192, 128), (1, 8, 512, 128),
-                        (4, 48, 1024, 64), (1, 16, 16384, 128)]:
-        f = unfused_features(b, h, s, s, hd, False)
+    shapes = [(1, 8, 1024, 64), (4, 16, 2048, 128), (1, 32, 4096, 64), (2, 12, 8192, 128), (1, 8, 512, 128),
+              (4, 48, 1024, 64), (1, 16, 16384, 128), (1, 4, 512, 64), (2, 8, 4096, 128), (1, 2, 8192, 64)]
+    coefs = np.array([1 / 5e14, 4e-12, 2e-12, 1.5e-12, 1e-12])
+    for b, h, s, hd in shapes:
+        f = unfused_features(b, h, s, s, hd, False, 60e6)
         rows.append({"backend": "unfused", "pass": "fwd", "batch": b, "heads": h, "kv_heads": h, "q_len": s,
-                     "kv_len": s, "head_dim": hd, "causal": 1, "time_s": 3e-6 + f[0] / 5e14 + f[1] * 4e-12})
-    m = fit_unfused(rows, hold_out=False)["fwd"]
-    assert m.fixed_s == pytest.approx(3e-6, rel=1e-6) and m.coefs[0] == pytest.approx(1 / 5e14, rel=1e-6)
-    assert m.coefs[1] == pytest.approx(4e-12, rel=1e-6)
+                     "kv_len": s, "head_dim": hd, "causal": 1, "time_s": 3e-6 + f @ coefs})
+    m = fit_unfused(rows, hold_out=False, l2_bytes=60e6)["fwd"]
+    assert m.fixed_s == pytest.approx(3e-6, rel=1e-6)
+    assert m.coefs == pytest.approx(tuple(coefs), rel=1e-6)
 
 
 def test_unfused_backward_has_four_gemms_of_the_forward_size():

@@ -232,6 +232,7 @@ def analyze_kwargs(row, m, p) -> dict:
                 micro_batch=p.micro_batch, dtype=dtype, recompute=p.recompute, recompute_every=p.recompute_every,
                 fsdp_sync=p.fsdp_sync, moe_a2a_overlap=p.moe_a2a_overlap, dp_overlap=p.dp_overlap,
                 pp_p2p_overlap=p.pp_p2p_overlap, cp_impl=p.cp_impl, tp_comm_overlap=p.tp_comm_overlap,
+                pp_engine=p.pp_engine,
                 attention_backend=v.attention_backend_of(run) or None, norm_rope=code, glue=v.glue_of(fw, code),
                 grad_acc=v.grad_acc_of(fw, row["source"], p.fsdp_sync), train_metrics=v.train_metrics_of(fw),
                 flat_param_grads=v.flat_param_grads_of(fw, p.fsdp), loss_kernel=v.loss_kernel_of(fw),

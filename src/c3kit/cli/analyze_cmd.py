@@ -159,6 +159,12 @@ def analyze(
                                              "pipelined reduce-scatters' GEMMs leave the comm SMs free) or "
                                              "ring_exchange (Megatron-Bridge's FP8 H100 configs); each TP pair is "
                                              "priced by its method's overlap-engine schedule."),
+    pp_engine: str = typer.Option(_D["pp_engine"], "--pp-engine",
+                                  help="How pipeline stages exchange activations and gradients: megatron (Megatron-LM's "
+                                       "paired sends and receives), deepspeed (DeepSpeed's pipeline engine of late "
+                                       "2021: one blocking transfer at a time, 1/tp slices re-gathered over TP) or "
+                                       "deepspeed_2020 (the same before its sliced gradients); "
+                                       "workload.parallel.PP_ENGINE_SOURCES."),
     optimizer_impl: str = typer.Option(_D["optimizer_impl"], "--optimizer-impl",
                                        help="AdamW: fused (one kernel), foreach (torch multi-tensor) or unfused (a "
                                             "per-tensor loop of eager kernels: Composer's DecoupledAdamW)."),
@@ -184,7 +190,7 @@ def analyze(
                       train_metrics=train_metrics, flat_param_grads=flat_param_grads, cp_impl=cp_impl,
                       moe_experts=moe_experts, moe_imbalance=moe_imbalance,
                       dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, optimizer_impl=optimizer_impl,
-                      tp_comm_overlap=tp_comm_overlap)
+                      tp_comm_overlap=tp_comm_overlap, pp_engine=pp_engine)
     write_report(out, res)
     if as_json:
         emit_json({**res.to_dict(), "out": str(out)})

@@ -5,14 +5,16 @@
   at the rate of the published rows of its kernel on this GPU (cost/published.py: flash1 on the A100 and the
   H100 from FlashAttention (v1)'s published figures); without either, the roofline with the cost model's
   attn_eff and mem_eff ("datasheet").
-- unfused: on a GPU with a measured unfused class (the H200's eager rows: matmul, scale, masked_fill,
-  softmax, matmul; the H100 by transfer) that class. Megatron-LM's path has the same two batched GEMMs
-  and instead of the scale and masked_fill passes one fused scale-mask-softmax and a dropout pass: about
-  the same traffic over the score matrix, not measured separately. Elsewhere the sum of its kernels
-  (workload.attention.unfused_parts): the batched GEMMs by the cost model's GEMM pricing, the softmax
-  and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes at
-  HBM bandwidth x mem_eff. On the H200 that sum is about half the measured eager time
-  (benchmarks/validate_ops.py): the datasheet composition is optimistic.
+- unfused: on a GPU with a measured unfused class (the H200's rows: matmul, scale, masked_fill, softmax,
+  matmul; the H100 by transfer) that class: streaming the score matrix, from HBM past the L2 edge, its long
+  softmax rows and the mask's re-reads (opclass.unfused_features). Megatron-LM's path has the same two
+  batched GEMMs and instead of the scale and masked_fill passes one fused scale-mask-softmax and a dropout
+  pass: about the same traffic over the score matrix, not measured separately. Elsewhere the sum of its
+  kernels (workload.attention.unfused_parts): the batched GEMMs by the cost model's GEMM pricing, the
+  softmax and dropout kernels from the measured memory-bound class (opclass.MEMORY_PROXY), else their bytes
+  at HBM bandwidth x mem_eff. On the H200 that sum is well below the measured rows' time
+  (benchmarks/validate_ops.py prints it as a reference: the timed code runs more kernels than Megatron's
+  path, and its kernels run slower than their prices, not yet profiled): optimistic.
 - An op without a backend ("") runs the GPU's default: what current PyTorch's SDPA picks there
   (cost/data/attention_backends.toml).
 - Context parallelism (an op marked balanced: this rank's load-balanced q_len = kv_len / cp queries

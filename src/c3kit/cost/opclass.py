@@ -16,8 +16,11 @@ least squares (each row weighted by 1 / its time); the features say what the tim
   workload.attention's names); a backend with too few rows for three features is fitted on its FLOPs
   alone, pooled over head dims when one head dim has fewer than three rows (SPARSE_FIT). A backend timed in CUDA
   graphs too (attn_graph: flash) has those rows in its fit in place of its host-bound eager rows (gpu_time_rows).
-- unfused attention per pass (the attn_backends rows "unfused": eager matmul, scale, masked_fill,
-  softmax, matmul): the batched GEMMs' FLOPs over the full score matrix and the score elements.
+- unfused attention per pass (the attn_backends rows "unfused": matmul, scale, causal mask, masked_fill, softmax,
+  matmul; forwards in CUDA graphs, backwards eager): the batched GEMMs' FLOPs over the full score matrix, the score
+  elements, those from HBM past the memory class's L2 edge, those in rows longer than the persistent softmax kernel
+  takes, and the mask bytes re-read from HBM (unfused_features); backward rows of fewer than UNFUSED_BWD_MIN_SCORES
+  score elements time autograd's host work and are left out (gpu_time_unfused_rows).
 - decode attention (q_len 1): the larger of the KV-cache bytes and an unsplit CTA's serial walk, the query heads
   in the batch, the KV bytes from HBM past a fitted L2 edge, the split's combine and walk, the waves of unsplit
   CTAs (decode_features, fit_decode_shape), per head_dim where that head_dim has enough rows (fit_decode_by_head_dim), else pooled.
@@ -449,11 +452,46 @@ def decode_features(batch, heads, kv_heads, kv_len, head_dim, itemsize: float = 
     return np.stack([first, b * h, hbm, (~unsplit).astype(float), kv * d, waves], axis=-1)
 
 
-def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool):
-    """[batched-GEMM FLOPs over the full score matrix, score elements] of one unfused attention."""
+# Unfused attention's kernels stream the score matrix (batch x heads x q_len x kv_len) several times: with K = head_dim
+# <= 128 both batched GEMMs are bound by writing or reading it (d64 and d128 rows differ by 0-4%), and so are the scale,
+# masked_fill and softmax passes. What the score elements alone miss (attn_backends rows, device call 15):
+# - a score matrix inside the L2 is read back from it by the next kernel: 1 x 8, 16, 32 heads x 512 (4-17 MB of scores)
+#   run 30.2, 43.3, 71.3 us, 6-7 ps a marginal element, where 4 x 48 x 512 (101 MB) runs 8.3 ps an element: the
+#   elements from HBM past the memory class's fitted L2 edge (L2Edge) are a column of their own;
+# - PyTorch's softmax runs rows of up to SOFTMAX_PERSISTENT_MAX_ROW elements as one warp a row in registers and
+#   longer rows with a block a row (SoftMax.cu host_softmax: dim_size <= 2048 and <= 8192 bytes): the forwards step
+#   from 8.5-9.4 ps an element at 2048 tokens to 9.8-10.2 at 4096;
+# - the causal mask (q_len x kv_len bools) is read again for every batch x head by masked_fill (and its backward):
+#   from L2 while it fits, from HBM past the edge (8192 tokens: 67 MB, 10.8-11.0 ps an element against 10.0 at 4096).
+SOFTMAX_PERSISTENT_MAX_ROW = 2048  # longest softmax row (bf16 elements) of PyTorch's one-warp-a-row kernel
+# Eager backward rows of fewer score elements time autograd's host work, not kernels: 219-590 us whatever their size
+# (1 x 8 heads x 512, 2M scores: 362 us at d64, 547 us at d128), where rows from 2^26 scores on run 9.5-11.4 ps an
+# element.
+UNFUSED_BWD_MIN_SCORES = 2 ** 26
+
+
+def unfused_features(batch, heads, q_len, kv_len, head_dim, backward: bool, l2_bytes: float | None = None,
+                     edge: L2Edge | None = None):
+    """[batched-GEMM FLOPs over the full score matrix, score elements, score elements from HBM, score elements in rows
+    longer than SOFTMAX_PERSISTENT_MAX_ROW, mask bytes re-read from HBM] of one unfused attention; l2_bytes: the GPU's
+    L2 (None: the last two L2 columns 0); edge: the L2 edge (None: a hinge at l2_bytes)."""
     g = np.asarray(batch, float) * heads
-    scores = g * q_len * kv_len
-    return np.stack(np.broadcast_arrays((8.0 if backward else 4.0) * scores * head_dim, scores), axis=-1)
+    q, kv = np.asarray(q_len, float), np.asarray(kv_len, float)
+    scores = g * q * kv
+    if l2_bytes:
+        hbm = scores * _hbm_fraction(2.0 * scores, l2_bytes, edge)
+        mask = scores * _hbm_fraction(q * kv, l2_bytes, edge)
+    else:
+        hbm = mask = np.zeros_like(scores)
+    long_rows = np.where(kv > SOFTMAX_PERSISTENT_MAX_ROW, scores, 0.0)
+    flops = (8.0 if backward else 4.0) * scores * np.asarray(head_dim, float)
+    return np.stack(np.broadcast_arrays(flops, scores, hbm, long_rows, mask), axis=-1)
+
+
+def _hbm_fraction(nbytes, l2_bytes: float, edge: L2Edge | None):
+    """Share of nbytes from HBM: past the fitted edge, else all of it beyond the L2."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    return edge.hbm_fraction(nbytes, l2_bytes) if edge is not None else (nbytes > l2_bytes).astype(float)
 
 
 def attention_flops(batch, heads, q_len, kv_len, head_dim, causal: bool, backward: bool):
@@ -954,17 +992,27 @@ def fit_decode_shape(rows: list[dict], *, l2_bytes: float, hold_out: bool = True
     return best[1]
 
 
-def fit_unfused(rows: list[dict], hold_out: bool = True) -> dict:
-    """pass -> FeatureCost over unfused_features from the "unfused" rows (every third shape held out)."""
+def gpu_time_unfused_rows(rows: list[dict]) -> list[dict]:
+    """The timed "unfused" rows that time kernels: all but the eager backwards under UNFUSED_BWD_MIN_SCORES scores."""
+    def host_bound(r):
+        return r["pass"] == "bwd" and r["batch"] * r["heads"] * r["q_len"] * r["kv_len"] < UNFUSED_BWD_MIN_SCORES
+
+    return [r for r in rows if r.get("backend") == "unfused" and r["time_s"] and not host_bound(r)]
+
+
+def fit_unfused(rows: list[dict], hold_out: bool = True, *, l2_bytes: float, edge: L2Edge | None = None) -> dict:
+    """pass -> FeatureCost over unfused_features (l2_bytes: the measured GPU's L2, edge: the memory class's L2 edge)
+    from the "unfused" rows that time kernels (gpu_time_unfused_rows), every third shape held out by hold_out."""
     groups: dict = {}
-    for r in rows:
-        if r.get("backend") != "unfused" or not r["time_s"] or (hold_out and is_held_out_attention(r)):
+    for r in gpu_time_unfused_rows(rows):
+        if hold_out and is_held_out_attention(r):
             continue
-        f = unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], r["pass"] == "bwd")
+        f = unfused_features(r["batch"], r["heads"], r["q_len"], r["kv_len"], r["head_dim"], r["pass"] == "bwd",
+                             l2_bytes, edge)
         groups.setdefault(r["pass"], []).append((f, float(r["time_s"])))
     out = {}
     for ps, pts in groups.items():
-        if len(pts) >= 5:
+        if len(pts) >= len(pts[0][0]) + 2:
             c = fit_nonneg(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
             out[ps] = FeatureCost(float(c[0]), tuple(float(v) for v in c[1:]), len(pts))
     return out
@@ -1029,7 +1077,7 @@ def op_calibration(gpu_name: str) -> OpCalibration | None:
     shape = fit_decode_shape(arows, l2_bytes=gpu.l2_bytes, sms=gpu.sms) if arows else None
     fg, fe = fit_floor(docs["floor"]) if "floor" in docs else (float("nan"), float("nan"))
     return OpCalibration(gpu_name, mem, att, dec, fg, fe, {k: v.name for k, v in found.items()}, gpu.l2_bytes,
-                         fit_unfused(arows), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes, sms=gpu.sms), gpu.sms,
+                         fit_unfused(arows, l2_bytes=gpu.l2_bytes, edge=edge), fit_decode_by_head_dim(arows, shape=shape, l2_bytes=gpu.l2_bytes, sms=gpu.sms), gpu.sms,
                          after, edge, decode_shape=shape, row_edge=row_edge)
 
 
@@ -1106,13 +1154,15 @@ class ScaledCalibration:
         return m.fixed_s + f @ (np.asarray(m.coefs) / self.flops_ratio)
 
     def unfused_time(self, batch, heads, q_len, kv_len, head_dim, backward: bool):
-        """Seconds of unfused attention from its measured class (GEMM FLOPs / flops_ratio, score elements /
-        bw_ratio), None when not measured here."""
+        """Seconds of unfused attention from its measured class (GEMM FLOPs / flops_ratio, the score-matrix columns /
+        bw_ratio, the L2 columns at this GPU's L2), None when not measured here."""
         m = self.cal.unfused.get("bwd" if backward else "fwd")
         if m is None:
             return None
-        f = unfused_features(batch, heads, q_len, kv_len, head_dim, backward)
-        return m.fixed_s + f @ (np.asarray(m.coefs) * np.array([1.0 / self.flops_ratio, 1.0 / self.bw_ratio]))
+        f = unfused_features(batch, heads, q_len, kv_len, head_dim, backward, self.l2_bytes, self.cal.l2_edge)
+        scale = np.full(len(m.coefs), 1.0 / self.bw_ratio)
+        scale[0] = 1.0 / self.flops_ratio
+        return m.fixed_s + f[..., :len(m.coefs)] @ (np.asarray(m.coefs) * scale)
 
 
 @lru_cache(maxsize=1024)

@@ -75,7 +75,7 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
             cp_impl: str = "ring", moe_imbalance: float = 1.0, dp_overlap: bool = True,
             pp_p2p_overlap: bool = False, tp_comm_overlap: str = "none", grad_dtype: str = "fp32",
             loss_kernel: str = "eager", bias_grads: bool = False, metrics_fp32: bool = True,
-            zero2: bool = False) -> StepConfig:
+            zero2: bool = False, pp_engine: str = "megatron") -> StepConfig:
     """Build the model, GPU, parallelism and graph; fill unset sizes with the fastest layout that fits.
 
     The auto-layout tries pipeline stages and optimizer / weight sharding (ZeRO-1, FSDP) before
@@ -135,7 +135,8 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
     counts = [gpus] + ([gpus * k for k in (2, 4, 8, 16, 32, 64)] if auto_gpus and train else [])
     fixed = dict(tp=tp, sp=sp, ep=ep, vpp=vpp, cp=cp, pp_split=pp_split, fsdp_sync=fsdp_sync, cp_impl=cp_impl,
                  recompute_every=recompute_every, moe_a2a_overlap=moe_a2a_overlap, moe_imbalance=moe_imbalance,
-                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap)
+                 dp_overlap=dp_overlap, pp_p2p_overlap=pp_p2p_overlap, tp_comm_overlap=tp_comm_overlap,
+                 pp_engine=pp_engine)
     if zero2:  # ZeRO-2: the optimizer state sharded as ZeRO-1 shards it, the gradients as well
         fixed["zero2"], shardings = True, ["zero1"]
     graph_opts = dict(attn_backend=attn_backend, norm_rope=norm_rope, glue=glue, grad_acc=grad_acc,

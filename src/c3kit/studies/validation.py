@@ -305,6 +305,28 @@ def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     return _first_match(run, pp_options() if table is None else table, "p2p_overlap", "0") == "1"
 
 
+PP_ENGINE_COLUMNS = ("runs", "framework", "pp_engine", "source", "reason")
+
+
+def _check_pp_engine(name: str) -> str:
+    from c3kit.workload.parallel import PP_ENGINES
+
+    if name not in PP_ENGINES:
+        raise StudyError(f"pp engines: unknown pp_engine {name!r}: use one of {', '.join(PP_ENGINES)}")
+    return name
+
+
+def pp_engines(path=None) -> pd.DataFrame:
+    """The pipeline engine of each pipelined run's framework (studies/data/pp_engines.csv: run glob, framework, a name of
+    workload.parallel.PP_ENGINES, source, reason), decided from the framework's code."""
+    return _run_table("pp_engines.csv", PP_ENGINE_COLUMNS, _check_pp_engine, path)
+
+
+def pp_engine_of(run: str, table: pd.DataFrame | None = None) -> str:
+    """How a run's pipeline stages exchange tensors (first matching row; "megatron" when none matches)."""
+    return _first_match(run, pp_engines() if table is None else table, "pp_engine", "megatron")
+
+
 TP_OVERLAP_COLUMNS = ("runs", "framework", "tp_comm_overlap", "ub_cfg", "gemm_methods", "source", "config_source",
                       "reason")
 
@@ -497,6 +519,8 @@ def layout_of(row):
               dp_overlap=bool(int(row["dp_overlap"])) and dp_overlap_of(row["framework"], row["source"], bool(int(row["fsdp"]))),
               pp_p2p_overlap=pp_p2p_overlap_of(str(row["run"])),
               tp_comm_overlap=tp_comm_overlap_of(str(row["run"])))
+    if int(row["pp"]) > 1:
+        kw["pp_engine"] = pp_engine_of(str(row["run"]))
     if "cp" in fields:
         kw["cp"] = int(row["cp"])
         if kw["cp"] > 1:
@@ -790,7 +814,9 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "llm-foundry, breakdown column 'optimizer_unfused') and whether the data-parallel gradient reduction runs "
              "behind the backward (dp_overlap_of: after it for Megatron-LM of 2021-22 and Megatron-DeepSpeed) and "
              "whether pipeline sends and receives overlap compute (studies/data/pp_options.csv: Megatron-Core "
-             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving) and whether Transformer "
+             "overlap_p2p_comm, set by NeMo's and Megatron-Bridge's recipes with interleaving) and how pipeline stages "
+             "exchange tensors (studies/data/pp_engines.csv: DeepSpeed's pipeline engine for MT-NLG, blocking transfers "
+             "of 1/tp slices in turn with meta sends and TP all-gathers) and whether Transformer "
              "Engine's userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs beside "
              "them (studies/data/tp_overlap.csv: NeMo's ub_tp_comm_overlap and Megatron-Bridge's tp_comm_overlap with "
              "the per-GEMM methods of the recipe's userbuffers config; each pair then priced by its method's "

@@ -28,7 +28,7 @@ from c3kit.errors import WorkloadError
 from c3kit.hw.model import dtype_bytes
 from c3kit.workload import ops
 from c3kit.workload.config import ModelConfig
-from c3kit.workload.parallel import Parallelism
+from c3kit.workload.parallel import PP_ENGINES, Parallelism
 
 PHASES = ("train", "prefill", "decode")
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, grad, m, v (16 B); write master, m, v (12 B) and bf16 weight (2 B)
@@ -239,6 +239,7 @@ class Structure:
     loss_kernel: str = "eager"  # which cross-entropy kernels score the logits (LOSS_KERNELS)
     bias_grads: bool = False  # each biased dense linear's backward sums its output gradient over tokens (BIAS_GRADS)
     metrics_fp32: bool = True  # the training metrics' cross-entropy runs on fp32 logits (autocast), else bf16 (METRICS_BF16)
+    pp_engine: str = "megatron"  # how pipeline stages exchange activations and gradients (parallel.PP_ENGINES)
 
     @staticmethod
     def of(model: ModelConfig, par: Parallelism, phase: str = "train", attn_backend: str = "",
@@ -279,7 +280,7 @@ class Structure:
                          flat_param_grads=bool(flat_param_grads) and par.fsdp and phase == "train",
                          loss_kernel=loss_kernel,
                          bias_grads=bool(bias_grads) and bool(model.bias) and phase == "train",
-                         metrics_fp32=bool(metrics_fp32))
+                         metrics_fp32=bool(metrics_fp32), pp_engine=par.pp_engine)
 
     @property
     def norm_kind(self) -> str:
@@ -651,8 +652,7 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     b.layer_forward("fwd", False, fsdp_f, emb_c or emb)
     last_fwd = b.last()
     if s.pp:
-        b.add("pp.fwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (last_fwd,), "fwd", "micro", "pp",
-              b.mb * d.vpp, "pp_fwd")
+        b.pipeline_sends("fwd", last_fwd)
     head = b.head(last_fwd)
     if s.phase != "train":
         return b.layer()
@@ -671,8 +671,7 @@ def evaluate(d: Dims, s: Structure) -> Layer:
     cat = b.flat_grad_cat("layer.grad_cat", tuple(wgrads))
     reductions = b.layer_grad_reductions(tuple(wgrads) + tuple(x for x in (acc, cat) if x))
     if s.pp:
-        b.add("pp.bwd", CollShape("send_recv", b.pp_bytes, 2, "pp", b.pp_blk), (n1b,), "bwd", "micro", "pp",
-              b.mb * d.vpp, "pp_bwd")
+        b.pipeline_sends("bwd", n1b)
     b.embedding_backward_and_optimizer(n1b, hd_wg, reductions)
     return b.layer()
 
@@ -1224,6 +1223,30 @@ class _Builder(_Ops):
         the unsharded gradients, which FSDP2 accumulates until the last micro-batch's reduce-scatter)."""
         w = self.w
         return w.layer / self.dp_ranks if self.fsdp and not self.s.fsdp_step else w.layer
+
+    def pipeline_sends(self, ph: str, dep: str) -> str:
+        """The stage's exchanges with its neighbours in one phase (fwd: activations, bwd: gradients) per micro-batch, by
+        Structure.pp_engine (parallel.PP_ENGINES): the transfers, a meta tensor before each, TP all-gathers after."""
+        d, s = self.d, self.s
+        turns, share, meta, gathers = PP_ENGINES[s.pp_engine][ph]
+        n = self.mb * d.vpp
+        part = self.pp_bytes // d.tp if share == "tp" and s.tp else self.pp_bytes
+        last = self.add(f"pp.{ph}", CollShape("send_recv", part, 2, "pp", self.pp_blk), (dep,), ph, "micro", "pp",
+                        n * turns, f"pp_{ph}")
+        if meta and s.tp:  # PartitionedTensor.to_meta(): ndims, sizes, parts, rank, offsets as int64
+            size = 8 * (1 + 3 + 2 + d.tp + 1)
+            last = self.add(f"pp.{ph}.meta", CollShape("send_recv", size, 2, "pp", self.pp_blk), (last,), ph, "micro",
+                            "pp", n * turns, f"pp_{ph}")
+        if gathers and s.tp:  # PartitionedTensor.full(): the whole tensor gathered over the TP group
+            last = self.add(f"pp.{ph}.gather", CollShape("all_gather", self.pp_bytes, d.tp, "tp", self.tp_blk),
+                            (last,), ph, "micro", "tp", n * gathers, f"pp_{ph}")
+            # around it: torch.zeros of the flat buffer (a write), the list all_gather of torch's ProcessGroupNCCL
+            # (1.x: outputTensors[i][j].copy_(outputFlattened[i][j]) after the collective) copying the flat output
+            # into the views, and .clone() of the result (a read and a write each)
+            el = self.pp_bytes / d.b
+            last = self.add(f"pp.{ph}.gather_copies", MemShape(5 * el * d.b, 0, (("copy", 2.5 * el, 1),)), (last,), ph,
+                            "micro", "compute", n * gathers, "glue")
+        return last
 
     def grad_accumulation(self, name: str, params, deps, scope: str) -> str | None:
         """AccumulateGrad's in-place adds of `params` gradients (Structure.grad_acc; none: None): per micro-batch,

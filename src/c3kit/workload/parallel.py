@@ -93,6 +93,44 @@ TP_COMM_OVERLAP_SOURCES = {
 }
 
 
+# How a pipeline stage exchanges activations and gradients with its neighbours (Parallelism.pp_engine). Per micro-batch
+# and phase (fwd: activations, bwd: gradients): (transfers in turn, share of the tensor each TP rank sends: "tp" a
+# 1/tp slice or "whole", a small meta tensor before each transfer, TP all-gathers of the whole tensor). The step
+# prices each transfer, meta send and all-gather exposed, one after the other (workload.layer pipeline_sends).
+PP_ENGINES = {
+    "megatron": {"fwd": (1, "whole", False, 0), "bwd": (1, "whole", False, 0)},
+    "deepspeed": {"fwd": (2, "tp", True, 1), "bwd": (2, "tp", True, 2)},
+    "deepspeed_2020": {"fwd": (2, "tp", True, 1), "bwd": (2, "whole", False, 1)},
+}
+_DS = "https://github.com/microsoft/DeepSpeed/blob/"
+PP_ENGINE_SOURCES = {
+    "megatron": "Megatron-LM's 1F1B (megatron/p2p_communication.py): send_forward_recv_backward and "
+                "send_backward_recv_forward send and receive at once, one exchange of the whole activation per phase "
+                "and micro-batch, the library's default.",
+    "deepspeed": _DS + "559c4ce11a6b226f856664071d820a9c97feaf9e/deepspeed/runtime/pipe/engine.py (and schedule.py, "
+                 "p2p.py; since 'Big science related changes', #1407, e2fdd254ed, 2021-09-29): TrainSchedule issues "
+                 "RecvActivation then SendGrad before a forward and SendActivation then RecvGrad before a backward, "
+                 "each a blocking dist.send / dist.recv of its own (p2p.py; a broadcast in a 2-rank group before "
+                 "torch 1.8), so a stage's two transfers of a phase run one after the other; with tp > 1 "
+                 "(is_pipe_partitioned, is_grad_partitioned) every tensor is a PartitionedTensor over the TP group: "
+                 "each rank sends a meta LongTensor then its 1/tp slice, and PartitionedTensor.full() all-gathers the "
+                 "whole tensor over TP for the received activation (_exec_forward_pass), the received gradient and the "
+                 "stage's own output, freed after the send and rebuilt for autograd (_exec_backward_pass); full() writes "
+                 "a zeroed flat buffer, torch's list all_gather copies into it and full() returns a .clone().",
+    "deepspeed_2020": _DS + "1ff25748b256f675dd26b626e896529e452f99df/deepspeed/runtime/pipe/engine.py (the pipeline "
+                      "engine of #392, 2020-09-09, to 2021-09-28): as 'deepspeed', but is_grad_partitioned False: every "
+                      "TP rank sends the whole gradient (no meta, no gather) and _exec_recv_grads all-gathers the "
+                      "stage's partitioned output before it; p2p.py sends by dist.broadcast in 2-rank groups.",
+}
+
+
+def check_pp_engine(name: str) -> str:
+    """The pipeline engine itself, or a WorkloadError naming the choices."""
+    if name not in PP_ENGINES:
+        raise WorkloadError(f"parallelism: pp_engine {name!r}: use one of {', '.join(PP_ENGINES)}")
+    return name
+
+
 def check_tp_comm_overlap(name: str) -> str:
     """The TP communication overlap itself, or a WorkloadError naming the choices."""
     if name not in TP_COMM_OVERLAPS:
@@ -264,6 +302,9 @@ class Parallelism:
     parallel all-gathers and reduce-scatters with the GEMMs beside them, by the per-GEMM methods of
     TP_COMM_OVERLAP_METHODS (TP_COMM_OVERLAP_SOURCES; step/tpcomm.py prices them); "none" (default) leaves the TP pairs
     to the step's overlap mode; a no-op without tp > 1.
+    pp_engine (PP_ENGINES): how pipeline stages exchange activations and gradients: "megatron" (default, Megatron-LM's
+    1F1B) or DeepSpeed's pipeline engine ("deepspeed", "deepspeed_2020": serial blocking transfers of 1/tp slices
+    with meta sends and TP all-gathers, PP_ENGINE_SOURCES); DeepSpeed's engine needs vpp 1 and no p2p overlap.
     """
 
     tp: int = 1
@@ -289,6 +330,7 @@ class Parallelism:
     dp_overlap: bool = True  # DP gradient reduction behind the backward; False: after it (DP_OVERLAP_SOURCES)
     pp_p2p_overlap: bool = False  # pipeline send / receive behind compute (PP_P2P_OVERLAP_SOURCE)
     tp_comm_overlap: str = "none"  # Transformer Engine userbuffers TP overlap (TP_COMM_OVERLAPS, TP_COMM_OVERLAP_SOURCES)
+    pp_engine: str = "megatron"  # how pipeline stages exchange tensors (PP_ENGINES, PP_ENGINE_SOURCES)
 
     def __post_init__(self) -> None:
         for key in ("tp", "dp", "pp", "ep", "micro_batch", "vpp", "cp", "recompute_every"):
@@ -326,6 +368,10 @@ class Parallelism:
         if self.pp == 1:
             object.__setattr__(self, "pp_p2p_overlap", False)  # no pipeline: nothing to send
         check_tp_comm_overlap(self.tp_comm_overlap)
+        check_pp_engine(self.pp_engine)
+        if self.pp_engine != "megatron" and (self.vpp > 1 or self.pp_p2p_overlap):
+            raise WorkloadError(f"parallelism: pp_engine {self.pp_engine!r} (DeepSpeed's pipeline engine) has no "
+                                "interleaved stages and no overlapped sends: use vpp 1 and pp_p2p_overlap False")
         if self.tp == 1:
             object.__setattr__(self, "tp_comm_overlap", "none")  # no tensor parallelism: nothing to overlap
         elif self.tp_comm_overlap != "none" and not self.sp:
