@@ -211,7 +211,7 @@ def analyze(model: str = "Llama-3-70B", hw: str = "H200-SXM", *, gpus: int | Non
     Megatron FSDP); it sets the default overheads' OverheadModel.fsdp_impl.
     fp8_scaling: the FP8 recipe whose cast kernels feed the FP8 GEMMs (step.overheads.FP8_SCALING: delayed,
     current, dynamic, eager, mxfp8, delayed_uncached); it sets the default overheads' OverheadModel.fp8_scaling.
-    attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, efficient,
+    attention_backend: the attention kernel, one of c3kit.workload.attention.BACKENDS (cudnn, flash2, flash1, efficient,
     unfused); None: what current PyTorch's SDPA picks on the GPU (cudnn on H100, H200 and B200, flash2 elsewhere;
     cost/data/attention_backends.toml).
     norm_rope: how RMSNorm and RoPE run: "fused" (one kernel per norm, rotate-half RoPE) or "eager" (written out

@@ -13,6 +13,7 @@ def test_runs_and_reports(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "overall over" in text and "MAE" in text and "bias" in text and "not modelled" in text
     assert "Op basis per GPU and op class" in text  # per GPU of the runs and op class, its basis
+    assert "Attention basis per GPU and backend" in text
     for f in ("report.md", "validation.csv", "by_group.csv", "runs.csv", "signed_error.png"):
         assert (out / f).is_file()
 
@@ -29,6 +30,9 @@ def test_json(tmp_path, capsys):
     assert b200["basis"]["attention"] == "published microbenchmark" and b200["basis"]["memory"] == "datasheet"
     assert b200["sources"]["attention"].startswith("NVIDIA/cudnn-frontend ")
     assert doc["op_basis"]["A100-SXM-80G"]["basis"]["collective"] == "published microbenchmark"
+    # per attention backend: llm-foundry's flash1 on H100 from FlashAttention (v1)'s published H100 bars
+    h100 = doc["op_basis"]["H100-SXM"]["attention_backends"]
+    assert h100["flash1"] == "published microbenchmark" and h100["flash2"] == "transferred from H200-SXM"
 
 
 @pytest.mark.parametrize("make", ["model", "power", "missing", "columns", "garbage"])

@@ -176,13 +176,18 @@ def test_default_backend_per_gpu():
 
 
 def test_basis_per_backend():
-    assert attention_basis("H200-SXM") == {"cudnn": "measured", "flash2": "measured", "efficient": "measured",
-                                           "unfused": "measured"}
+    assert attention_basis("H200-SXM") == {
+        "cudnn": "measured", "flash2": "measured", "efficient": "measured", "unfused": "measured",
+        "flash1": "measured flash2 x published flash1/flash2 rate ratio of A100-SXM-80G"}
     h100 = attention_basis("H100-SXM")
     assert h100["flash2"] == "transferred from H200-SXM"
     a100 = attention_basis("A100-SXM-80G")
     # A100: FlashAttention-2's published figures price flash2 only (cost/published.py); the rest is datasheet
-    assert a100["cudnn"] == a100["efficient"] == "datasheet" and a100["flash2"] == "published microbenchmark"
+    assert a100["cudnn"] == a100["efficient"] == "datasheet"
+    assert a100["flash2"] == a100["flash1"] == "published microbenchmark"
+    # H100: flash1 from FlashAttention (v1)'s own H100 bars, beside the transferred measured backends
+    assert h100["flash1"] == "published microbenchmark" and h100["cudnn"] == "transferred from H200-SXM"
+    assert attention_basis("MI250X")["flash1"] == attention_basis("MI250X")["flash2"] == "datasheet"
     assert a100["unfused"] == "batched GEMMs: published microbenchmark; softmax/dropout: published microbenchmark"
     e = explain(_att("flash2"), get_gpu("H100-SXM"), EFF)
     assert e.method == "attention-flash2" and e.detail["basis"] == "transferred from H200-SXM"
@@ -285,3 +290,82 @@ def test_cost_time_prices_a_flash2_forward_by_its_makespan_class():
     # one more head appends CTAs at the end of the launch order: never sooner
     assert time(Attention("a", 1, 9, 9, 4096, 4096, 128, "bf16", True, False, False, "flash2"), hw, EFF) >= time(
         op, hw, EFF)
+
+
+def _fwd_bwd_rate(backend, gpu, hd, causal, s):
+    """FlashAttention-2's benchmark layout (16k tokens, hidden 2048): forward + backward TFLOP/s under EFF."""
+    h, hw = 2048 // hd, get_gpu(gpu)
+    f = Attention("a", 16384 // s, h, h, s, s, hd, causal=causal, backend=backend)
+    b = Attention("a", 16384 // s, h, h, s, s, hd, causal=causal, backward=True, backend=backend)
+    return (f.flops + b.flops) / (time(f, hw, EFF) + time(b, hw, EFF)) / 1e12
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["A100-SXM-80G", "H100-SXM", "H200-SXM", "B200"]), st.sampled_from([64, 128]), st.booleans(),
+       st.integers(9, 15), st.integers(0, 2))
+def test_flash1_is_slower_than_flash2_on_the_same_shape(gpu, hd, causal, log2s, b):
+    """Forward + backward, as the published rows time them (published rows price both passes at that one rate, so
+    on the H100 at 512 tokens flash1's backward alone can undercut the measured flash2 class's slower backward)."""
+    s = 2 ** log2s
+    h = 2048 // hd
+    one = lambda k, bwd: time(Attention("a", b + max(1, 16384 // s), h, h, s, s, hd, causal=causal, backward=bwd,  # noqa: E731
+                                        backend=k), get_gpu(gpu), EFF)
+    assert one("flash1", False) + one("flash1", True) > one("flash2", False) + one("flash2", True)
+
+
+def test_flash1_on_the_a100_and_h100_is_their_published_figure():
+    """A100 and H100: FlashAttention (v1)'s published bars (causal, head dim 128 at 8k: 80 and 135 TFLOP/s)."""
+    assert _fwd_bwd_rate("flash1", "A100-SXM-80G", 128, True, 8192) == pytest.approx(80.0, rel=1e-9)
+    assert _fwd_bwd_rate("flash1", "H100-SXM", 128, True, 8192) == pytest.approx(135.0, rel=1e-9)
+    assert _fwd_bwd_rate("flash1", "H100-SXM", 64, False, 512) == pytest.approx(157.0, rel=1e-9)
+
+
+def test_flash1_by_rate_ratio_hand_checked():
+    """H200 (no flash1 rows): its measured flash2 time x 182 / 80, the A100 figure's FlashAttention-2 over
+    FlashAttention (v1) rate at head dim 128, causal, 8k; interpolated in log length between published lengths."""
+    from c3kit.cost.attention import rate_ratio, ratio_transfer
+
+    hw = get_gpu("H200-SXM")
+    assert ratio_transfer("flash1", "H200-SXM") == ("flash2", "A100-SXM-80G")
+    assert ratio_transfer("flash1", "H100-SXM") is None  # its own published rows
+    assert ratio_transfer("flash1", "MI250X") is None  # flash2 itself on the datasheet there
+    assert ratio_transfer("flash2", "H200-SXM") is None
+    for backward in (False, True):
+        assert time(_att("flash1", 8192, backward), hw, EFF) == pytest.approx(
+            time(_att("flash2", 8192, backward), hw, EFF) * 182 / 80, rel=1e-12)
+    w = 0.5  # 1448 sits halfway between 1024 and 2048 in log length (to 1e-4)
+    want = (133 * (1 - w) + 155 * w) / (62 * (1 - w) + 69 * w)
+    assert rate_ratio("flash1", "H200-SXM", 128, True, 1448) == pytest.approx(want, rel=1e-3)
+    assert time(_att("flash1", 4096), hw, "roofline") == time(_att("flash2", 4096), hw, "roofline")
+
+
+def test_the_h100_figure_agrees_with_the_a100_ratio_transfer():
+    """A check of the rate-ratio transfer: the H100's measured (transferred) flash2 x the A100 figure's ratio lands
+    within 0.8-1.1x of FlashAttention (v1)'s own H100 bars from 2k tokens on (below, where the measured flash2 class
+    runs further under the figure's FlashAttention-2 bars, down to 0.58x at 512)."""
+    from c3kit.cost import published as pub
+    from c3kit.cost.attention import rate_ratio
+
+    for a in pub.published_ops("H100-SXM").attention:
+        if a.backends != ("flash1",) or a.seq < 2048:
+            continue
+        moved = _fwd_bwd_rate("flash2", "H100-SXM", a.head_dim, a.causal, a.seq) / rate_ratio(
+            "flash1", "H100-SXM", a.head_dim, a.causal, a.seq)
+        assert 0.8 < moved / a.tflops < 1.1, (a.head_dim, a.causal, a.seq, moved)
+
+
+@pytest.mark.parametrize("gpu", ["A100-SXM-80G", "H100-SXM", "H200-SXM"])
+def test_flash1_layer_rows_match_the_per_op_price(gpu):
+    """The vectorized layer path (attention_rows) prices flash1 as cost.time does, own rows or by ratio."""
+    from c3kit.cost.attention import attention_rows
+    from c3kit.workload.layer import AttnShape
+
+    hw = get_gpu(gpu)
+    for backward in (False, True):
+        shape = AttnShape(batch=np.array([2, 1]), heads=16, kv_heads=16, q_len=np.array([2048, 8192]),
+                          kv_len=np.array([2048, 8192]), head_dim=128, causal=True, backward=backward,
+                          backend="flash1")
+        rows = attention_rows(shape, hw, EFF, 2, price=time)
+        want = [time(Attention("a", b, 16, 16, s, s, 128, causal=True, backward=backward, backend="flash1"), hw, EFF)
+                for b, s in ((2, 2048), (1, 8192))]
+        assert rows == pytest.approx(want, rel=1e-9)

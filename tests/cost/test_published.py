@@ -229,7 +229,8 @@ def test_h100_nvls_rows_are_checks_and_would_not_fit_the_model():
     ops = pub.published_ops("H100-SXM")
     ar = [c for c in ops.collective if c.kind == "all_reduce"]
     assert len(ar) == 14 and all(c.role == "check" for c in ar)
-    assert ops.classes() == frozenset({"collective_a2a", "collective_ag", "collective_rs"})
+    # attention: FlashAttention (v1)'s rows price flash1 only (the class itself stays transferred)
+    assert ops.classes() == frozenset({"collective_a2a", "collective_ag", "collective_rs", "attention"})
     top = max(ar, key=lambda c: c.nbytes)
     assert top.busbw_gbps * 1e9 > get_gpu("H100-SXM").scaleup.bw
     assert basis("H100-SXM")["collective"] == "datasheet" and basis("H100-SXM")["gemm"] == "transferred from H200-SXM"
@@ -317,13 +318,13 @@ def test_published_scaleup_efficiency_prices_intra_node_collectives_only_off_roo
 def test_h100_flash_attention_rows_check_the_transfer_and_set_nothing():
     # FlashAttention-2's H100 figure (24 bars: 2 head dims x causal or not x 512..16k): checks of the H200-measured
     # flash2 rates the H100 takes by transfer; they set no rate and keep the transfer's label
-    ops = pub.published_ops("H100-SXM")
-    assert len(ops.attention) == 24 and all(a.role == "check" for a in ops.attention)
-    assert [a.tflops for a in ops.attention if a.head_dim == 128 and a.causal] == [163, 221, 265, 294, 308, 328]
+    rows = [a for a in pub.published_ops("H100-SXM").attention if a.backends == ("flash2",)]
+    assert len(rows) == 24 and all(a.role == "check" for a in rows)
+    assert [a.tflops for a in rows if a.head_dim == 128 and a.causal] == [163, 221, 265, 294, 308, 328]
     h100 = get_gpu("H100-SXM")
     assert pub.attention_fraction("H100-SXM", h100.peak_flops("bf16"), "flash2", 128, True, 8192) is None
     assert basis("H100-SXM")["attention"] == "transferred from H200-SXM"
-    for a in ops.attention:  # the transferred rate sits at 0.72-0.99 of the published one (2023 flash-attn build)
+    for a in rows:  # the transferred rate sits at 0.72-0.99 of the published one (2023 flash-attn build)
         heads = 2048 // a.head_dim
         kw = dict(causal=a.causal, backend="flash2")
         f = Attention("a", 16384 // a.seq, heads, heads, a.seq, a.seq, a.head_dim, **kw)
@@ -362,3 +363,49 @@ def test_bad_sustained_rows_are_refused(patch, msg):
     row = {k: v for k, v in row.items() if v is not None}
     with pytest.raises(CostError, match=msg):
         pub.parse({"gpu": "X", "retrieved": "2026-12-04", "sustained_gemm": [row]}, "x.toml")
+
+
+FA1_BARS = {  # FlashAttention (v1) bar labels per panel: (causal, head dim) -> TFLOP/s at 512 .. 16k
+    "A100-SXM-80G": {(False, 64): [91, 92, 104, 108, 110, 110], (False, 128): [76, 72, 76, 80, 82, 83],
+                     (True, 64): [58, 70, 77, 87, 92, 97], (True, 128): [55, 62, 69, 76, 80, 83]},
+    "H100-SXM": {(False, 64): [157, 159, 161, 161, 166, 168], (False, 128): [127, 127, 128, 131, 137, 139],
+                 (True, 64): [104, 123, 136, 138, 149, 156], (True, 128): [98, 109, 108, 126, 135, 137]},
+}
+
+
+@pytest.mark.parametrize("gpu, png", [("A100-SXM-80G", "flash2_a100_fwd_bwd_benchmark.png"),
+                                      ("H100-SXM", "flash2_h100_fwd_bwd_benchmark.png")])
+def test_flash1_rows_are_the_published_bars_with_their_source(gpu, png):
+    ops = pub.published_ops(gpu)
+    rows = [a for a in ops.attention if a.kernel == "FlashAttention (v1)"]
+    got = {}
+    for a in rows:
+        assert a.backends == ("flash1",) and a.role == "fit" and a.direction == "fwd+bwd"
+        assert a.source.startswith(f"Dao-AILab/flash-attention assets/{png} @ 0251105a2fb19d2957484b7f023cd8c115286ced")
+        assert a.source.endswith("FlashAttention bars") and a.retrieved == "2026-12-04"
+        got.setdefault((a.causal, a.head_dim), []).append((a.seq, a.tflops))
+    assert {k: [t for _, t in sorted(v)] for k, v in got.items()} == FA1_BARS[gpu]
+    assert all([s for s, _ in sorted(v)] == [512, 1024, 2048, 4096, 8192, 16384] for v in got.values())
+    peak = get_gpu(gpu).peak_flops("bf16")
+    assert pub.attention_fraction(gpu, peak, "flash1", 128, True, 8192) == pytest.approx(
+        FA1_BARS[gpu][(True, 128)][4] * 1e12 / peak)
+    assert pub.attention_labels(gpu)["flash1"] == pub.PUBLISHED
+
+
+def test_triton_bars_check_the_flash1_class_and_set_nothing():
+    """The A100 figure's 'FlashAttention Triton' bars (the kernel llm-foundry vendored): check rows of flash1, within
+    0.8-1.2x of its FlashAttention (v1) rate at every published shape (its header: slightly slower overall)."""
+    ops = pub.published_ops("A100-SXM-80G")
+    tri = [a for a in ops.attention if a.kernel.startswith("FlashAttention Triton")]
+    assert len(tri) == 24 and all(a.role == "check" and a.backends == ("flash1",) for a in tri)
+    assert [a.tflops for a in tri if a.causal and a.head_dim == 128] == [50, 61, 68, 74, 78, 80]
+    fig = "Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png @ 0251105a2fb19d2957484b7f023cd8c115286ced"
+    assert ops.sources("attention") == (f"{fig}, retrieved 2026-12-03", f"{fig}, retrieved 2026-12-04")
+    gpu = get_gpu("A100-SXM-80G")
+    for a in tri:
+        h = 2048 // a.head_dim
+        f = Attention("a", 16384 // a.seq, h, h, a.seq, a.seq, a.head_dim, causal=a.causal, backend="flash1")
+        b = Attention("a", 16384 // a.seq, h, h, a.seq, a.seq, a.head_dim, causal=a.causal, backward=True,
+                      backend="flash1")
+        rate = (f.flops + b.flops) / (cost.time(f, gpu, EFF) + cost.time(b, gpu, EFF)) / 1e12
+        assert 0.8 < a.tflops / rate < 1.2, (a.seq, a.head_dim, a.causal)

@@ -28,6 +28,9 @@ def test_documented_decisions():
     assert attention_backend_of("narayanan-1t") == "unfused"
     assert attention_backend_of("torchtitan-h100-t2-8b-s64k-cp2") == "flash2"
     assert attention_backend_of("nemo2407-h100-fp8-gpt3-5b") == "cudnn"
+    # llm-foundry's attn_impl triton: flash-attention's Triton kernel, of FlashAttention (v1)'s speed
+    assert attention_backend_of("mpt-7b-h100-bf16-s2048-g8") == attention_backend_of("mpt-70b-a100-bf16-s2048-g64") \
+        == "flash1"
     assert attention_backend_of("no-such-run") == ""  # the GPU's default
 
 

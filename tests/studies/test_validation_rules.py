@@ -101,19 +101,19 @@ def write_model_toml(row, path) -> str:
     ("mpt-70b-a100-bf16-s2048-g64",
      ["--model", ROW_MODEL, "--hw", "A100-SXM-80G", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64", "--fsdp",
       "--fsdp-impl", "flat", "--seq", "2048", "--batch", "2048", "--micro-batch", "8", "--recompute", "full",
-      "--attention-backend", "flash2", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
+      "--attention-backend", "flash1", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
       "--loss-kernel", "xentropy", "--bias-grads", "--grad-reduce-dtype", "bf16"]),
     ("mpt-7b-a100-bf16-s2048-g8",  # v0.3.0: fp32 gradient reduction
      ["--model", ROW_MODEL, "--hw", "A100-SXM-80G", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--fsdp",
       "--fsdp-impl", "flat", "--seq", "2048", "--batch", "96", "--micro-batch", "6", "--recompute", "none",
-      "--attention-backend", "flash2", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
+      "--attention-backend", "flash1", "--train-metrics", "2", "--flat-param-grads", "--optimizer-impl", "unfused",
       "--loss-kernel", "xentropy", "--bias-grads", "--grad-reduce-dtype", "fp32"]),
     # llm-foundry FP8 on H100: TE DelayedScaling with weights re-cast every micro-batch, metrics on bf16 logits, the
     # bias gradients fused into TE's cast
     ("mpt-1b-h100-fp8-s8192-g8",
      ["--model", ROW_MODEL, "--hw", "H100-SXM", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--fsdp",
       "--fsdp-impl", "flat", "--seq", "8192", "--batch", "64", "--micro-batch", "2", "--recompute", "none",
-      "--dtype", "fp8", "--fp8-scaling", "delayed_uncached", "--attention-backend", "flash2", "--train-metrics", "2",
+      "--dtype", "fp8", "--fp8-scaling", "delayed_uncached", "--attention-backend", "flash1", "--train-metrics", "2",
       "--flat-param-grads", "--optimizer-impl", "unfused", "--loss-kernel", "xentropy", "--no-bias-grads",
       "--train-metrics-dtype", "bf16"]),
     # Megatron-Bridge MoE on B200: EP 8 with ZeRO-1, MXFP8, TE GroupedLinear's per-expert GEMMs

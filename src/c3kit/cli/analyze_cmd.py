@@ -84,7 +84,7 @@ def analyze(
     cost_model: str = typer.Option(_D["cost_model"], "--cost-model", help="roofline, efficiency or table (c3kit.cost)."),
     power: str = typer.Option(_D["power"], "--power", help=POWER_HELP),
     attention_backend: str = typer.Option(_D["attention_backend"], "--attention-backend",
-                                          help="Attention kernel: cudnn, flash2, efficient or unfused (separate "
+                                          help="Attention kernel: cudnn, flash2, flash1, efficient or unfused (separate "
                                                "GEMMs and softmax, as Megatron-LM ran it before fused attention).",
                                           show_default="what current PyTorch's SDPA picks on the GPU: cudnn on "
                                                        "H100, H200, B200; flash2 elsewhere"),

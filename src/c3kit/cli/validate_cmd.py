@@ -93,21 +93,32 @@ def _print(res, targets: dict, label: str, out: Path) -> None:
     console.print(rich_table("Op basis per GPU and op class (cost/basis.py; sources: --json 'op_basis')",
                              ["GPU", *classes], [(g, *(_short_basis(b["basis"][c]) for c in classes))
                                                  for g, b in basis.items()]))
+    backends = list(next(iter(basis.values()))["attention_backends"]) if basis else []
+    console.print(rich_table("Attention basis per GPU and backend (cost/attention.py; the runs' backends: "
+                             "studies/data/attention_backends.csv)",
+                             ["GPU", *backends], [(g, *(_short_basis(b["attention_backends"][k]) for k in backends))
+                                                  for g, b in basis.items()]))
     for n in res.notes:
         console.print(f"[dim]{n}[/dim]")
     console.print(f"report: {out}/report.md")
 
 
 def op_basis_by_gpu(gpus) -> dict:
-    """GPU -> {"basis": op class -> label, "sources": op class -> source} for each GPU of the runs (cost/basis.py)."""
+    """GPU -> {"basis": op class -> label, "sources": op class -> source, "attention_backends": attention backend ->
+    label} for each GPU of the runs (cost/basis.py, cost/attention.py)."""
+    from c3kit.cost.attention import attention_basis
     from c3kit.cost.basis import basis, basis_sources
 
-    return {g: {"basis": basis(g), "sources": basis_sources(g)} for g in sorted(set(map(str, gpus)))}
+    return {g: {"basis": basis(g), "sources": basis_sources(g), "attention_backends": attention_basis(g)}
+            for g in sorted(set(map(str, gpus)))}
 
 
 def _short_basis(label: str) -> str:
-    """'transferred from H200-SXM' -> 'transferred', 'published microbenchmark' -> 'published'."""
-    return label.split(" ")[0]
+    """'transferred from H200-SXM' -> 'transferred', 'published microbenchmark' -> 'published', 'measured flash2 x
+    published flash1/flash2 rate ratio of A100-SXM-80G' -> 'measured x ratio'."""
+    if label.startswith("batched GEMMs: "):  # unfused attention: priced by its kernels' classes
+        return "by kernel"
+    return label.split(" ")[0] + (" x ratio" if " rate ratio of " in label else "")
 
 
 PARTS = {"compute_s": "compute", "exposed_s": "exposed comm", "bubble_s": "pipeline bubble"}

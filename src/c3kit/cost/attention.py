@@ -1,8 +1,10 @@
 """Attention priced by the backend that runs it (workload.attention.BACKENDS).
 
-- Fused backends (cudnn, flash2, efficient): the GPU's measured class of that backend (cost/opclass.py,
-  own or transferred through cost/basis.py); without one, the roofline with the cost model's attn_eff
-  and mem_eff ("datasheet").
+- Fused backends (cudnn, flash2, flash1, efficient): the GPU's measured class of that backend (cost/opclass.py,
+  own or transferred through cost/basis.py); a backend that class lacks (or every backend, without one) runs
+  at the rate of the published rows of its kernel on this GPU (cost/published.py: flash1 on the A100 and the
+  H100 from FlashAttention (v1)'s published figures); without either, the roofline with the cost model's
+  attn_eff and mem_eff ("datasheet").
 - unfused: on a GPU with a measured unfused class (the H200's rows: matmul, scale, masked_fill, softmax,
   matmul; the H100 by transfer) that class: streaming the score matrix, from HBM past the L2 edge, its long
   softmax rows and the mask's re-reads (opclass.unfused_features). Megatron-LM's path has the same two
@@ -29,6 +31,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
@@ -38,13 +41,55 @@ from c3kit.workload.attention import BACKENDS, UNFUSED_GEMM, check_backend, unfu
 
 
 @lru_cache(maxsize=1)
-def _defaults() -> tuple[dict, str]:
+def _doc() -> dict:
     text = resources.files("c3kit.cost").joinpath("data", "attention_backends.toml").read_text(encoding="utf-8")
-    doc = tomllib.loads(text)
+    return tomllib.loads(text)
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> tuple[dict, str]:
+    doc = _doc()
     table = {name: (str(v["backend"]), str(v["source"])) for name, v in doc.get("default", {}).items()}
     for b, _ in table.values():
         check_backend(b)
     return table, check_backend(str(doc["other"]))
+
+
+@lru_cache(maxsize=1)
+def _ratios() -> dict[str, tuple[str, str]]:
+    """backend -> (the backend it is priced from, the GPU whose published rows give the rate ratio)."""
+    out = {}
+    for name, v in _doc().get("ratio", {}).items():
+        out[check_backend(name)] = (check_backend(str(v["of"])), str(v["rows"]))
+    return out
+
+
+def ratio_transfer(backend: str, gpu_name: str) -> tuple[str, str] | None:
+    """(other backend, rows GPU) where backend is priced on this GPU as the other backend's time x their published
+    rate ratio on the rows GPU (cost/data/attention_backends.toml [ratio]): backend has no measured class and no
+    published rows here, and the other backend is not on the datasheet here; else None."""
+    hit = _ratios().get(backend)
+    if hit is None:
+        return None
+    basis = _own_basis(gpu_name)
+    return hit if basis[backend] == "datasheet" and basis[hit[0]] != "datasheet" else None
+
+
+def rate_ratio(backend: str, gpu_name: str, head_dim, causal: bool, seq):
+    """ratio_transfer's factor on this GPU: the other backend's published rate over backend's on the rows GPU at
+    this head dim, causality and sequence length (cost/published.attention_fraction; scalars or arrays)."""
+    from c3kit.cost.published import attention_fraction
+
+    of, rows = _ratios()[backend]
+    hd, sq = np.broadcast_arrays(np.asarray(head_dim), np.asarray(seq))
+    memo: dict = {}
+    out = np.empty(hd.shape)
+    for i, key in enumerate(zip(hd.ravel().tolist(), sq.ravel().tolist())):
+        if key not in memo:
+            memo[key] = (attention_fraction(rows, 1.0, of, int(key[0]), causal, key[1]) /
+                         attention_fraction(rows, 1.0, backend, int(key[0]), causal, key[1]))
+        out.flat[i] = memo[key]
+    return out if out.ndim else float(out)
 
 
 def default_backend(gpu_name: str) -> str:
@@ -73,8 +118,19 @@ def resolve_backend(backend: str, gpu_name: str) -> str:
 def attention_basis(gpu_name: str) -> dict[str, str]:
     """backend -> "measured" | "transferred from X" | ... | "datasheet" on this GPU, for every backend.
 
-    Fused backends: the basis of the attention class where that backend has rows, else datasheet;
+    Fused backends: the basis of the attention class where that backend has rows in it, else published rows of
+    its kernel on this GPU, else a rate-ratio transfer from another backend (ratio_transfer), else datasheet;
     unfused: that of its parts (batched GEMMs: the GEMM class; softmax and dropout: the memory class)."""
+    out = dict(_own_basis(gpu_name))
+    for k in out:
+        hit = ratio_transfer(k, gpu_name)
+        if hit is not None:
+            out[k] = f"{out[hit[0]]} {hit[0]} x published {k}/{hit[0]} rate ratio of {hit[1]}"
+    return out
+
+
+def _own_basis(gpu_name: str) -> dict[str, str]:
+    """attention_basis without rate-ratio transfers (what each backend's own rows give)."""
     from c3kit.cost.basis import basis, source_gpu
     from c3kit.cost.opclass import op_calibration
     from c3kit.cost.published import attention_labels
@@ -83,7 +139,7 @@ def attention_basis(gpu_name: str) -> dict[str, str]:
     src = source_gpu(gpu_name, "attention")
     cal = op_calibration(src) if src else None
     measured = set(cal.attention_backends()) if cal else set()
-    _published = attention_labels(gpu_name) if src is None else {}  # cost/published.py
+    _published = attention_labels(gpu_name)  # cost/published.py
     out = {k: (b["attention"] if k in measured else _published.get(k, "datasheet")) for k in BACKENDS if k != "unfused"}
     out["unfused"] = (b["attention"] if cal is not None and cal.unfused else
                       f"batched GEMMs: {b['gemm']}; softmax/dropout: {b['memory']}")
@@ -127,6 +183,10 @@ def attention_time(op, hw, model, price) -> float:
     from c3kit.hw.model import dtype_bytes
 
     backend = resolve_backend(op.backend, hw.name)
+    hit = ratio_transfer(backend, hw.name) if model.kind != "roofline" else None
+    if hit is not None:
+        return attention_time(replace(op, backend=hit[0]), hw, model, price) * rate_ratio(
+            backend, hw.name, op.head_dim, op.causal, op.kv_len)
     if backend == "unfused":
         cal = _cal(hw, "attention") if model.kind != "roofline" else None
         t = cal.unfused_time(op.batch, op.heads, op.q_len, op.kv_len, op.head_dim, op.backward) if cal else None
@@ -173,6 +233,10 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
 
     a = {k: arr(getattr(shape, k)) for k in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")}
     backend = resolve_backend(shape.backend, hw.name)
+    hit = ratio_transfer(backend, hw.name) if model.kind != "roofline" else None
+    if hit is not None:
+        t = attention_rows(replace(shape, backend=hit[0]), hw, model, n, sel, price=price)
+        return None if t is None else t * rate_ratio(backend, hw.name, a["head_dim"], shape.causal, a["kv_len"])
     if backend == "unfused":  # as attention_time: the measured class, else the kernels one scenario at a time
         cal = _cal(hw, "attention") if model.kind != "roofline" else None
         t = cal.unfused_time(a["batch"], a["heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.backward) \
@@ -185,7 +249,7 @@ def attention_rows(shape, hw, model, n: int, sel=None, *, price) -> np.ndarray |
     if model.kind == "roofline":
         return None
     cal = _cal(hw, "attention")
-    if cal is None:
-        return published_rows(a, shape, backend, hw, model, price)  # cost/published.py; None without rows
-    return _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"], a["head_dim"], shape.causal,
-                  shape.backward, shape.balanced, backend, 2.0)
+    t = None if cal is None else _fused(cal, a["batch"], a["heads"], a["kv_heads"], a["q_len"], a["kv_len"],
+                                         a["head_dim"], shape.causal, shape.backward, shape.balanced, backend, 2.0)
+    # a backend the measured class lacks: its published rows (cost/published.py); None without rows
+    return t if t is not None else published_rows(a, shape, backend, hw, model, price)

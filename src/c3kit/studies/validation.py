@@ -823,7 +823,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "overlap-engine schedule: ring_exchange the chunked copy-engine ring, pipeline the chunked SM-kernel "
              "reduce-scatter, bulk an SM collective on a high-priority stream beside the GEMM, step/tpcomm.py).",
              "Op basis (group 'op_basis', cost/basis.py): runs on GPUs without op-level measurements of their own or "
-             "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2, B200 cuDNN SDPA) "
+             "a documented transfer (A100, B200) take GEMMs, fused attention (A100 FlashAttention-2 and FlashAttention "
+             "(v1), B200 cuDNN SDPA) "
              "and on A100 STREAM bandwidth, nccl-tests all-reduce bandwidth and the sustained-clock (power) factor "
              "(steady-state cuBLASLt GEMMs) from published op-level microbenchmarks "
              "(cost/published.py, docs/published-calibration.md; the table 'Op basis per GPU and op class' says which) "
@@ -832,5 +833,8 @@ def validate(cost_model=None, runs: pd.DataFrame | None = None, policy=None,
              "(power) factor. H100 all-to-alls, all-gathers and reduce-scatters run at the levels of XLA's published "
              "NCCL table (sm_90; classes collective_a2a, _ag, _rs), its all-reduces at the assumed 80%. On H100, where "
              "both exist, the datasheet basis prices the same steps faster than the measured one (tests/studies/"
-             "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured."]
+             "test_validation.py): datasheet-basis errors carry that optimism; those GPUs are not yet measured. "
+             "Attention per backend (table 'Attention basis per GPU and backend'): llm-foundry's Triton kernel runs as "
+             "the flash1 class, on A100 and H100 from FlashAttention (v1)'s published bars in FlashAttention-2's figures "
+             "(the H200's measurements lack it); elsewhere flash2's time x the A100 figure's rate ratio."]
     return ValidationResult(table=t, cost_model=name if isinstance(name, str) else "custom", notes=notes)

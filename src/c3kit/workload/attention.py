@@ -3,6 +3,8 @@
 A backend is a workload feature (the framework and its version decide it, not the GPU alone):
 - "cudnn": cuDNN fused attention (PyTorch SDPA's CUDNN_ATTENTION; Transformer Engine's FusedAttention);
 - "flash2": FlashAttention-2 (PyTorch SDPA's FLASH_ATTENTION; the flash-attn package);
+- "flash1": FlashAttention (v1) and kernels of its class: the flash-attn 1.x CUDA kernel and flash-attention's
+  Triton kernel (flash_attn_triton.py, which llm-foundry vendored as attn_impl triton);
 - "efficient": the memory-efficient (xFormers / CUTLASS) kernel, SDPA's EFFICIENT_ATTENTION;
 - "unfused": attention as separate kernels, the way Megatron-LM ran it before fused attention existed:
   a batched GEMM for Q K^T, a fused scale-mask-softmax, dropout, a batched GEMM for P V (and their
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from c3kit.errors import WorkloadError
 
-BACKENDS = ("cudnn", "flash2", "efficient", "unfused")
+BACKENDS = ("cudnn", "flash2", "flash1", "efficient", "unfused")
 UNFUSED_GEMM = "unfused.bmm"  # the name of unfused attention's batched GEMMs (torch.bmm, not a grouped GEMM)
 
 
