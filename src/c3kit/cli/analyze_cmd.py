@@ -160,12 +160,9 @@ def analyze(
                                              "ring_exchange (Megatron-Bridge's FP8 H100 configs); each TP pair is "
                                              "priced by its method's overlap-engine schedule."),
     pp_engine: str = typer.Option(_D["pp_engine"], "--pp-engine",
-                                  help="How pipeline stages exchange activations and gradients: megatron (Megatron-LM's "
-                                       "paired sends and receives), megatron_2021 (the same with 2021-22 "
-                                       "Megatron-LM's scatter/gather of 1/tp slices without --sp), deepspeed (DeepSpeed's pipeline engine of late "
-                                       "2021: one blocking transfer at a time, 1/tp slices re-gathered over TP) or "
-                                       "deepspeed_2020 (the same before its sliced gradients); "
-                                       "workload.parallel.PP_ENGINE_SOURCES."),
+                                  help="Pipeline exchanges: megatron (paired sends), megatron_2021 (1/tp slices "
+                                       "all-gathered, without --sp), deepspeed or deepspeed_2020 (DeepSpeed's "
+                                       "engine: blocking transfers in turn); workload.parallel.PP_ENGINE_SOURCES."),
     optimizer_impl: str = typer.Option(_D["optimizer_impl"], "--optimizer-impl",
                                        help="AdamW: fused (one kernel), foreach (torch multi-tensor) or unfused (a "
                                             "per-tensor loop of eager kernels: Composer's DecoupledAdamW)."),
