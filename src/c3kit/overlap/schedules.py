@@ -145,15 +145,20 @@ class Ctx:
         return t[2:5], t[6:], alone_time(t, self.res), self._fids.setdefault(fields, len(self._fids))
 
     def _cached(self, key: tuple, name: str, stream: str, deps: tuple[str, ...], make) -> Task:
-        """The task of field-cache key `key` under this name, stream and deps (make() builds it the first time)."""
-        f = self._fields.get(key)
-        if f is None:
-            t = make()
-            f = self._fields[key] = self._entry(t)
-        else:
-            t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
-        self.alone[id(t)] = f[2]
-        self.fid[id(t)] = f[3]
+        """The task of field-cache key `key` under this name, stream and deps (make() builds it the first time); kept
+        in _tasks, as every task alone and fid know by id must be (an id is reused once its task is gone)."""
+        tkey = (key, name, stream, deps)
+        t = self._tasks.get(tkey)
+        if t is None:
+            f = self._fields.get(key)
+            if f is None:
+                t = make()
+                f = self._fields[key] = self._entry(t)
+            else:
+                t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+            self._tasks[tkey] = t
+            self.alone[id(t)] = f[2]
+            self.fid[id(t)] = f[3]
         return t
 
     # --- building blocks ------------------------------------------------------------------------
