@@ -8,8 +8,9 @@ then, in the same run, the rate with `contended` (the default mode of analyze an
 (collective-GEMM pairs priced by the overlap engine, one price per distinct pair shape on the power-of-two
 grid, every other pair by contended's rule) beside it, cold (every cache of c3kit emptied at the
 start of the timed run: lru_caches, the engine's cost caches with everything they share between pair shapes
-(sub-GEMM and transfer task fields with their alone times, schedules' walk graphs, serial engines, collective
-baselines), its price memo, the collective tables, the sweep's templates) and warm, with the ratios to `simple`.
+(sub-GEMM and transfer task fields with their alone times and numbers, schedules' walk graphs, serial engines,
+collective baselines, the selector's per-task and pair-cost memos), its price memo, the collective tables, the
+sweep's templates) and warm, with the ratios to `simple`.
 Rates are given by wall clock and per CPU second of this process (time.process_time): on a machine whose cores
 other processes share, the CPU-time rate is the one-core figure and the wall-clock rate is lower.
 """

@@ -161,3 +161,31 @@ def test_contended_agrees_with_per_node_projection():
     # contended charges the independent pairs that simple hides fully, never more than serial
     assert (fast["step_time_simple"] <= fast["step_time"] * (1 + 1e-12)).all()
     assert (fast["exposed"] > fast["exposed_simple"] * (1 + 1e-9)).any()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_sweep_pauses_the_cycle_collector_and_restores_it(enabled, monkeypatch):
+    """project_many runs with the cyclic collector off, and leaves it as it found it, also when it raises."""
+    import gc
+
+    import c3kit.step.fast as fast
+
+    seen = []
+    inner = fast._group_times
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(fast, "_group_times", spy)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        project_many(random_scenarios(4, 3), GPUS)
+        assert seen and not any(seen)
+        assert gc.isenabled() == enabled
+        with pytest.raises(C3kitError):
+            project_many(random_scenarios(4, 3).assign(gpu="nope"), GPUS)
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable() if was else gc.disable()

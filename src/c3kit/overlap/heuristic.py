@@ -92,11 +92,14 @@ def _walk_idx(links: list[tuple[int, ...]], dur: list[float]) -> tuple[list[floa
 
 def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, params: ContentionParams,
                   _alone: list[float] | None = None, _links: list | None = None,
-                  _walk0: tuple | None = None) -> tuple[float, float]:
+                  _walk0: tuple | None = None, _fids: list | None = None, _memo: tuple | None = None
+                  ) -> tuple[float, float]:
     """(estimated time, time of the same graph without contention) by PASSES critical-path walks.
 
     _alone, _links, _walk0: the tasks' alone times, walk graph and walk at the alone times (_walk_idx) when the
-    caller has them already."""
+    caller has them already. _fids, _memo: each task's fields by number (Ctx.fid) and the memos (_task_memo) of
+    what the walks derive from one task's fields and from two tasks' fields side by side, shared by every estimate
+    on that context's field cache."""
     n = len(tasks)
     if n == 0:
         return 0.0, 0.0
@@ -107,35 +110,38 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     alone = _alone if _alone is not None else [alone_time(t, res) for t in tasks]
     start, end = _walk0 if _walk0 is not None else _walk_idx(links, alone)
     free = max(end)
-    every = (1 << res.links) - 1
-    link_bw, n_links = res.link_bw, res.links
-    work, hbm_use, rate, link_cap, fixed = [], [], [], [], []
-    for t, a in zip(tasks, alone):
-        # bandwidth of HBM each task draws alone (comm: rate x HBM bytes per byte sent), and a transfer's B/s alone
-        # (the fields by position: Task is a NamedTuple, and its attribute lookups dominate this loop)
-        _, _, t_work, kind, _, _, pre, post, _, _, _, t_links, t_hbm = t[:13]
-        w = a - pre - post
-        work.append(w)
-        if w > 0:
-            r = t_work / w
-            rate.append(r)
-            hbm_use.append(r * t_hbm if kind == "comm" else t_hbm)
-        else:
-            rate.append(0.0)
-            hbm_use.append(0.0)
-        link_cap.append(((t_links & every) or every).bit_count() * link_bw / n_links)
-        fixed.append(pre + post)
-    costs: list = [None] * (n * n)  # pair cost of (i beside j) at i * n + j, computed when first needed
+    kk = None
+    if _fids is not None and _memo is not None and None not in _fids:
+        task_memo, costs = _memo
+        get = task_memo.get
+        info = [get(f) for f in _fids]
+        if None in info:
+            info = [_task_info(t, a, res) if x is None else x for t, a, x in zip(tasks, alone, info)]
+            for f, x in zip(_fids, info):
+                task_memo[f] = x
+        # a pair's cost depends on the two tasks' fields and their streams' priorities: one integer key per task
+        pr = [prio.get(t[1], 0) for t in tasks]
+        if min(pr) >= 0 and max(pr) < _PRIOS:
+            kk = [f * _PRIOS + q for f, q in zip(_fids, pr)]
+            if max(kk) >= _KEY_SPAN:
+                kk = None
+    else:
+        info = [_task_info(t, a, res) for t, a in zip(tasks, alone)]
+    if kk is None:  # pair costs of this graph alone, by task index
+        kk, costs = list(range(n)), {}
+    work = [x[0] for x in info]
+    fixed = [x[4] for x in info]
+    get = costs.get
     rng = range(n)
     for _ in range(PASSES - 1):
         order = sorted(rng, key=start.__getitem__)
-        # (index, start, end, work) in start order: one tuple unpacking per pair instead of three list lookups
-        spans = [(j, start[j], end[j], work[j]) for j in order]
+        # (index, start, end, work, pair-cost key) in start order: one tuple unpacking per pair, not five lookups
+        spans = [(j, start[j], end[j], work[j], kk[j]) for j in order]
         stretch = [0.0] * n
-        for a_pos, (i, _, end_i, work_i) in enumerate(spans):
+        for a_pos, (i, _, end_i, work_i, k_i) in enumerate(spans):
             s_i = stretch[i]  # i gains nothing more from earlier tasks: sum its own terms locally, in the same order
-            row_i = i * n
-            for j, start_j, end_j, work_j in spans[a_pos + 1:]:
+            row_i = k_i * _KEY_SPAN
+            for j, start_j, end_j, work_j, k_j in spans[a_pos + 1:]:
                 if start_j >= end_i:
                     break
                 ov = (end_i if end_i < end_j else end_j) - start_j
@@ -143,26 +149,59 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
                     continue
                 # both directions: how much i slows beside j, and j beside i
                 if work_i > 0:
-                    c = costs[row_i + j]
+                    c = get(row_i + k_j)
                     if c is None:
-                        c = costs[row_i + j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params, hbm_use[j],
-                                                          link_cap[i], rate[i], rate[j], res)
+                        c = costs[row_i + k_j] = _pair_cost(tasks[i], tasks[j], prio, S, H, share, params,
+                                                            info[j][2], info[i][3], info[i][1], info[j][1], res)
                     # slowed to 1/(1+c) over the overlap: if j leaves first, i only loses the work it did
                     # not do in the window (c/(1+c) of it); if i ends inside j, all of i stretches by c
                     if end_j <= end_i:
                         c = c / (1.0 + c)
                     s_i += ov / work_i * c
                 if work_j > 0:
-                    c = costs[j * n + i]
+                    c = get(k_j * _KEY_SPAN + k_i)
                     if c is None:
-                        c = costs[j * n + i] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params, hbm_use[i],
-                                                          link_cap[j], rate[j], rate[i], res)
+                        c = costs[k_j * _KEY_SPAN + k_i] = _pair_cost(tasks[j], tasks[i], prio, S, H, share, params,
+                                                                     info[i][2], info[j][3], info[j][1], info[i][1],
+                                                                     res)
                     if end_i <= end_j:
                         c = c / (1.0 + c)
                     stretch[j] += ov / work_j * c
             stretch[i] = s_i
         start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
+
+
+# pair-cost memo keys: (field number x _PRIOS + priority) of t, x _KEY_SPAN, + that of u (streams' priorities are
+# small non-negative integers; a graph with others is estimated without the memo)
+_PRIOS = 16
+_KEY_SPAN = 1 << 40
+
+
+def _task_memo(ctx: Ctx) -> tuple[dict, dict]:
+    """The memos estimate_time shares between the estimates on ctx's field cache (its cost cache and contention
+    parameters): per field number, what the walks derive from one task; per key pair, a pair cost."""
+    key = ("estimate-memo", ctx.params)
+    hit = ctx.cache.derived.get(key)
+    if hit is None:
+        hit = ctx.cache.derived[key] = ({}, {})
+    return hit
+
+
+def _task_info(t: Task, a: float, res: Resources) -> tuple[float, float, float, float, float]:
+    """(work seconds, rate alone, bandwidth of HBM drawn alone, link capacity, fixed latency) of a task that takes a
+    seconds alone: its work (a without its latencies), its B/s or work per second alone, the HBM it draws alone
+    (comm: rate x HBM bytes per byte sent), the B/s of the links a transfer may use, its latencies."""
+    # the fields by position: Task is a NamedTuple, and attribute lookups are slower
+    _, _, t_work, kind, _, _, pre, post, _, _, _, t_links, t_hbm = t[:13]
+    every = (1 << res.links) - 1
+    w = a - pre - post
+    if w > 0:
+        r = t_work / w
+        h = r * t_hbm if kind == "comm" else t_hbm
+    else:
+        r = h = 0.0
+    return w, r, h, ((t_links & every) or every).bit_count() * res.link_bw / res.links, pre + post
 
 
 _COMPUTE_PAIR: dict[tuple, float] = {}  # _pair_cost of two compute tasks by what the simulator's sharing reads of them
@@ -278,6 +317,7 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
     walked: dict[tuple, tuple] = {}  # by task list: a -prio variant shares its twin's tasks (schedules.build)
     res = ctx.res
     derived = ctx.cache.derived
+    fget = ctx.fid.get
 
     for order, name, spec, bkey in _candidates(ctx, engine, exclude):
         hit = walked.get(bkey)
@@ -293,17 +333,18 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
             if links is None:
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             walk = _walk_idx(links, times)
-            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk)
-        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3]))
+            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk, [fget(id(t)) for t in tasks])
+        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3], hit[4]))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
-    for free, order, name, spec, times, links, walk in cands:
+    memo = _task_memo(ctx)
+    for free, order, name, spec, times, links, walk, fids in cands:
         if best is not None and free > best[0]:
             break
         tasks, streams = build(spec, ctx, engine)
-        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk)
+        t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk, _fids=fids, _memo=memo)
         key = (t, not spec.prio, order)
         if best is None or key < best:
             best = key + (name,)

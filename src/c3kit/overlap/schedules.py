@@ -133,8 +133,34 @@ class Ctx:
         self._tasks: dict[tuple, Task] = {}  # schedules share many identical tasks: build each once
         self._built: dict[tuple, list[Task]] = {}  # task lists by schedule shape (see build)
         self._fields = cache.derived.setdefault(("task-fields", params), {})
+        self._fids = cache.derived.setdefault(("task-fids", params), {})
         self.alone: dict[int, float] = {}  # alone time of the tasks built here, by id (they live in _tasks)
         self._eager: float | None = params.eager_launch
+        # each such task's fields by number (equal fields, one number): the selector memoizes what it derives from
+        # a task's fields by that number (heuristic.estimate_time)
+        self.fid: dict[int, int] = {}
+
+    def _entry(self, t: Task) -> tuple:
+        """A field-cache entry: the fields of t other than name, stream and deps, its alone time, their number."""
+        fields = t[2:5] + t[6:]
+        return t[2:5], t[6:], alone_time(t, self.res), self._fids.setdefault(fields, len(self._fids))
+
+    def _cached(self, key: tuple, name: str, stream: str, deps: tuple[str, ...], make) -> Task:
+        """The task of field-cache key `key` under this name, stream and deps (make() builds it the first time); kept
+        in _tasks, as every task alone and fid know by id must be (an id is reused once its task is gone)."""
+        tkey = (key, name, stream, deps)
+        t = self._tasks.get(tkey)
+        if t is None:
+            f = self._fields.get(key)
+            if f is None:
+                t = make()
+                f = self._fields[key] = self._entry(t)
+            else:
+                t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
+            self._tasks[tkey] = t
+            self.alone[id(t)] = f[2]
+            self.fid[id(t)] = f[3]
+        return t
 
     def eager_launch(self) -> float:
         """s of host time per operation a Python loop issues (params.eager_launch, else the measured eager launch)."""
@@ -170,10 +196,11 @@ class Ctx:
         f = self._fields.get(key)
         if f is None:
             t = self._new_comm(name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer)
-            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+            f = self._fields[key] = self._entry(t)
         else:
             t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
         self.alone[id(t)] = f[2]
+        self.fid[id(t)] = f[3]
         return t
 
     def _new_comm(self, name, stream, nbytes, width, engine, reduce, hops, trigger, deps, peer) -> Task:
@@ -216,10 +243,11 @@ class Ctx:
             c = self.cache.gemm(*shape)
             t = Task(name, stream, c.time, kind="compute", category="comp", deps=deps, sms=cap, hbm=c.hbm_rate,
                      phi=c.phi, tiles=c.tiles, curve=self.curve(shape, cap, partitioned=bool(cap)))
-            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+            f = self._fields[key] = self._entry(t)
         else:
             t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
         self.alone[id(t)] = f[2]
+        self.fid[id(t)] = f[3]
         return t
 
     def curve(self, shape: tuple, cap: float, partitioned: bool = False) -> tuple:
@@ -251,10 +279,11 @@ class Ctx:
         f = self._fields.get(key)
         if f is None:
             t = self._new_stage(name, stream, whole, frac, deps, cap, shape)
-            f = self._fields[key] = (t[2:5], t[6:], alone_time(t, self.res))
+            f = self._fields[key] = self._entry(t)
         else:
             t = tuple.__new__(Task, (name, stream, *f[0], deps, *f[1]))
         self.alone[id(t)] = f[2]
+        self.fid[id(t)] = f[3]
         return t
 
     def _new_stage(self, name, stream, whole, frac, deps, cap, shape) -> Task:
@@ -274,10 +303,13 @@ class Ctx:
 
     def reduce(self, name: str, stream: str, nbytes: float, deps: tuple[str, ...]) -> Task:
         """A local reduction kernel (what DMA cannot do): reads and writes nbytes in total."""
-        t = self.cache.mem(nbytes)
-        # memory-bound: it saturates HBM with the comm SMs (k) and gains nothing from more
-        return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=nbytes / t, phi=0.0,
-                    sms=float(max(1, self.k_sms)))
+        def make() -> Task:
+            t = self.cache.mem(nbytes)
+            # memory-bound: it saturates HBM with the comm SMs (k) and gains nothing from more
+            return Task(name, stream, t, kind="compute", category="comm", deps=deps, hbm=nbytes / t, phi=0.0,
+                        sms=float(max(1, self.k_sms)))
+
+        return self._cached(("r", nbytes), name, stream, deps, make)
 
     def collective(self, kind: str, nbytes: float, engine: str, prefix: str = "", stream: str = "comm",
                    deps: tuple[str, ...] = (), red_stream: str | None = None) -> list[Task]:
@@ -319,10 +351,15 @@ class Ctx:
         t_meas = measured_time(kind, self.n, nbytes, self.gpu.name)
         if t_meas is None or task.work <= 0:
             return task
-        busy = t_meas - task.pre - task.post
-        if busy <= 0:
-            return task._replace(pre=t_meas - task.post if t_meas > task.post else 0.0, bw=math.inf)
-        return task._replace(bw=task.work / busy)
+
+        def make() -> Task:
+            busy = t_meas - task.pre - task.post
+            if busy <= 0:
+                return task._replace(pre=t_meas - task.post if t_meas > task.post else 0.0, bw=math.inf)
+            return task._replace(bw=task.work / busy)
+
+        # as for the transfers: its fields depend on the library's transfer's and the measured time only
+        return self._cached(("m", task[2:5], task[6:], t_meas), task.name, task.stream, task.deps, make)
 
 
 def comm_of(prob: OverlapProblem) -> list[tuple[str, float]]:

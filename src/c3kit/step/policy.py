@@ -217,12 +217,44 @@ def price_pair(problem, gpu, mode: str, power: str = "burst") -> PairPrice | Non
                 cands = [mode] if mode in names else []
         if not cands:
             return None
-        base, name, t = fastest(problem, gpu, cands, power=power, _ctx=ctx)
+        if ctx is not None and len(cands) == 2:
+            # serial replaces the pick only when it simulates strictly faster: not simulated when its floor (below)
+            # is already above the pick's time (the same answer as simulating both)
+            base, name, t = fastest(problem, gpu, cands[:1], power=power, _ctx=ctx)
+            if t >= serial_floor(ctx, base.comm_engine):
+                _, _, t_serial = fastest(problem, gpu, ["serial"], power=power, _ctx=ctx)
+                if t_serial < t:
+                    name, t = "serial", t_serial
+        else:
+            base, name, t = fastest(problem, gpu, cands, power=power, _ctx=ctx)
     except C3kitError:
         return None
     hideable = base.serial - base.ideal
     saved = (base.serial - t) / hideable if hideable > 0 else 0.0
     return PairPrice(name, saved)
+
+
+# The simulator's makespan of a chain of tasks, each alone, is the sum of their alone times up to rounding (a few ulps);
+# a floor this far below that sum is never above it.
+SERIAL_FLOOR_MARGIN = 1e-9
+
+
+def serial_floor(ctx, comm_engine: str) -> float:
+    """A time the serial schedule's simulation never beats on ctx: when its tasks form one chain (each waits for the
+    one before: the GEMM and a collective of one task each), the sum of their alone times less SERIAL_FLOOR_MARGIN of
+    it; else 0 (collectives pipelined over several tasks overlap among themselves)."""
+    from c3kit.overlap.schedules import SCHEDULES, build
+    from c3kit.sim.engine import alone_time
+
+    tasks, _ = build(SCHEDULES["serial"], ctx, comm_engine)
+    if tasks[0].deps or any(t.deps != (u.name,) for u, t in zip(tasks, tasks[1:])):
+        return 0.0
+    get = ctx.alone.get
+    total = 0.0
+    for t in tasks:
+        a = get(id(t))
+        total += alone_time(t, ctx.res) if a is None else a
+    return total * (1.0 - SERIAL_FLOOR_MARGIN)
 
 
 def base_policy(mode: str | None = None):
