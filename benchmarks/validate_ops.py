@@ -10,7 +10,7 @@ hash, opclass.is_held_out_attention (decode rows, CUDA-graph ones too, alike), f
 measured widely enough; a backend with fewer rows is checked leave-one-out, each row against a fit
 without it; unfused attention: the same rule, its eager backward rows under opclass.UNFUSED_BWD_MIN_SCORES score
 elements (host-bound) in neither fit nor check, printed as a reference; FP8 GEMMs: the fp8_mm shapes
-gemmclass.is_held_out_fp8 picks by a hash; the FP8 cast: every third fp8_cast row, gemmclass.held_out_every_third,
+gemmclass.is_held_out_fp8 picks by a hash; the FP8 cast: every third fp8_cast row, fp8cast.held_out_every_third,
 and every third fp8_cast_parts size, fp8cast.is_held_out_parts_size);
 this script prices the held-out rows and prints median / p90 |error| per class against the target (median <= 5%,
 p90 <= 10%). Nothing here is fitted to a step time.

@@ -10,7 +10,7 @@ tensor times the scale, saturated) and Transformer Engine's current scaling issu
 by the scale. The unfused composite runtime/bench/ops.py times (`fp8_cast` rows: s = a.abs().amax().float()
 .clamp(min) / 448; (a / s).to(e4m3)) runs the same amax, three scalar kernels (float, clamp, divide) and a cast that
 divides by the scale where the parts multiply: composite = amax + 3 scalar + cast + divide x elements, the one
-term not in the parts (divide, >= 0) fitted on the composite's fit rows (gemmclass.held_out_every_third).
+term not in the parts (divide, >= 0) fitted on the composite's fit rows (fp8cast.held_out_every_third).
 Parts rows held out: every third measured size (is_held_out_parts_size). Both files are timed in CUDA graphs, so no
 eager host launch floor enters either.
 """
@@ -66,6 +66,11 @@ class CastParts:
         return self.fixed_s + self.s_per_element * np.asarray(elements, dtype=float)
 
 
+def held_out_every_third(rows: list[dict]) -> list[bool]:
+    """FP8 cast rows held out of the fit: every third measured shape in file order."""
+    return [i % 3 == 2 for i in range(len(rows))]
+
+
 def is_held_out_parts_size(sizes: list[float]) -> list[bool]:
     """fp8_cast_parts sizes held out of the fit: every third measured size in increasing order."""
     order = sorted(set(sizes))
@@ -80,7 +85,6 @@ def graph_part_rows(rows: list[dict]) -> list[dict]:
 def fit_cast_parts(part_rows: list[dict], composite_rows: list[dict], hold_out: bool = True) -> CastParts | None:
     """The parts fitted on the fp8_cast_parts rows, the divide term on the composite rows (`fp8_cast` rows, elements
     = m x n) of the composite's fit split; held-out rows left out unless hold_out is False; None without enough rows."""
-    from c3kit.cost.gemmclass import held_out_every_third
 
     g = graph_part_rows(part_rows)
     held = is_held_out_parts_size([float(r["elements"]) for r in g])

@@ -66,6 +66,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from c3kit.cost.fp8cast import held_out_every_third
 from c3kit.cost.opclass import FeatureCost, _rows, fit_nonneg
 from c3kit.errors import CostError
 
@@ -272,11 +273,6 @@ def is_held_out_grouped(r: dict) -> bool:
 def is_held_out_small_m(r: dict) -> bool:
     """Small-M rows held out of the fit: those of the (N, K) shapes in SMALL_M_HELD_OUT."""
     return (int(r["n"]), int(r["k"])) in SMALL_M_HELD_OUT
-
-
-def held_out_every_third(rows: list[dict]) -> list[bool]:
-    """FP8 cast rows held out of the fit: every third measured shape in file order."""
-    return [i % 3 == 2 for i in range(len(rows))]
 
 
 def fit_small_m(rows: list[dict], hold_out: bool = True) -> StreamingGemm | None:
