@@ -13,15 +13,16 @@ from c3kit.hw.catalog import list_gpus
 # H100 SXM takes all of the H200's (same die, same 700 W) and has published all-to-all, all-gather and
 # reduce-scatter rows (XLA's sm_90 table),
 # the 500 W H100 only the four classes its transfer
-# lists; A100 has published GEMM (BF16), FlashAttention-2, BabelStream and nccl-tests rows; B200 BF16 and FP8 GEMM
-# and cuDNN-frontend SDPA rows; MI300X BF16 and FP8 GEMM, BabelStream and rccl-tests rows; MI325X / MI355X a
+# lists; A100 has published GEMM (BF16), FlashAttention-2, BabelStream and nccl-tests rows; B200 BF16 and FP8 GEMM,
+# cuDNN-frontend SDPA, CCCL nvbench streaming and XLA sm_100 all-to-all / all-gather / reduce-scatter rows (its
+# all-reduce rows are checks); MI300X BF16 and FP8 GEMM, BabelStream and rccl-tests rows; MI325X / MI355X a
 # BF16 GEMM row only; MI250X and the simulated T3 GPU nothing.
 EXPECTED = {
     "H200-SXM": "MMMMDMMMMDDD",
     "H100-SXM": "TTTTDTTTTPPP",
     "H100-SXM-96G-500W": "TTTTDDDDDDDD",
     "A100-SXM-80G": "PPPDPDDDPPPP",
-    "B200": "PPDDDDDPDDDD",
+    "B200": "PPPDDDDPPPPP",
     "MI300X": "PDPDPDDPPPPP",
     "MI325X": "PDDDDDDDDDDD",
     "MI355X": "PDDDDDDDDDDD",

@@ -82,7 +82,8 @@ def test_a_projection_keeps_its_base_level_and_scales_its_peaks():
 def test_basis_labels_per_gpu_and_class():
     assert basis("B200")["gemm"] == basis("B200")["gemm_fp8"] == "published microbenchmark"
     assert basis("B200")["attention"] == "published microbenchmark"  # cuDNN frontend's SDPA benchmark
-    assert basis("B200")["memory"] == basis("B200")["collective"] == basis("B200")["floor"] == "datasheet"
+    assert basis("B200")["memory"] == basis("B200")["fp8_cast"] == "published microbenchmark"  # CCCL nvbench rows
+    assert basis("B200")["collective"] == basis("B200")["floor"] == "datasheet"  # all-reduce rows are checks
     for g in ("MI325X", "MI355X"):
         b = basis(g)
         assert b["gemm"] == "published microbenchmark" and b["gemm_fp8"] == b["attention"] == b["memory"] == "datasheet"
@@ -187,13 +188,17 @@ def test_memory_fraction_hand_checked_and_used_off_roofline():
     assert pub.memory_fraction("A100-SXM-80G") == pytest.approx(1700e9 / 2.039e12)
     # MI300X: 4110 4260 4140 4090: median 4125 of 5.3 TB/s
     assert pub.memory_fraction("MI300X") == pytest.approx(4125e9 / 5.3e12)
-    assert pub.memory_fraction("B200") is None and pub.memory_fraction("MI325X") is None
+    # B200 (CCCL nvbench, 2^28 elements, GB/s): relu F16 6553, relu F32 6705, add F16 6721: median 6705 of 8 TB/s
+    assert pub.memory_fraction("B200") == pytest.approx(6705e9 / 8.0e12) == pytest.approx(0.838125)
+    assert pub.memory_fraction("MI325X") is None
     op = MemOp("n", bytes=1.7e9)
     assert cost.time(op, a100, EFF) == pytest.approx(1e-3)
     assert cost.time(op, a100, "roofline") == pytest.approx(1.7e9 / 2.039e12)
     assert cost.explain(op, a100, EFF).detail["mem_eff"] == pytest.approx(1700e9 / 2.039e12)
+    mi325 = get_gpu("MI325X")
+    assert cost.time(op, mi325, EFF) == pytest.approx(1.7e9 / (mi325.hbm_bw * EFF.mem_eff))  # datasheet stays
     b200 = get_gpu("B200")
-    assert cost.time(op, b200, EFF) == pytest.approx(1.7e9 / (b200.hbm_bw * EFF.mem_eff))  # datasheet stays
+    assert cost.time(op, b200, EFF) == pytest.approx(1.7e9 / (8.0e12 * 0.838125))
     assert pub.memory_fraction("A100-SXM-80G+1g(historical)") == pub.memory_fraction("A100-SXM-80G")
 
 
@@ -264,6 +269,36 @@ def test_h100_xla_rows_set_each_kinds_efficiency_hand_checked(kind, top, second,
     assert ops.sources(pub.FIT_KINDS[kind])[0].startswith("openxla/xla xla/service/gpu/model/collective_interpolator")
 
 
+@pytest.mark.parametrize("kind, sizes, fit, xla_top, level", [
+    # XLA's sm_100 table: one NCCL collective of 8 devices of one host; busbw = algbw x 7/8; S of 1 GiB and 2 GiB fit
+    ("all_to_all", [27, 29, 30, 31], [(1 << 30, 601.25), (1 << 31, 587.96)], 671948734380, 0.6641),
+    ("all_gather", [29, 30, 31], [(1 << 30, 590.78), (1 << 31, 616.43)], 704488436788, 0.6741),
+    ("reduce_scatter", [29, 30, 31], [(1 << 30, 608.36), (1 << 31, 641.77)], 733454255330, 0.6981),
+])
+def test_b200_xla_rows_set_each_kinds_efficiency_hand_checked(kind, sizes, fit, xla_top, level):
+    ops = pub.published_ops("B200")
+    rows = [(c.nbytes, c.busbw_gbps, c.role) for c in ops.collective if c.kind == kind]
+    assert [r[0] for r in rows] == [1 << k for k in sizes]
+    assert [(s, b) for s, b, role in rows if role == "fit"] == fit
+    assert all(role == "check" for s, _, role in rows if s < 1 << 30)
+    assert fit[-1][1] == pytest.approx(xla_top * 7 / 8 / 1e9, abs=0.005)  # 2 GiB, the table's throughput
+    frac = pub.scaleup_fraction("B200", kind)
+    assert frac == pytest.approx(_direct_by_hand(fit, 900e9), rel=1e-9) and frac == pytest.approx(level, abs=1e-4)
+    assert basis("B200")[pub.FIT_KINDS[kind]] == "published microbenchmark"
+    assert ops.sources(pub.FIT_KINDS[kind]) == (
+        "openxla/xla xla/service/gpu/model/collective_interpolator_data.h @ 040b3849aff88d770f0677110fb5efc58e366a95, "
+        "retrieved 2026-12-04",)
+
+
+def test_b200_all_reduce_rows_are_checks_and_it_stays_on_the_datasheet():
+    ops = pub.published_ops("B200")
+    ar = [(c.nbytes, c.busbw_gbps, c.role) for c in ops.collective if c.kind == "all_reduce"]
+    # busbw = XLA's throughput x 2 x 7/8: 333722196805, 344699539776, 350752968723 B/s at 512 MiB, 1 GiB, 2 GiB
+    assert ar == [(1 << 29, 584.01, "check"), (1 << 30, 603.22, "check"), (1 << 31, 613.82, "check")]
+    assert pub.scaleup_fraction("B200") is None and ops.sources("collective") == ()
+    assert pub.comm_eff(get_gpu("B200"), EFF, "all_reduce") == EFF.comm_eff
+
+
 def test_h100_all_reduce_stays_on_the_datasheet():
     # only NVLS all-reduce rows (checks): no all-reduce level, so the all-reduce keeps comm_eff
     assert pub.scaleup_fraction("H100-SXM") is None and pub.published_ops("H100-SXM").sources("collective") == ()
@@ -289,10 +324,11 @@ def test_all_to_all_prices_at_its_own_level_else_the_all_reduce_level():
     assert cost.time(a2a, h100, "roofline") == pytest.approx(7.2e-6 + 0.875 * s / 450e9, rel=1e-12)
     # A100: no all-to-all rows, its all-reduce rows' level prices every kind, all-to-all included
     assert pub.scaleup_fraction("A100-SXM-80G", "all_to_all") == pub.scaleup_fraction("A100-SXM-80G")
-    assert pub.comm_eff(b200, EFF, "all_to_all") == EFF.comm_eff
+    f_b200 = pub.scaleup_fraction("B200", "all_to_all")
+    assert pub.comm_eff(b200, EFF, "all_to_all") == f_b200 and pub.comm_eff(b200, EFF) == EFF.comm_eff
     # the vectorized step model takes the same level per kind
-    rows = pub.comm_eff_rows([h100, b200], [0, 1, 0], EFF, "all_to_all")
-    assert list(rows) == [frac, EFF.comm_eff, frac]
+    rows = pub.comm_eff_rows([h100, b200, a100], [0, 1, 0, 2], EFF, "all_to_all")
+    assert list(rows) == [frac, f_b200, frac, pub.scaleup_fraction("A100-SXM-80G")]
     assert list(pub.comm_eff_rows([h100], [0], EFF)) == [EFF.comm_eff]
 
 
@@ -310,7 +346,7 @@ def test_published_scaleup_efficiency_prices_intra_node_collectives_only_off_roo
     # across nodes a send / recv runs on the NIC alone: the model's comm_eff stays there
     p2p = Collective("p", "send_recv", s, 2, span="inter")
     assert cost.time(p2p, a100, EFF) == pytest.approx(6.6e-6 + 5e-6 + s / (25e9 * EFF.comm_eff), rel=1e-12)
-    b200 = get_gpu("B200")  # no published collective rows: the assumed comm_eff everywhere
+    b200 = get_gpu("B200")  # all-reduce rows are checks only: the assumed comm_eff for its all-reduces
     assert cost.time(ar, b200, EFF) == pytest.approx(7.8e-6 + 1.75 * s / (900e9 * EFF.comm_eff), rel=1e-12)
     assert pub.comm_eff(a100, EFF) == frac and pub.comm_eff(b200, EFF) == EFF.comm_eff
 
