@@ -27,7 +27,7 @@ def test_json(tmp_path, capsys):
     # per GPU of the runs and op class: the basis label and what it rests on
     assert set(doc["op_basis"]) == {r["gpu"] for r in doc["runs"]}
     b200 = doc["op_basis"]["B200"]
-    assert b200["basis"]["attention"] == "published microbenchmark" and b200["basis"]["memory"] == "datasheet"
+    assert b200["basis"]["attention"] == "published microbenchmark" and b200["basis"]["memory"] == "published microbenchmark" and b200["basis"]["floor"] == "datasheet"
     assert b200["sources"]["attention"].startswith("NVIDIA/cudnn-frontend ")
     assert doc["op_basis"]["A100-SXM-80G"]["basis"]["collective"] == "published microbenchmark"
     # per attention backend: llm-foundry's flash1 on H100 from FlashAttention (v1)'s published H100 bars
