@@ -85,6 +85,17 @@ def test_zero2_shards_the_gradients(tmp_path, capsys):
     z2 = _run(tmp_path, capsys, *args, "--zero2")
     assert z2["config"]["zero2"] is True and z2["config"]["dist_optimizer"] is True
     assert z2["memory"]["gradients"] == pytest.approx(z1["memory"]["gradients"] / 8)
+    assert not any("ZeRO-1" in c for c in z2["chosen"])  # asked for, not chosen by the search
+
+
+def test_zero2_is_named_zero2_in_the_text_report(tmp_path, capsys):
+    args = ["--model", "Llama-3-8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--seq", "2048",
+            "--batch", "16", "--micro-batch", "1", "--recompute", "none", "--out", str(tmp_path / "o")]
+    assert main(["analyze", *args, "--zero2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "dp 8 (zero-2)" in first and "zero-1" not in first, first
+    assert main(["analyze", *args, "--dist-opt"]) == 0
+    assert "dp 8 (zero-1)" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_model_toml_file_is_the_model(tmp_path, mpt):

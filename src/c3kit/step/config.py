@@ -154,8 +154,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         if not fitting:
             continue
         tried, par, mem, graph = _fastest(fitting, tried, m, phase, seq, dtype, gpu, cost_model, policy, graph_opts)
-        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
-                               train, len(tried))
+        # --zero2 asks for the optimizer sharding: not a choice of the search
+        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, True if zero2 else dist_optimizer, fsdp,
+                               batch, recompute, train, len(tried))
         return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
                           norm_rope, glue, grad_acc, train_metrics, flat_param_grads, grad_dtype=grad_dtype,
                           loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32)
