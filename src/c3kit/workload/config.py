@@ -48,6 +48,10 @@ class ModelConfig:
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise WorkloadError(f"model {self.name}: {key} must be a positive integer, got {v!r}")
+        for key in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
+            v = getattr(self, key)
+            if not isinstance(v, bool):  # a model TOML file's bias = "yes" must not read as true
+                raise WorkloadError(f"model {self.name}: {key} must be true or false, got {v!r}")
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim == 0:
