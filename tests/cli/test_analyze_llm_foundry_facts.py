@@ -150,6 +150,13 @@ def test_pp_engine_reaches_the_step_and_deepspeed_changes_its_sends(tmp_path, ca
     assert ds["totals"]["step_time"] != base["totals"]["step_time"]
 
 
+def test_the_text_report_names_a_pp_engine_other_than_megatrons(tmp_path, capsys, mpt):
+    assert main(["analyze", "--model", mpt, *PP_LAYOUT, "--pp-engine", "deepspeed", "--out", str(tmp_path / "o")]) == 0
+    assert ", pp engine deepspeed" in capsys.readouterr().out.splitlines()[0]
+    assert main(["analyze", "--model", mpt, *PP_LAYOUT, "--out", str(tmp_path / "o")]) == 0
+    assert "pp engine" not in capsys.readouterr().out.splitlines()[0]
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--pp-engine", "gpipe"], "pp_engine 'gpipe'"),
     (["--pp-engine", "deepspeed", "--vpp", "2"], "pp_engine 'deepspeed'"),
