@@ -105,3 +105,9 @@ def test_model_toml_file_with_a_string_switch_is_refused(tmp_path):
     p.write_text('name = "x"\nhidden = 64\nlayers = 1\nheads = 4\nbias = "yes"\n')
     with pytest.raises(WorkloadError, match="bias must be true or false, got 'yes'"):
         get_model(str(p))
+
+
+@pytest.mark.parametrize("name", [5, "", "  ", None])
+def test_name_must_be_a_non_empty_string(name):
+    with pytest.raises(WorkloadError, match="model name must be a non-empty string"):
+        ModelConfig(name=name, hidden=64, layers=1, heads=4)

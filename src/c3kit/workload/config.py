@@ -40,6 +40,8 @@ class ModelConfig:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise WorkloadError(f"model name must be a non-empty string, got {self.name!r}")
         for key in ("hidden", "layers", "heads", "vocab", "max_seq", "n_experts", "top_k"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
