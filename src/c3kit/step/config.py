@@ -309,9 +309,10 @@ def _layout(p: int, sharding: str, rc: str, n: int, fixed: dict, dp, pp, micro_b
         gb = mb * (n // (tp * cp)) * 8
     else:
         gb = mb * d * max(8, 4 * p)
-    # FSDP shards over the dp x cp ranks that hold the same weights (memory, Structure.dp), so cp alone can carry it
+    # FSDP and the distributed optimizer (ZeRO-1/2) shard over the dp x cp ranks that hold the same weights (memory,
+    # Structure.dp, Megatron-Core's data-parallel group with cp), so cp alone can carry either
     return Parallelism(dp=d, fsdp=sharding == "fsdp" and d * cp > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
-                       dist_optimizer=sharding == "zero1" and d > 1, **fixed)
+                       dist_optimizer=sharding == "zero1" and d * cp > 1, **fixed)
 
 
 def _fitting(n: int, pps, shardings, rcs, layout, m, phase: str, seq: int, dtype: str, gpu, tried: list,
