@@ -85,6 +85,17 @@ def test_zero2_shards_the_gradients(tmp_path, capsys):
     z2 = _run(tmp_path, capsys, *args, "--zero2")
     assert z2["config"]["zero2"] is True and z2["config"]["dist_optimizer"] is True
     assert z2["memory"]["gradients"] == pytest.approx(z1["memory"]["gradients"] / 8)
+    assert not any("ZeRO-1" in c for c in z2["chosen"])  # asked for, not chosen by the search
+
+
+def test_zero2_is_named_zero2_in_the_text_report(tmp_path, capsys):
+    args = ["--model", "Llama-3-8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--seq", "2048",
+            "--batch", "16", "--micro-batch", "1", "--recompute", "none", "--out", str(tmp_path / "o")]
+    assert main(["analyze", *args, "--zero2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "dp 8 (zero-2)" in first and "zero-1" not in first, first
+    assert main(["analyze", *args, "--dist-opt"]) == 0
+    assert "dp 8 (zero-1)" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_model_toml_file_is_the_model(tmp_path, mpt):
@@ -137,6 +148,13 @@ def test_pp_engine_reaches_the_step_and_deepspeed_changes_its_sends(tmp_path, ca
     ds = _run(tmp_path, capsys, "--model", mpt, *PP_LAYOUT, "--pp-engine", "deepspeed")
     assert (base["config"]["pp_engine"], ds["config"]["pp_engine"]) == ("megatron", "deepspeed")
     assert ds["totals"]["step_time"] != base["totals"]["step_time"]
+
+
+def test_the_text_report_names_a_pp_engine_other_than_megatrons(tmp_path, capsys, mpt):
+    assert main(["analyze", "--model", mpt, *PP_LAYOUT, "--pp-engine", "deepspeed", "--out", str(tmp_path / "o")]) == 0
+    assert ", pp engine deepspeed" in capsys.readouterr().out.splitlines()[0]
+    assert main(["analyze", "--model", mpt, *PP_LAYOUT, "--out", str(tmp_path / "o")]) == 0
+    assert "pp engine" not in capsys.readouterr().out.splitlines()[0]
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -43,6 +43,17 @@ def test_fsdp_over_context_parallel_ranks_alone_is_kept():
     assert cfg.memory.weights == pytest.approx(plain.memory.weights)  # sharded 8 ways either way
 
 
+def test_distributed_optimizer_over_context_parallel_ranks_alone_is_kept():
+    # dp 1 x cp 8 with --dist-opt: the optimizer state shards over the 8 ranks, as FSDP does above (it was dropped)
+    kw = dict(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, batch=1, micro_batch=1, recompute="full",
+              dist_optimizer=True)
+    cfg = resolve(cp=8, dp=1, seq=65536, **kw)
+    assert cfg.par.dist_optimizer and cfg.par.dp == 1 and cfg.par.cp == 8
+    plain = resolve(cp=1, dp=8, seq=8192, **{**kw, "batch": 8})
+    assert cfg.memory.optimizer == pytest.approx(plain.memory.optimizer)  # sharded 8 ways either way
+    assert any(n.role == "dp_param_ag" and n.op.ranks == 8 for n in cfg.graph.nodes)  # its all-gather, over the 8
+
+
 def test_framework_facts_reach_the_graph_and_memory():
     base = resolve(model="Llama-3-8B", hw="H100-SXM", gpus=8, tp=1, pp=1, dp=8, fsdp=True, seq=2048, batch=8,
                    micro_batch=1, recompute="none")

@@ -91,3 +91,23 @@ def test_to_dict_is_json_ready():
     d = get_model("Mixtral-8x7B").to_dict()
     assert d["n_experts"] == 8 and d["params"] == 46_702_792_704 and "all" in d["sources"]
     json.dumps(d)
+
+
+@pytest.mark.parametrize("field,value", [("bias", "yes"), ("gated_mlp", 1), ("tied_embeddings", "false"),
+                                         ("dropout", 0)])
+def test_switches_must_be_true_or_false(field, value):
+    with pytest.raises(WorkloadError, match=f"{field} must be true or false"):
+        ModelConfig(name="x", hidden=64, layers=1, heads=4, **{field: value})
+
+
+def test_model_toml_file_with_a_string_switch_is_refused(tmp_path):
+    p = tmp_path / "m.toml"
+    p.write_text('name = "x"\nhidden = 64\nlayers = 1\nheads = 4\nbias = "yes"\n')
+    with pytest.raises(WorkloadError, match="bias must be true or false, got 'yes'"):
+        get_model(str(p))
+
+
+@pytest.mark.parametrize("name", [5, "", "  ", None])
+def test_name_must_be_a_non_empty_string(name):
+    with pytest.raises(WorkloadError, match="model name must be a non-empty string"):
+        ModelConfig(name=name, hidden=64, layers=1, heads=4)

@@ -204,10 +204,11 @@ def _describe(cfg) -> str:
     return (f"{c['model']} {c['phase']} on {c['gpus']} x {c['hw']}: tp {c['tp']}{' +sp' if c['sp'] else ''}, "
             f"pp {c['pp']}{f' x vpp {c[chr(118) + chr(112) + chr(112)]}' if c['vpp'] > 1 else ''}, "
             f"{f'cp {c[chr(99) + chr(112)]}, ' if c['cp'] > 1 else ''}dp {c['dp']}"
-            f"{' (fsdp)' if c['fsdp'] else (' (zero-1)' if c['dist_optimizer'] else '')}{f', ep {c[chr(101) + chr(112)]}' if c['ep'] > 1 else ''}, "
+            f"{' (fsdp)' if c['fsdp'] else (' (zero-2)' if c['zero2'] and c['dist_optimizer'] else ' (zero-1)' if c['dist_optimizer'] else '')}{f', ep {c[chr(101) + chr(112)]}' if c['ep'] > 1 else ''}, "
             f"seq {c['seq']}, batch {c['global_batch']} ({c['micro_batches']} x micro {c['micro_batch']}), "
             f"recompute {c['recompute']}, {c['dtype']}"
-            f"{'' if c['tp_comm_overlap'] == 'none' else ', TE userbuffers TP overlap ' + c['tp_comm_overlap']}")
+            f"{'' if c['tp_comm_overlap'] == 'none' else ', TE userbuffers TP overlap ' + c['tp_comm_overlap']}"
+            f"{'' if c['pp_engine'] == 'megatron' or c['pp'] == 1 else ', pp engine ' + c['pp_engine']}")
 
 
 def _memory_rows(res) -> list[tuple[str, str, str]]:

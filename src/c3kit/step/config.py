@@ -154,8 +154,9 @@ def resolve(model: str = "llama-3-70b", hw: str = "H200-SXM", gpus: int | None =
         if not fitting:
             continue
         tried, par, mem, graph = _fastest(fitting, tried, m, phase, seq, dtype, gpu, cost_model, policy, graph_opts)
-        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, dist_optimizer, fsdp, batch, recompute,
-                               train, len(tried))
+        # --zero2 asks for the optimizer sharding: not a choice of the search
+        chosen = _chosen_notes(par, n, gpus, node, auto_gpus, auto_tp, pp, dp, True if zero2 else dist_optimizer, fsdp,
+                               batch, recompute, train, len(tried))
         return StepConfig(m, gpu, par, phase, seq, dtype, graph, mem, tuple(chosen), tuple(tried), attn_backend,
                           norm_rope, glue, grad_acc, train_metrics, flat_param_grads, grad_dtype=grad_dtype,
                           loss_kernel=loss_kernel, bias_grads=bias_grads, metrics_fp32=metrics_fp32)
@@ -308,9 +309,10 @@ def _layout(p: int, sharding: str, rc: str, n: int, fixed: dict, dp, pp, micro_b
         gb = mb * (n // (tp * cp)) * 8
     else:
         gb = mb * d * max(8, 4 * p)
-    # FSDP shards over the dp x cp ranks that hold the same weights (memory, Structure.dp), so cp alone can carry it
+    # FSDP and the distributed optimizer (ZeRO-1/2) shard over the dp x cp ranks that hold the same weights (memory,
+    # Structure.dp, Megatron-Core's data-parallel group with cp), so cp alone can carry either
     return Parallelism(dp=d, fsdp=sharding == "fsdp" and d * cp > 1, pp=p, micro_batch=mb, global_batch=gb, recompute=rc,
-                       dist_optimizer=sharding == "zero1" and d > 1, **fixed)
+                       dist_optimizer=sharding == "zero1" and d * cp > 1, **fixed)
 
 
 def _fitting(n: int, pps, shardings, rcs, layout, m, phase: str, seq: int, dtype: str, gpu, tried: list,

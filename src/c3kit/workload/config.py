@@ -40,6 +40,8 @@ class ModelConfig:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise WorkloadError(f"model name must be a non-empty string, got {self.name!r}")
         for key in ("hidden", "layers", "heads", "vocab", "max_seq", "n_experts", "top_k"):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -48,6 +50,10 @@ class ModelConfig:
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise WorkloadError(f"model {self.name}: {key} must be a positive integer, got {v!r}")
+        for key in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
+            v = getattr(self, key)
+            if not isinstance(v, bool):  # a model TOML file's bias = "yes" must not read as true
+                raise WorkloadError(f"model {self.name}: {key} must be true or false, got {v!r}")
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim == 0:

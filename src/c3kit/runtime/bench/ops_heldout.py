@@ -52,9 +52,9 @@ def time_op(fn, device, stream=None) -> tuple[float, str]:
 
 # ---------------------------------------------------------------- fp8_mm
 FP8MM_COLUMNS = ["kind", "m", "n", "k", "dtype", "mode", "shape", "time_s"]
-# Llama-3-style layers (published config.json): hidden, query heads, KV heads, head_dim, FFN
-FP8MM_MODELS = {"llama-8b": (4096, 32, 8, 128, 14336), "llama-70b": (8192, 64, 8, 128, 28672),
-                "llama-405b": (16384, 128, 8, 128, 53248)}
+# Llama-3 layers: the short name the rows' shape column carries -> the catalog preset (workload/data/models.toml,
+# sourced there) whose hidden, heads, KV heads, head_dim and FFN width give the per-rank shapes
+FP8MM_MODELS = {"llama-8b": "llama-3-8b", "llama-70b": "llama-3-70b", "llama-405b": "llama-3.1-405b"}
 FP8MM_RANKS = (("llama-8b", 1), ("llama-8b", 2), ("llama-70b", 2), ("llama-70b", 4), ("llama-70b", 8),
                ("llama-405b", 4), ("llama-405b", 8))
 FP8MM_TOKENS = (4096, 8192, 16384)
@@ -64,10 +64,13 @@ FP8MM_CUBES = (1024, 1536, 2048)
 def fp8_mm_cases() -> list[tuple[int, int, int, str]]:
     """(m, n, k, shape) of one TP rank's QKV, output, gate+up and down projections over FP8MM_RANKS (tokens m
     rotating through FP8MM_TOKENS), then the small cubes."""
+    from c3kit.workload.model import get_model
+
     cases = []
     i = 0
     for model, tp in FP8MM_RANKS:
-        H, hq, hk, hd, F_ = FP8MM_MODELS[model]
+        m = get_model(FP8MM_MODELS[model])
+        H, hq, hk, hd, F_ = m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden
         kv = max(1, hk // tp)
         layers = (("qkv", (hq // tp + 2 * kv) * hd, H), ("o", H, hq // tp * hd),
                   ("gate_up", 2 * F_ // tp, H), ("down", H, F_ // tp))
