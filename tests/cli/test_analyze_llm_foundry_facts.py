@@ -139,7 +139,7 @@ def test_bad_models_and_layouts_exit_2(tmp_path, capsys, args, needle):
     assert not out.exists()
 
 
-PP_LAYOUT = ["--hw", "A100-SXM-80G", "--gpus", "16", "--tp", "2", "--sp", "--pp", "4", "--dp", "2", "--seq", "2048",
+PP_LAYOUT = ["--hw", "A100-SXM-80G", "--gpus", "16", "--tp", "2", "--no-sp", "--pp", "4", "--dp", "2", "--seq", "2048",
              "--batch", "32", "--micro-batch", "1", "--recompute", "full"]
 
 
@@ -167,3 +167,9 @@ def test_bad_pp_engine_exits_2_and_writes_nothing(tmp_path, capsys, mpt, extra, 
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_deepspeed_engine_with_sp_exits_2(tmp_path, capsys, mpt):
+    args = [a if a != "--no-sp" else "--sp" for a in PP_LAYOUT]
+    assert main(["analyze", "--model", mpt, *args, "--pp-engine", "deepspeed", "--out", str(tmp_path / "x")]) == 2
+    assert "sequence parallelism" in capsys.readouterr().err

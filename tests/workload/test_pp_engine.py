@@ -98,3 +98,8 @@ def test_megatron_2021_with_sp_sends_the_slice_as_it_is():
     b = build_step(L70, Parallelism(tp=8, sp=True, pp=4, global_batch=8), "train", seq=4096)
     assert set(nodes(a, "pp.")) == set(nodes(b, "pp.")) == {"pp.fwd", "pp.bwd"}
     assert a.by_role("pp_fwd")[0].op.bytes == b.by_role("pp_fwd")[0].op.bytes == S // 8
+
+
+def test_deepspeed_engine_refuses_sequence_parallelism():
+    with pytest.raises(WorkloadError, match="sequence parallelism"):
+        Parallelism(tp=8, sp=True, pp=4, global_batch=8, pp_engine="deepspeed")

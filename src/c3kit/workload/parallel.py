@@ -378,6 +378,9 @@ class Parallelism:
             object.__setattr__(self, "pp_p2p_overlap", False)  # no pipeline: nothing to send
         check_tp_comm_overlap(self.tp_comm_overlap)
         check_pp_engine(self.pp_engine)
+        if self.pp_engine.startswith("deepspeed") and self.sp and self.tp > 1:
+            raise WorkloadError(f"parallelism: pp_engine {self.pp_engine!r} (DeepSpeed's pipeline engine of 2020-21) "
+                                "partitions whole activations over TP and predates sequence parallelism: use sp False")
         if self.pp_engine.startswith("deepspeed") and (self.vpp > 1 or self.pp_p2p_overlap):
             raise WorkloadError(f"parallelism: pp_engine {self.pp_engine!r} (DeepSpeed's pipeline engine) has no "
                                 "interleaved stages and no overlapped sends: use vpp 1 and pp_p2p_overlap False")
