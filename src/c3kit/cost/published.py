@@ -77,23 +77,11 @@ class GemmPoint:
 
 
 @dataclass(frozen=True)
-class SteadyGemmPoint:
-    """One published steady-state GEMM figure: achieved dense TFLOP/s under sustained load, priced at rate_of."""
+class SteadyGemmPoint(GemmPoint):
+    """One published steady-state GEMM figure: achieved dense TFLOP/s under sustained load, priced at the rate of
+    dtype rate_of (the measured dtype may run at another's peak)."""
 
-    dtype: str
-    rate_of: str
-    m: int
-    n: int
-    k: int
-    tflops: float
-    source: str
-    role: str
-    retrieved: str = ""
-
-    @property
-    def seconds(self) -> float:
-        """The time the figure implies for one GEMM."""
-        return 2.0 * self.m * self.n * self.k / (self.tflops * 1e12)
+    rate_of: str = ""
 
 
 @dataclass(frozen=True)
@@ -265,8 +253,8 @@ def parse(doc: dict, origin: str) -> PublishedOps:
         _need(r, ("dtype", "rate_of", "m", "n", "k", "tflops", "source", "role"), where)
         if r["rate_of"] not in GEMM_DTYPE_CLASS:
             raise CostError(f"{where}: rate_of must be one of {', '.join(GEMM_DTYPE_CLASS)}, got {r['rate_of']!r}")
-        steady.append(SteadyGemmPoint(str(r["dtype"]), str(r["rate_of"]), int(r["m"]), int(r["n"]), int(r["k"]),
-                                      float(r["tflops"]), str(r["source"]), str(r["role"]), _row_date(r, doc, where)))
+        steady.append(SteadyGemmPoint(str(r["dtype"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]),
+                                      str(r["source"]), str(r["role"]), _row_date(r, doc, where), str(r["rate_of"])))
     retrieved = _date(doc.get("retrieved"), origin)
     return PublishedOps(str(doc["gpu"]), tuple(gemm), tuple(att), origin, tuple(mem), tuple(coll), retrieved,
                         tuple(steady))

@@ -237,12 +237,22 @@ def norm_rope_of(run: str, table: pd.DataFrame | None = None) -> str:
     return _first_match(run, norm_rope_code() if table is None else table, "norm_rope", "fused")
 
 
-def _check_fp8_scaling(name: str) -> str:
-    from c3kit.step.overheads import FP8_SCALING
+def _one_of(table: str, column: str, module: str, name: str):
+    """A check of one cell of a run table: the value must be a key of `module`.`name` (imported when first checked,
+    so the table and the model share one list), else a StudyError naming the table and column."""
 
-    if name not in FP8_SCALING:
-        raise StudyError(f"fp8 recipes: unknown fp8_scaling {name!r}: use one of {', '.join(FP8_SCALING)}")
-    return name
+    def check(value: str) -> str:
+        import importlib
+
+        allowed = getattr(importlib.import_module(module), name)
+        if value not in allowed:
+            raise StudyError(f"{table}: unknown {column} {value!r}: use one of {', '.join(allowed)}")
+        return value
+
+    return check
+
+
+_check_fp8_scaling = _one_of("fp8 recipes", "fp8_scaling", "c3kit.step.overheads", "FP8_SCALING")
 
 
 def fp8_recipes(path=None) -> pd.DataFrame:
@@ -256,12 +266,7 @@ def fp8_scaling_of(run: str, table: pd.DataFrame | None = None) -> str:
     return _first_match(run, fp8_recipes() if table is None else table, "fp8_scaling", "")
 
 
-def _check_recompute(name: str) -> str:
-    from c3kit.workload.parallel import RECOMPUTE
-
-    if name not in RECOMPUTE:
-        raise StudyError(f"recompute modes: unknown recompute {name!r}: use one of {', '.join(RECOMPUTE)}")
-    return name
+_check_recompute = _one_of("recompute modes", "recompute", "c3kit.workload.parallel", "RECOMPUTE")
 
 
 def recompute_modes(path=None) -> pd.DataFrame:
@@ -308,12 +313,7 @@ def pp_p2p_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
 PP_ENGINE_COLUMNS = ("runs", "framework", "pp_engine", "source", "reason")
 
 
-def _check_pp_engine(name: str) -> str:
-    from c3kit.workload.parallel import PP_ENGINES
-
-    if name not in PP_ENGINES:
-        raise StudyError(f"pp engines: unknown pp_engine {name!r}: use one of {', '.join(PP_ENGINES)}")
-    return name
+_check_pp_engine = _one_of("pp engines", "pp_engine", "c3kit.workload.parallel", "PP_ENGINES")
 
 
 def pp_engines(path=None) -> pd.DataFrame:
@@ -331,12 +331,7 @@ TP_OVERLAP_COLUMNS = ("runs", "framework", "tp_comm_overlap", "ub_cfg", "gemm_me
                       "reason")
 
 
-def _check_tp_comm_overlap(name: str) -> str:
-    from c3kit.workload.parallel import TP_COMM_OVERLAPS
-
-    if name not in TP_COMM_OVERLAPS:
-        raise StudyError(f"tp overlap: unknown tp_comm_overlap {name!r}: use one of {', '.join(TP_COMM_OVERLAPS)}")
-    return name
+_check_tp_comm_overlap = _one_of("tp overlap", "tp_comm_overlap", "c3kit.workload.parallel", "TP_COMM_OVERLAPS")
 
 
 def gemm_methods(text: str) -> dict[str, tuple[str, bool, dict]]:
@@ -449,12 +444,7 @@ def moe_a2a_overlap_of(run: str, table: pd.DataFrame | None = None) -> bool:
     return _first_match(run, moe_options() if table is None else table, "a2a_overlap", "0") == "1"
 
 
-def _check_moe_experts(name: str) -> str:
-    from c3kit.step.overheads import MOE_EXPERTS
-
-    if name not in MOE_EXPERTS:
-        raise StudyError(f"moe experts: unknown experts {name!r}: use one of {', '.join(MOE_EXPERTS)}")
-    return name
+_check_moe_experts = _one_of("moe experts", "experts", "c3kit.step.overheads", "MOE_EXPERTS")
 
 
 def moe_experts_table(path=None) -> pd.DataFrame:
