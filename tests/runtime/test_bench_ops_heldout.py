@@ -89,3 +89,19 @@ def test_time_op_on_the_cpu_times_with_the_host_clock():
 
     t, how = oh.time_op(lambda: None, torch.device("cpu"))
     assert how == "host" and t >= 0
+
+
+def test_bmm_attn_cases_pair_the_score_and_value_gemms():
+    cases = oh.bmm_attn_cases()
+    qk = {(g, m, hd) for kind, g, m, n, k, hd in cases if kind == "qk" and m == n and k == hd}
+    pv = {(g, m, hd) for kind, g, m, n, k, hd in cases if kind == "pv" and n == hd and k == m}
+    assert qk == pv and len(cases) == 2 * len(qk) == 76  # 5 seqs x 4 heads x 2 head dims, 2 over 2^31 dropped
+    assert ("qk", 64, 8192, 8192, 128, 128) not in cases and ("qk", 32, 8192, 8192, 128, 128) in cases
+
+
+def test_bmm_attn_quick_family_writes_its_rows(tmp_path):
+    assert "bmm_attn" in FAMILIES
+    assert main(["--out", str(tmp_path), "--quick", "--only", "bmm_attn"]) == 0
+    doc = json.loads(op_calibration_path("h200-sxm", "bmm_attn", tmp_path).read_text())
+    assert doc["columns"] == oh.BMM_ATTN_COLUMNS and [r[0] for r in doc["rows"]] == ["qk", "pv"]
+    assert all(r[-1] > 0 for r in doc["rows"])

@@ -22,7 +22,7 @@ from c3kit.runtime.bench.ops_graphed import (bench_attn_graph, bench_attn_graph_
                                              bench_fp8_cast_parts, bench_grouped_wgrad, bench_l2_reuse,
                                              bench_memory_graph, bench_norm_bwd)
 from c3kit.runtime.bench.ops_heldout import (bench_cp_attention, bench_decode_attn_small, bench_fp8_mm,
-                                             bench_norm_width)
+                                             bench_norm_width, bench_bmm_attn)
 from c3kit.runtime.bench.ops_pairs import bench_gemm_pair
 from c3kit.runtime.bench.ops_undercomm import bench_gemm_under_comm
 from c3kit.runtime.bench.blocks import block_forward as _block_fwd
@@ -45,7 +45,7 @@ FAMILIES = ("floor", "memory", "attention", "gemm", "layers", "decode", "fp8", "
             "decode_fresh", "optimizer_setup", "after_stream_large", "gemm_pair", "moe_grad", "moe_host",
             "gemm_under_comm", "attn_graph", "norm_bwd", "grouped_wgrad", "fp8_cast_parts", "moe_fp8_host",
             "attn_graph_cudnn", "attn_graph_efficient", "memory_graph", "l2_reuse", "steady_ops",
-            "fp8_mm", "norm_width", "decode_attn_small", "cp_attention")
+            "fp8_mm", "norm_width", "decode_attn_small", "cp_attention", "bmm_attn")
 
 
 # Llama-style models that are NOT in c3kit's catalog (workload/data/models.toml): the whole-layer
@@ -441,7 +441,7 @@ BENCHES = {"floor": bench_floor, "memory": bench_memory, "attention": bench_atte
            "memory_graph": bench_memory_graph, "l2_reuse": bench_l2_reuse,
            "steady_ops": bench_steady_ops,
            "fp8_mm": bench_fp8_mm, "norm_width": bench_norm_width, "decode_attn_small": bench_decode_attn_small,
-           "cp_attention": bench_cp_attention}
+           "cp_attention": bench_cp_attention, "bmm_attn": bench_bmm_attn}
 
 
 def main(argv: list[str] | None = None) -> int:

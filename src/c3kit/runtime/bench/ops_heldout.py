@@ -285,3 +285,43 @@ def bench_cp_attention(device, quick: bool) -> tuple[list[str], list[list]]:
         if cuda:
             torch.cuda.empty_cache()
     return CP_COLUMNS, rows
+
+
+# ---------------------------------------------------------------- bmm_attn
+BMM_ATTN_COLUMNS = ["kind", "groups", "m", "n", "k", "head_dim", "mode", "time_s"]
+BMM_ATTN_SEQS = (512, 1024, 2048, 4096, 8192)
+BMM_ATTN_HEADS = (8, 16, 32, 64)
+BMM_ATTN_HEAD_DIMS = (64, 128)
+
+
+def bmm_attn_cases() -> list[tuple[str, int, int, int, int, int]]:
+    """(kind, groups, m, n, k, head_dim) of unfused attention's two batched GEMMs per (batch x heads, seq, head_dim):
+    scores = Q K^T (m = n = seq, k = head_dim) and out = P V (m = seq, n = head_dim, k = seq); batch x heads of 8-64
+    at 512-8192 tokens, skipping the score matrices over 2^31 elements."""
+    out = []
+    for s in BMM_ATTN_SEQS:
+        for g in BMM_ATTN_HEADS:
+            for hd in BMM_ATTN_HEAD_DIMS:
+                if g * s * s > 2**31:
+                    continue
+                out.append(("qk", g, s, s, hd, hd))
+                out.append(("pv", g, s, hd, s, hd))
+    return out
+
+
+def bench_bmm_attn(device, quick: bool) -> tuple[list[str], list[list]]:
+    """torch.bmm bf16 at unfused attention's shapes (bmm_attn_cases): the rows the GEMM model's bmm check lacks."""
+    torch = require_torch()
+    bf = torch.bfloat16
+    cases = [("qk", 2, 64, 64, 32, 32), ("pv", 2, 64, 32, 64, 32)] if quick else bmm_attn_cases()
+    warm_clocks(device)
+    rows = []
+    for kind, g, m, n, k, hd in cases:
+        if Budget.spent():
+            break
+        a = torch.randn(g, m, k, device=device, dtype=bf)
+        b = torch.randn(g, k, n, device=device, dtype=bf)
+        t, how = time_op(lambda: torch.bmm(a, b), device)
+        rows.append([kind, g, m, n, k, hd, how, t])
+        del a, b
+    return BMM_ATTN_COLUMNS, rows
