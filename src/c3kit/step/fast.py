@@ -17,6 +17,7 @@ Scope: dense decoder models, phase "train", no virtual pipeline stages. Anything
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 
@@ -289,6 +290,10 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
     flops = np.zeros((n, N))
     eff = cm.kind != "roofline"
     memo: dict = {}  # TP collectives of one group share their size: time each kind once
+    # each GPU's scenarios of the group, found once for all its calibrated ops; ops of one shape (the norms, the
+    # dropouts of every layer) priced once: the same inputs give the same row
+    by_gpu = [(gi, h["gpu_index"] == gi) for gi in np.unique(h["gpu_index"])]
+    calibrated: dict = {}
     for i, nd in enumerate(template.nodes):
         op = nd.op
         if isinstance(op, Collective):
@@ -314,11 +319,30 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)
         if (eff and not isinstance(op, Gemm)) or isinstance(op, Attention):
-            _calibrated_rows(t[i], sh.ops[op.name].shape, h, cm)
+            shape = sh.ops[op.name].shape
+            key = (t[i].tobytes(), _shape_key(shape))
+            hit = calibrated.get(key)
+            if hit is None:
+                _calibrated_rows(t[i], shape, h, cm, by_gpu)
+                calibrated[key] = t[i].copy()
+            else:
+                t[i] = hit
     return t, flops, sh
 
 
-def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
+def _shape_key(shape) -> tuple:
+    """A hashable key equal for two op shapes whose fields hold the same values (arrays by dtype, shape and bytes)."""
+    def val(x):
+        if isinstance(x, np.ndarray):
+            return (x.dtype.str, x.shape, x.tobytes())
+        if isinstance(x, tuple):
+            return tuple(val(y) for y in x)
+        return (type(x).__name__, x)
+
+    return (type(shape).__name__, *(val(getattr(shape, f.name)) for f in dataclasses.fields(shape)))
+
+
+def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None, by_gpu: list | None = None) -> None:
     """Overwrite an attention or memory-bound op's roofline times with its measured class (cost/opclass.py)
     on the scenarios whose GPU has one (own, transferred or projected), and an attention's with its backend's
     price (cost/attention.py), as cost.time does per op."""
@@ -334,8 +358,7 @@ def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
     full = None if isinstance(shape, AttnShape) else tuple(
         (k, np.broadcast_to(np.asarray(e, float), row.shape), np.broadcast_to(np.asarray(w, float), row.shape))
         for k, e, w in shape.parts)
-    for gi in np.unique(idx):
-        sel = idx == gi
+    for gi, sel in by_gpu if by_gpu is not None else ((gi, idx == gi) for gi in np.unique(idx)):
         if full is None:
             from c3kit.cost import time as op_time
             from c3kit.cost.attention import attention_rows
