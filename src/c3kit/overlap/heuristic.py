@@ -323,8 +323,8 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
         hit = walked.get(bkey)
         if hit is None:
             tasks, _ = build(spec, ctx, engine)
-            get = alone.get
-            times = [get(id(t)) for t in tasks]
+            ids = list(map(id, tasks))
+            times = list(map(alone.get, ids))
             if None in times:  # tasks built outside the field caches (barriers, reductions, local copies)
                 times = [alone_time(t, res) if v is None else v for t, v in zip(tasks, times)]
             # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
@@ -333,16 +333,20 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
             if links is None:
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             walk = _walk_idx(links, times)
-            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk, [fget(id(t)) for t in tasks])
-        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3], hit[4]))
+            # the tasks' field numbers: looked up only for the candidates the bound lets through (below)
+            hit = walked[bkey] = [max(walk[1], default=0.0), times, links, walk, ids, None]
+        cands.append((hit[0], order, name, spec, hit))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
     memo = _task_memo(ctx)
-    for free, order, name, spec, times, links, walk, fids in cands:
+    for free, order, name, spec, hit in cands:
         if best is not None and free > best[0]:
             break
+        _, times, links, walk, ids, fids = hit
+        if fids is None:
+            fids = hit[5] = list(map(fget, ids))
         tasks, streams = build(spec, ctx, engine)
         t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk, _fids=fids, _memo=memo)
         key = (t, not spec.prio, order)
