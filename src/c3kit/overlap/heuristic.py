@@ -27,6 +27,7 @@ decomposition loss (DIL) and its estimated stretch from contention.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from c3kit.hw.catalog import get_gpu
 from c3kit.hw.model import GPU
@@ -114,7 +115,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     if _fids is not None and _memo is not None and None not in _fids:
         task_memo, costs = _memo
         get = task_memo.get
-        info = [get(f) for f in _fids]
+        info = list(map(get, _fids))
         if None in info:
             info = [_task_info(t, a, res) if x is None else x for t, a, x in zip(tasks, alone, info)]
             for f, x in zip(_fids, info):
@@ -129,14 +130,15 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
         info = [_task_info(t, a, res) for t, a in zip(tasks, alone)]
     if kk is None:  # pair costs of this graph alone, by task index
         kk, costs = list(range(n)), {}
-    work = [x[0] for x in info]
-    fixed = [x[4] for x in info]
+    work = list(map(_FIRST, info))
+    fixed = list(map(_FIFTH, info))
     get = costs.get
     rng = range(n)
     for _ in range(PASSES - 1):
         order = sorted(rng, key=start.__getitem__)
         # (index, start, end, work, pair-cost key) in start order: one tuple unpacking per pair, not five lookups
-        spans = [(j, start[j], end[j], work[j], kk[j]) for j in order]
+        spans = list(zip(order, map(start.__getitem__, order), map(end.__getitem__, order),
+                         map(work.__getitem__, order), map(kk.__getitem__, order)))
         stretch = [0.0] * n
         for a_pos, (i, _, end_i, work_i, k_i) in enumerate(spans):
             s_i = stretch[i]  # i gains nothing more from earlier tasks: sum its own terms locally, in the same order
@@ -171,6 +173,8 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
         start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
 
+
+_FIRST, _FIFTH = itemgetter(0), itemgetter(4)  # a _task_info's work seconds and fixed latency
 
 # pair-cost memo keys: (field number x _PRIOS + priority) of t, x _KEY_SPAN, + that of u (streams' priorities are
 # small non-negative integers; a graph with others is estimated without the memo)
