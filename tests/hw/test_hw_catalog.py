@@ -134,3 +134,15 @@ def test_torchtitan_grand_teton_h100_variant_as_its_source_states():
     runs = load_runs()
     h100 = runs[runs["source"].str.contains("Llama 3.1 on H100")]
     assert len(h100) == 18 and (h100["gpu"] == g.name).all()
+
+
+def test_gpu_hash_is_kept_and_equal_gpus_hash_alike():
+    """A GPU's hash is computed once and kept; an equal GPU built separately hashes alike; a changed one is unequal."""
+    from c3kit.hw import get_gpu
+
+    g = get_gpu("H200-SXM")
+    h = hash(g)
+    assert hash(g) == h and g.__dict__["_hash"] == h
+    twin = g.with_(notes=g.notes)
+    assert twin == g and hash(twin) == h
+    assert g.with_(sms=g.sms - 1) != g

@@ -3,6 +3,8 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from c3kit.cost import CostModel
 from c3kit.errors import C3kitError
@@ -189,3 +191,43 @@ def test_sweep_pauses_the_cycle_collector_and_restores_it(enabled, monkeypatch):
         assert gc.isenabled() == enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_distinct_rows_hand_checked():
+    """_distinct_rows: first row of each distinct row and each row's number, in order of first appearance."""
+    from c3kit.step.fast import _distinct_rows
+
+    g = np.array([0, 1, 0, 0, 1])
+    m = np.array([8.0, 8.0, 8.0, 16.0, 8.0])
+    first, inv = _distinct_rows([g, m])
+    assert first.tolist() == [0, 1, 3]
+    assert inv.tolist() == [0, 1, 0, 2, 1]
+    first, inv = _distinct_rows([np.array([], dtype=np.int64), np.array([])])
+    assert first.size == 0 and inv.size == 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([1.0, 2.0, 2.5, 1e9])), min_size=1, max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_distinct_rows_property(rows):
+    """Rows with one number are equal, the numbered first rows are pairwise distinct, and each maps to itself."""
+    from c3kit.step.fast import _distinct_rows
+
+    cols = [np.array([r[0] for r in rows]), np.array([r[1] for r in rows])]
+    first, inv = _distinct_rows(cols)
+    keys = list(zip(*(c.tolist() for c in cols)))
+    assert len({keys[i] for i in first}) == len(first) == len(set(keys))
+    assert all(keys[first[inv[i]]] == keys[i] for i in range(len(keys)))
+    assert all(inv[f] == j for j, f in enumerate(first))
+
+
+def test_calibrated_op_memo_keys_tell_shapes_apart():
+    """_shape_key: equal for equal field values (arrays by value), different when any value, dtype or length differs."""
+    from c3kit.step.fast import _shape_key
+    from c3kit.workload.layer import MemShape
+
+    a = MemShape(np.array([4.0, 8.0]), 0, (("copy", np.array([2.0, 4.0]), 1024),))
+    assert _shape_key(a) == _shape_key(MemShape(np.array([4.0, 8.0]), 0, (("copy", np.array([2.0, 4.0]), 1024),)))
+    assert _shape_key(a) != _shape_key(MemShape(np.array([4.0, 8.0]), 0, (("copy", np.array([2.0, 5.0]), 1024),)))
+    assert _shape_key(a) != _shape_key(MemShape(np.array([4.0, 8.0]), 0, (("copy", np.array([2, 4]), 1024),)))
+    assert _shape_key(a) != _shape_key(MemShape(np.array([4.0, 8.0]), 0, (("add", np.array([2.0, 4.0]), 1024),)))
+    assert _shape_key(a) != _shape_key(MemShape(np.array([4.0]), 0, (("copy", np.array([2.0, 4.0]), 1024),)))

@@ -79,10 +79,16 @@ class GPU:
             raise HardwareError(f"{self.name}: needs at least one positive FLOP/s entry")
 
     def __hash__(self) -> int:
-        # the mappings are read-only views, so hashing their items keeps GPU usable as a cache key
-        return hash((self.name, self.vendor, self.sms, self.clock, tuple(sorted(self.flops.items())), self.hbm_bytes,
-                     self.hbm_bw, self.l2_bytes, self.gpus_per_node, self.scaleup, self.scaleout_bw,
-                     self.scaleout_latency, self.dma))
+        # the mappings are read-only views, so hashing their items keeps GPU usable as a cache key; the fields never
+        # change, so the hash is computed once (a sweep hashes its GPUs tens of thousands of times as cache keys; a
+        # GPU cannot be pickled, its mappings being views, so the cached hash never crosses processes)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.name, self.vendor, self.sms, self.clock, tuple(sorted(self.flops.items())), self.hbm_bytes,
+                      self.hbm_bw, self.l2_bytes, self.gpus_per_node, self.scaleup, self.scaleout_bw,
+                      self.scaleout_latency, self.dma))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s for a dtype; fp16 falls back to bf16 and tf32 to fp32 when not listed."""

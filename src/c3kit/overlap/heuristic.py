@@ -27,6 +27,7 @@ decomposition loss (DIL) and its estimated stretch from contention.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from c3kit.hw.catalog import get_gpu
 from c3kit.hw.model import GPU
@@ -114,7 +115,7 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
     if _fids is not None and _memo is not None and None not in _fids:
         task_memo, costs = _memo
         get = task_memo.get
-        info = [get(f) for f in _fids]
+        info = list(map(get, _fids))
         if None in info:
             info = [_task_info(t, a, res) if x is None else x for t, a, x in zip(tasks, alone, info)]
             for f, x in zip(_fids, info):
@@ -129,14 +130,15 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
         info = [_task_info(t, a, res) for t, a in zip(tasks, alone)]
     if kk is None:  # pair costs of this graph alone, by task index
         kk, costs = list(range(n)), {}
-    work = [x[0] for x in info]
-    fixed = [x[4] for x in info]
+    work = list(map(_FIRST, info))
+    fixed = list(map(_FIFTH, info))
     get = costs.get
     rng = range(n)
     for _ in range(PASSES - 1):
         order = sorted(rng, key=start.__getitem__)
         # (index, start, end, work, pair-cost key) in start order: one tuple unpacking per pair, not five lookups
-        spans = [(j, start[j], end[j], work[j], kk[j]) for j in order]
+        spans = list(zip(order, map(start.__getitem__, order), map(end.__getitem__, order),
+                         map(work.__getitem__, order), map(kk.__getitem__, order)))
         stretch = [0.0] * n
         for a_pos, (i, _, end_i, work_i, k_i) in enumerate(spans):
             s_i = stretch[i]  # i gains nothing more from earlier tasks: sum its own terms locally, in the same order
@@ -171,6 +173,8 @@ def estimate_time(tasks: list[Task], streams: list[Stream], res: Resources, para
         start, end = _walk_idx(links, [f + w * (1.0 + s) for f, w, s in zip(fixed, work, stretch)])
     return max(end), free
 
+
+_FIRST, _FIFTH = itemgetter(0), itemgetter(4)  # a _task_info's work seconds and fixed latency
 
 # pair-cost memo keys: (field number x _PRIOS + priority) of t, x _KEY_SPAN, + that of u (streams' priorities are
 # small non-negative integers; a graph with others is estimated without the memo)
@@ -323,8 +327,8 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
         hit = walked.get(bkey)
         if hit is None:
             tasks, _ = build(spec, ctx, engine)
-            get = alone.get
-            times = [get(id(t)) for t in tasks]
+            ids = list(map(id, tasks))
+            times = list(map(alone.get, ids))
             if None in times:  # tasks built outside the field caches (barriers, reductions, local copies)
                 times = [alone_time(t, res) if v is None else v for t, v in zip(tasks, times)]
             # the graph (streams, dependencies) of a schedule depends on its pattern and GPU count, not on sizes
@@ -333,16 +337,20 @@ def pick(problem: OverlapProblem, gpu: GPU | str, params: ContentionParams | Non
             if links is None:
                 links = derived[lkey] = _links_of(tasks, {t.name: i for i, t in enumerate(tasks)})
             walk = _walk_idx(links, times)
-            hit = walked[bkey] = (max(walk[1], default=0.0), times, links, walk, [fget(id(t)) for t in tasks])
-        cands.append((hit[0], order, name, spec, hit[1], hit[2], hit[3], hit[4]))
+            # the tasks' field numbers: looked up only for the candidates the bound lets through (below)
+            hit = walked[bkey] = [max(walk[1], default=0.0), times, links, walk, ids, None]
+        cands.append((hit[0], order, name, spec, hit))
     if not cands:
         return "serial"
     cands.sort(key=lambda c: (c[0], c[1]))
     best = None
     memo = _task_memo(ctx)
-    for free, order, name, spec, times, links, walk, fids in cands:
+    for free, order, name, spec, hit in cands:
         if best is not None and free > best[0]:
             break
+        _, times, links, walk, ids, fids = hit
+        if fids is None:
+            fids = hit[5] = list(map(fget, ids))
         tasks, streams = build(spec, ctx, engine)
         t, _ = estimate_time(tasks, streams, res, p, _alone=times, _links=links, _walk0=walk, _fids=fids, _memo=memo)
         key = (t, not spec.prio, order)

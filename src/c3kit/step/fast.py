@@ -17,6 +17,7 @@ Scope: dense decoder models, phase "train", no virtual pipeline stages. Anything
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 
@@ -289,6 +290,10 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
     flops = np.zeros((n, N))
     eff = cm.kind != "roofline"
     memo: dict = {}  # TP collectives of one group share their size: time each kind once
+    # each GPU's scenarios of the group, found once for all its calibrated ops; ops of one shape (the norms, the
+    # dropouts of every layer) priced once: the same inputs give the same row
+    by_gpu = [(gi, h["gpu_index"] == gi) for gi in np.unique(h["gpu_index"])]
+    calibrated: dict = {}
     for i, nd in enumerate(template.nodes):
         op = nd.op
         if isinstance(op, Collective):
@@ -314,11 +319,30 @@ def _group_times(template, cols: dict, h: dict, cm, gemms: list, glue: str = "sp
         t_mem = by / (h["hbm"] * me)
         t[i] = np.where(t_math > t_mem, t_math, t_mem)
         if (eff and not isinstance(op, Gemm)) or isinstance(op, Attention):
-            _calibrated_rows(t[i], sh.ops[op.name].shape, h, cm)
+            shape = sh.ops[op.name].shape
+            key = (t[i].tobytes(), _shape_key(shape))
+            hit = calibrated.get(key)
+            if hit is None:
+                _calibrated_rows(t[i], shape, h, cm, by_gpu)
+                calibrated[key] = t[i].copy()
+            else:
+                t[i] = hit
     return t, flops, sh
 
 
-def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
+def _shape_key(shape) -> tuple:
+    """A hashable key equal for two op shapes whose fields hold the same values (arrays by dtype, shape and bytes)."""
+    def val(x):
+        if isinstance(x, np.ndarray):
+            return (x.dtype.str, x.shape, x.tobytes())
+        if isinstance(x, tuple):
+            return tuple(val(y) for y in x)
+        return (type(x).__name__, x)
+
+    return (type(shape).__name__, *(val(getattr(shape, f.name)) for f in dataclasses.fields(shape)))
+
+
+def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None, by_gpu: list | None = None) -> None:
     """Overwrite an attention or memory-bound op's roofline times with its measured class (cost/opclass.py)
     on the scenarios whose GPU has one (own, transferred or projected), and an attention's with its backend's
     price (cost/attention.py), as cost.time does per op."""
@@ -334,8 +358,7 @@ def _calibrated_rows(row: np.ndarray, shape, h: dict, cm=None) -> None:
     full = None if isinstance(shape, AttnShape) else tuple(
         (k, np.broadcast_to(np.asarray(e, float), row.shape), np.broadcast_to(np.asarray(w, float), row.shape))
         for k, e, w in shape.parts)
-    for gi in np.unique(idx):
-        sel = idx == gi
+    for gi, sel in by_gpu if by_gpu is not None else ((gi, idx == gi) for gi in np.unique(idx)):
         if full is None:
             from c3kit.cost import time as op_time
             from c3kit.cost.attention import attention_rows
@@ -389,10 +412,11 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
     if not pending:
         return
     parts = [(t, i, m, n, k, gi) for t, gi, gemms in pending for i, m, n, k in gemms]
-    M = np.concatenate([p[2] for p in parts])
-    N = np.concatenate([p[3] for p in parts])
-    K = np.concatenate([p[4] for p in parts])
-    G = np.concatenate([p[5] for p in parts])
+    cols = [np.concatenate([p[j] for p in parts]) for j in (5, 2, 3, 4)]
+    # a sweep repeats few GEMM shapes (100k scenarios: about 1.6M GEMM rows, 1.5k distinct per GPU): each distinct
+    # (GPU, M, N, K) is priced once, elementwise as before, and every row takes its shape's time
+    first, inv = _distinct_rows(cols)
+    G, M, N, K = (c[first] for c in cols)
     out = np.empty(len(M))
     for gi in np.unique(G):
         sel = G == gi
@@ -404,10 +428,24 @@ def _curve_fill(pending: list, cm, gpu_objs: list) -> None:
 
             eff = 2.0 * M[sel] * N[sel] * K[sel] / out[sel] / gpu.peak_flops("bf16")
             out[sel] *= sustained_for(gpu.name).factors(eff)
+    out = out[inv]
     pos = 0
     for t, i, m, _, _, _ in parts:
         t[i] = out[pos:pos + len(m)]
         pos += len(m)
+
+
+def _distinct_rows(cols: list) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each distinct row of the equal-length columns, each row's distinct-row number), by hashing
+    (pandas.factorize) rather than sorting."""
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        codes, uniq = pd.factorize(c, use_na_sentinel=False)
+        key = pd.factorize(key * len(uniq) + codes)[0]  # renumbered each time: stays below the row count
+    n = int(key.max()) + 1 if len(key) else 0
+    first = np.empty(n, dtype=np.int64)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # the last write for each number is its first row
+    return first, key
 
 
 def _small_m_fill(out: np.ndarray, sel: np.ndarray, M, N, K, gpu) -> None:
