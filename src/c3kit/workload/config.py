@@ -175,3 +175,19 @@ def model_from_dict(d: dict, origin: str = "<dict>") -> ModelConfig:
         return ModelConfig(**kwargs, sources=sources)
     except TypeError as e:
         raise WorkloadError(f"{origin}: malformed model entry ({e})") from None
+
+
+def read_text_file(path, noun: str, hint: str) -> str:
+    """The text of a user's file, or one WorkloadError line: no such `noun`, not a text file (`hint`), unreadable."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such {noun}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{p}: not a text file ({hint})") from None
+    except OSError as e:
+        raise WorkloadError(f"{p}: cannot read ({e.strerror or e})") from None
+

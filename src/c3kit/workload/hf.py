@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from c3kit.errors import WorkloadError
-from c3kit.workload.config import ModelConfig
+from c3kit.workload.config import ModelConfig, read_text_file
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -69,14 +69,7 @@ def model_from_hf(cfg: dict, origin: str = "<config.json>", name: str | None = N
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelConfig:
     """Read a Hugging Face config.json file into a ModelConfig."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(f"{p}: no such config.json file") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{p}: not a text file (config.json must be UTF-8 JSON)") from None
-    except OSError as e:
-        raise WorkloadError(f"{p}: cannot read ({e.strerror or e})") from None
+    text = read_text_file(p, "config.json file", "config.json must be UTF-8 JSON")
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:

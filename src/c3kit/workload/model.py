@@ -9,7 +9,7 @@ from functools import lru_cache
 from importlib import resources
 
 from c3kit.errors import WorkloadError
-from c3kit.workload.config import NORMS, POSITIONS, ModelConfig, model_from_dict  # noqa: F401
+from c3kit.workload.config import NORMS, POSITIONS, ModelConfig, model_from_dict, read_text_file  # noqa: F401
 from c3kit.workload.hf import load_hf_config
 
 
@@ -61,14 +61,9 @@ def load_model_toml(path) -> ModelConfig:
     from pathlib import Path
 
     p = Path(path)
+    text = read_text_file(p, "model file", "a model file is UTF-8 TOML")
     try:
-        doc = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"{p}: no such model file") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{p}: not a text file (a model file is UTF-8 TOML)") from None
-    except OSError as e:
-        raise WorkloadError(f"{p}: cannot read ({e.strerror or e})") from None
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise WorkloadError(f"{p}: not valid TOML ({e})") from None
     if not isinstance(doc.get("sources", {}), dict):
