@@ -132,18 +132,21 @@ PP_ENGINE_SOURCES = {
 }
 
 
+def _one_of(field: str, name: str, choices) -> str:
+    """name itself when it is one of choices, else a WorkloadError naming the field and the choices."""
+    if name not in choices:
+        raise WorkloadError(f"parallelism: {field} {name!r}: use one of {', '.join(choices)}")
+    return name
+
+
 def check_pp_engine(name: str) -> str:
     """The pipeline engine itself, or a WorkloadError naming the choices."""
-    if name not in PP_ENGINES:
-        raise WorkloadError(f"parallelism: pp_engine {name!r}: use one of {', '.join(PP_ENGINES)}")
-    return name
+    return _one_of("pp_engine", name, PP_ENGINES)
 
 
 def check_tp_comm_overlap(name: str) -> str:
     """The TP communication overlap itself, or a WorkloadError naming the choices."""
-    if name not in TP_COMM_OVERLAPS:
-        raise WorkloadError(f"parallelism: tp_comm_overlap {name!r}: use one of {', '.join(TP_COMM_OVERLAPS)}")
-    return name
+    return _one_of("tp_comm_overlap", name, TP_COMM_OVERLAPS)
 
 
 FSDP_SYNC_SOURCES = {
@@ -182,9 +185,7 @@ CP_IMPL_SOURCES = {
 
 def check_cp_impl(name: str) -> str:
     """The context-parallel implementation itself, or a WorkloadError naming the choices."""
-    if name not in CP_IMPLS:
-        raise WorkloadError(f"parallelism: cp_impl {name!r}: use one of {', '.join(CP_IMPLS)}")
-    return name
+    return _one_of("cp_impl", name, CP_IMPLS)
 
 
 # How a framework splits the decoder layers over the pp x vpp virtual pipeline stages (stage_layer_counts).
